@@ -1,0 +1,1 @@
+//! Holder crate: the loom tests live in `tests/`.

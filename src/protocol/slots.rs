@@ -1,0 +1,102 @@
+//! The runner slot protocol (spec/slots.md): occupancy tokens that keep concurrent submitters,
+//! finishing runners and reconcilers from ever starting more detached runners than slots.
+//!
+//! The state is a [`QueueState`] value (the contents of `queue.json`); each operation takes it by
+//! `&mut` and either changes it and reports what the caller must do (spawn, park, nothing), or
+//! returns a [`SlotError`] and leaves it exactly as it was.
+
+mod identity;
+mod occupancy;
+mod queue;
+mod reconcile;
+mod reserve;
+mod takeover;
+mod token;
+
+pub use identity::{Liveness, Observation, ProcessIdentity};
+pub use occupancy::{acting_queue_holder, live_runner_for_turn, occupied_runner_slots, Reserving};
+pub use queue::{
+    enqueue, validate_task_name, EnqueueOutcome, QueueEntry, QueueState, RowState, RunnerRecord,
+    RunnerSlotReservation, TurnKey, MAX_QUEUE_ROWS, MAX_TASK_NAME_BYTES, QUEUE_FORMAT_VERSION,
+};
+pub use reconcile::{reconcile_step, ReconcileStep};
+pub use reserve::{
+    adopt_row, bind_runner_slot_child, complete_runner_spawn_first, complete_runner_spawn_second,
+    park, release_runner_slot, reserve_runner_slot, start_next_parked, token_fenced_row_after_bind,
+    ReserveOutcome, StartNext,
+};
+pub use takeover::{finish_turn, take_over_reserved_slot, TakeOver};
+pub use token::SlotToken;
+
+/// Why a slot operation refused to change the queue. Each variant leaves the state untouched.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SlotError {
+    #[error("QUEUE_SLOT_TOKEN_NIL: a slot token must be a non-nil UUID")]
+    NilToken,
+    #[error("QUEUE_SLOT_TOKEN_MALFORMED: {given:?} is not a hyphenated UUID")]
+    MalformedToken { given: String },
+    #[error("QUEUE_SLOT_TOKEN_MISMATCH: token {given} is not the current reservation of {key}")]
+    TokenMismatch { key: TurnKey, given: String },
+    #[error("QUEUE_SLOT_TOKEN_REUSED: token {token} was already used for {key}")]
+    TokenReused { key: TurnKey, token: SlotToken },
+    #[error("QUEUE_ROW_UNKNOWN: no queue row for {key}")]
+    UnknownRow { key: TurnKey },
+    #[error("QUEUE_FULL: the queue holds its limit of {limit} rows")]
+    QueueFull { limit: usize },
+    #[error("QUEUE_HANDOFF_FENCED: the row of {key} changed since the spawn; the handoff stops")]
+    HandoffFenced { key: TurnKey },
+    #[error("QUEUE_NOT_OWNER: {key} is not dispatched by {identity}")]
+    NotOwner {
+        key: TurnKey,
+        identity: ProcessIdentity,
+    },
+    #[error("TASK_NAME_INVALID: {reason}")]
+    InvalidTaskName { reason: String },
+}
+
+impl SlotError {
+    /// The stable, documented code of the error (what scripts match on).
+    pub fn code(&self) -> &'static str {
+        match self {
+            SlotError::NilToken => "QUEUE_SLOT_TOKEN_NIL",
+            SlotError::MalformedToken { .. } => "QUEUE_SLOT_TOKEN_MALFORMED",
+            SlotError::TokenMismatch { .. } => "QUEUE_SLOT_TOKEN_MISMATCH",
+            SlotError::TokenReused { .. } => "QUEUE_SLOT_TOKEN_REUSED",
+            SlotError::UnknownRow { .. } => "QUEUE_ROW_UNKNOWN",
+            SlotError::QueueFull { .. } => "QUEUE_FULL",
+            SlotError::HandoffFenced { .. } => "QUEUE_HANDOFF_FENCED",
+            SlotError::NotOwner { .. } => "QUEUE_NOT_OWNER",
+            SlotError::InvalidTaskName { .. } => "TASK_NAME_INVALID",
+        }
+    }
+}
+
+/// What cancelling a task means for its rows: rows nobody runs yet are removed at once (their turns
+/// end as cancelled), rows with a live executor are listed for the shell to signal.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CancelPlan {
+    pub removed: Vec<TurnKey>,
+    pub signal: Vec<(TurnKey, ProcessIdentity)>,
+}
+
+/// Cancels every row of `task`. A row with a live executor stays until that executor ends (it
+/// leaves the queue itself, so the slot is freed by the same path as a normal finish).
+pub fn cancel_task(state: &mut QueueState, task: &str, liveness: &impl Liveness) -> CancelPlan {
+    let mut plan = CancelPlan::default();
+    for entry in state.entries.iter().filter(|e| e.key.task == task) {
+        let executor = live_runner_for_turn(state, &entry.key, liveness)
+            .or_else(|| acting_queue_holder(entry).filter(|h| liveness.is_live(h)));
+        let bound_child = entry
+            .slot_reservation
+            .as_ref()
+            .and_then(|r| r.child)
+            .filter(|c| liveness.is_live(c));
+        match executor.or(bound_child) {
+            Some(identity) => plan.signal.push((entry.key.clone(), identity)),
+            None => plan.removed.push(entry.key.clone()),
+        }
+    }
+    state.entries.retain(|e| !plan.removed.contains(&e.key));
+    state.runners.retain(|r| !plan.removed.contains(&r.key));
+    plan
+}

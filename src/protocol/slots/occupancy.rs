@@ -1,0 +1,85 @@
+//! How many worker slots are taken: the number the cap is compared against.
+//!
+//! occupied = |live runner identities ∪ live acting queue holders| + one per outstanding
+//! reservation. Identities are counted once however many rows name them; reservations are counted
+//! one each even when several share a reserver, because each may already have a child on the way.
+
+use super::{Liveness, ProcessIdentity, QueueEntry, QueueState, RowState, TurnKey};
+use std::collections::BTreeSet;
+
+/// The row being reserved and by whom, for the recovered-controller exception.
+#[derive(Clone, Copy, Debug)]
+pub struct Reserving<'a> {
+    pub key: &'a TurnKey,
+    pub reserver: ProcessIdentity,
+}
+
+/// The process that acts for a row: a dispatch owner, or an adopting waiter. An enqueue owner
+/// waiting on its own row does not act, and a parked row has no one.
+pub fn acting_queue_holder(entry: &QueueEntry) -> Option<ProcessIdentity> {
+    match entry.state {
+        RowState::Dispatching { dispatch_owner } => Some(dispatch_owner),
+        RowState::Waiting {
+            enqueue_owner,
+            owner,
+        } if owner != enqueue_owner => Some(owner),
+        RowState::Waiting { .. } | RowState::Parked => None,
+    }
+}
+
+/// The live recorded runner of exactly this turn, found by its key (never by scanning turns).
+pub fn live_runner_for_turn(
+    state: &QueueState,
+    key: &TurnKey,
+    liveness: &impl Liveness,
+) -> Option<ProcessIdentity> {
+    state
+        .runner(key)
+        .map(|r| r.identity)
+        .filter(|id| liveness.is_live(id))
+}
+
+/// Slots taken, as the cap sees them.
+///
+/// `exclude_reserver` drops that pid from the identity set only (a finishing runner replacing its
+/// own slot); reservations always count. `reserving` applies the recovered-controller exception:
+/// the reserved row's own holder is not counted when it is the reserver itself, the row has no
+/// reservation, and no live runner holds the turn.
+pub fn occupied_runner_slots(
+    state: &QueueState,
+    liveness: &impl Liveness,
+    exclude_reserver: Option<u32>,
+    reserving: Option<Reserving<'_>>,
+) -> usize {
+    let excluded = |id: &ProcessIdentity| exclude_reserver == Some(id.pid);
+    let mut identities: BTreeSet<ProcessIdentity> = BTreeSet::new();
+    for record in &state.runners {
+        if !excluded(&record.identity) && liveness.is_live(&record.identity) {
+            identities.insert(record.identity);
+        }
+    }
+    for entry in &state.entries {
+        let Some(holder) = acting_queue_holder(entry) else {
+            continue;
+        };
+        if excluded(&holder) || !liveness.is_live(&holder) {
+            continue;
+        }
+        if let Some(r) = reserving {
+            if &entry.key == r.key
+                && holder == r.reserver
+                && entry.slot_reservation.is_none()
+                && live_runner_for_turn(state, &entry.key, liveness).is_none()
+            {
+                continue;
+            }
+        }
+        identities.insert(holder);
+    }
+    let reservations = state
+        .entries
+        .iter()
+        .filter(|e| e.slot_reservation.is_some())
+        .count();
+    identities.len() + reservations
+}

@@ -1,0 +1,287 @@
+//! The queue document and enqueue: FIFO by `queue_id`, with coalesced enqueue times.
+
+use super::{ProcessIdentity, SlotError, SlotToken};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Version written into `queue.json`; older documents (missing fields) still load.
+pub const QUEUE_FORMAT_VERSION: u32 = 1;
+/// The queue's explicit bound. Beyond it an enqueue is refused rather than growing without end.
+pub const MAX_QUEUE_ROWS: usize = 100_000;
+/// Task names are path components on disk; keep them short and plain.
+pub const MAX_TASK_NAME_BYTES: usize = 64;
+
+/// Names one turn of one task.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TurnKey {
+    pub task: String,
+    pub turn: u32,
+}
+
+impl TurnKey {
+    pub fn new(task: impl Into<String>, turn: u32) -> Self {
+        TurnKey {
+            task: task.into(),
+            turn,
+        }
+    }
+}
+
+impl fmt::Display for TurnKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} turn {}", self.task, self.turn)
+    }
+}
+
+/// Task names become directory names: ASCII letters, digits, `.`, `_`, `-`, not starting with `.`.
+pub fn validate_task_name(name: &str) -> Result<(), SlotError> {
+    let reason = if name.is_empty() {
+        Some("the name is empty".to_string())
+    } else if name.len() > MAX_TASK_NAME_BYTES {
+        Some(format!(
+            "{name:?} is longer than {MAX_TASK_NAME_BYTES} bytes"
+        ))
+    } else if name.starts_with('.') {
+        Some(format!("{name:?} starts with '.'"))
+    } else if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        Some(format!(
+            "{name:?} contains {bad:?}; use letters, digits, '.', '_' or '-'"
+        ))
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(SlotError::InvalidTaskName { reason }),
+        None => Ok(()),
+    }
+}
+
+/// An occupancy token on a queue row: who reserved the slot, with which token, and (once bound)
+/// which child process was spawned for it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RunnerSlotReservation {
+    pub reserver: ProcessIdentity,
+    pub token: SlotToken,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child: Option<ProcessIdentity>,
+}
+
+impl RunnerSlotReservation {
+    /// A fresh, unbound reservation. The token type already refuses nil.
+    pub fn new(reserver: ProcessIdentity, token: SlotToken) -> Self {
+        RunnerSlotReservation {
+            reserver,
+            token,
+            child: None,
+        }
+    }
+}
+
+/// Where a queue row stands.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum RowState {
+    /// Enqueued by `enqueue_owner`; `owner` differs from it only when another controller adopted
+    /// the row (an adopted waiter, which occupies).
+    Waiting {
+        enqueue_owner: ProcessIdentity,
+        owner: ProcessIdentity,
+    },
+    /// Being started or run by `dispatch_owner` (a runner, an attached submitter, or a controller
+    /// that adopted the row before spawning).
+    Dispatching { dispatch_owner: ProcessIdentity },
+    /// No owner: waits for a slot.
+    Parked,
+}
+
+/// One pending or active turn (the seed's "job").
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct QueueEntry {
+    pub queue_id: u64,
+    #[serde(flatten)]
+    pub key: TurnKey,
+    pub enqueued_at_millis: u64,
+    #[serde(flatten)]
+    pub state: RowState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot_reservation: Option<RunnerSlotReservation>,
+}
+
+/// The identity recorded as the executor of a turn once it has taken its slot over.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RunnerRecord {
+    #[serde(flatten)]
+    pub key: TurnKey,
+    pub identity: ProcessIdentity,
+    /// A foreground (`--attach`) executor: occupies, but is not a detached runner.
+    #[serde(default)]
+    pub attached: bool,
+}
+
+fn default_version() -> u32 {
+    QUEUE_FORMAT_VERSION
+}
+
+/// The whole of `queue.json`: rows in FIFO order and the recorded runners.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct QueueState {
+    #[serde(default = "default_version")]
+    pub version: u32,
+    /// The next `queue_id` to hand out; ids are never reused, even after rows leave.
+    #[serde(default)]
+    pub next_queue_id: u64,
+    #[serde(default)]
+    pub entries: Vec<QueueEntry>,
+    #[serde(default)]
+    pub runners: Vec<RunnerRecord>,
+}
+
+impl Default for QueueState {
+    fn default() -> Self {
+        QueueState {
+            version: QUEUE_FORMAT_VERSION,
+            next_queue_id: 1,
+            entries: Vec::new(),
+            runners: Vec::new(),
+        }
+    }
+}
+
+impl QueueState {
+    pub fn row_index(&self, key: &TurnKey) -> Option<usize> {
+        self.entries.iter().position(|e| &e.key == key)
+    }
+
+    pub fn row(&self, key: &TurnKey) -> Option<&QueueEntry> {
+        self.entries.iter().find(|e| &e.key == key)
+    }
+
+    pub(crate) fn row_mut(&mut self, key: &TurnKey) -> Result<&mut QueueEntry, SlotError> {
+        self.entries
+            .iter_mut()
+            .find(|e| &e.key == key)
+            .ok_or_else(|| SlotError::UnknownRow { key: key.clone() })
+    }
+
+    /// The recorded runner of a turn, alive or not.
+    pub fn runner(&self, key: &TurnKey) -> Option<&RunnerRecord> {
+        self.runners.iter().find(|r| &r.key == key)
+    }
+
+    pub(crate) fn set_runner(&mut self, key: &TurnKey, identity: ProcessIdentity, attached: bool) {
+        match self.runners.iter_mut().find(|r| &r.key == key) {
+            Some(record) => {
+                record.identity = identity;
+                record.attached = attached;
+            }
+            None => self.runners.push(RunnerRecord {
+                key: key.clone(),
+                identity,
+                attached,
+            }),
+        }
+    }
+
+    pub(crate) fn clear_runner(&mut self, key: &TurnKey) {
+        self.runners.retain(|r| &r.key != key);
+    }
+
+    /// Checks the structural invariants every published queue keeps (queue ids strictly rising,
+    /// enqueue times not falling, one row per turn, ids below `next_queue_id`).
+    pub fn check_structure(&self) -> Result<(), String> {
+        let mut previous: Option<&QueueEntry> = None;
+        let mut seen = std::collections::HashSet::with_capacity(self.entries.len());
+        for entry in &self.entries {
+            if entry.queue_id >= self.next_queue_id {
+                return Err(format!(
+                    "row {} has queue_id {} not below next_queue_id {}",
+                    entry.key, entry.queue_id, self.next_queue_id
+                ));
+            }
+            if let Some(prev) = previous {
+                if entry.queue_id <= prev.queue_id {
+                    return Err(format!(
+                        "queue_id {} follows {}",
+                        entry.queue_id, prev.queue_id
+                    ));
+                }
+                if entry.enqueued_at_millis < prev.enqueued_at_millis {
+                    return Err(format!(
+                        "enqueued_at_millis falls from {} to {} at queue_id {}",
+                        prev.enqueued_at_millis, entry.enqueued_at_millis, entry.queue_id
+                    ));
+                }
+            }
+            if !seen.insert(&entry.key) {
+                return Err(format!("{} has more than one row", entry.key));
+            }
+            previous = Some(entry);
+        }
+        Ok(())
+    }
+}
+
+/// What [`enqueue`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EnqueueOutcome {
+    Enqueued {
+        queue_id: u64,
+    },
+    /// The turn already had a row; nothing changed.
+    AlreadyQueued {
+        queue_id: u64,
+    },
+}
+
+impl EnqueueOutcome {
+    pub fn queue_id(&self) -> u64 {
+        match self {
+            EnqueueOutcome::Enqueued { queue_id } | EnqueueOutcome::AlreadyQueued { queue_id } => {
+                *queue_id
+            }
+        }
+    }
+}
+
+/// Appends a waiting row for `key`, owned by `owner`.
+///
+/// FIFO is `queue_id`; the row's time is `max(now_millis, last row's time)`, so a caller whose clock
+/// runs behind cannot make the times fall. A second enqueue of the same turn changes nothing.
+pub fn enqueue(
+    state: &mut QueueState,
+    key: &TurnKey,
+    owner: ProcessIdentity,
+    now_millis: u64,
+) -> Result<EnqueueOutcome, SlotError> {
+    validate_task_name(&key.task)?;
+    if let Some(existing) = state.row(key) {
+        return Ok(EnqueueOutcome::AlreadyQueued {
+            queue_id: existing.queue_id,
+        });
+    }
+    if state.entries.len() >= MAX_QUEUE_ROWS {
+        return Err(SlotError::QueueFull {
+            limit: MAX_QUEUE_ROWS,
+        });
+    }
+    let last_millis = state.entries.last().map_or(0, |e| e.enqueued_at_millis);
+    // Ids below an existing row's are never handed out, even from a document whose counter is off.
+    let floor = state.entries.last().map_or(0, |e| e.queue_id + 1);
+    let queue_id = state.next_queue_id.max(floor).max(1);
+    state.next_queue_id = queue_id + 1;
+    state.entries.push(QueueEntry {
+        queue_id,
+        key: key.clone(),
+        enqueued_at_millis: now_millis.max(last_millis),
+        state: RowState::Waiting {
+            enqueue_owner: owner,
+            owner,
+        },
+        slot_reservation: None,
+    });
+    debug_assert!(state.check_structure().is_ok());
+    Ok(EnqueueOutcome::Enqueued { queue_id })
+}

@@ -1,0 +1,143 @@
+//! Reconcile: repair what crashes left behind, one decision per call.
+//!
+//! The shell calls [`reconcile_step`] under the lock, publishes, spawns outside the lock when told
+//! to, and calls again until [`ReconcileStep::Idle`] or [`ReconcileStep::Saturated`]. Each call
+//! changes at most one row, so every intermediate queue is a state the model also explores.
+
+use super::occupancy::live_runner_for_turn;
+use super::reserve::{
+    adopt_row, park, reserve_runner_slot, start_next_parked, ReserveOutcome, StartNext,
+};
+use super::{
+    Liveness, ProcessIdentity, QueueEntry, QueueState, RowState, SlotError, SlotToken, TurnKey,
+};
+
+/// The one thing a reconcile step did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReconcileStep {
+    /// A dead reserver's handoff was finished: its live bound child already runs the turn.
+    CompletedHandoff { key: TurnKey },
+    /// A row whose owner died before it started was parked.
+    Parked { key: TurnKey },
+    /// A row whose turn already has an outcome (its runner died while leaving) was removed.
+    Removed { key: TurnKey },
+    /// Spawn a runner for `key` under `token`: `replaced` is the dead executor it replaces, `None`
+    /// when a parked row starts.
+    Spawn {
+        key: TurnKey,
+        token: SlotToken,
+        replaced: Option<ProcessIdentity>,
+    },
+    /// Rows are parked and no slot is free; nothing changed.
+    Saturated,
+    /// Nothing to repair and nothing parked.
+    Idle,
+}
+
+/// A reservation no live process stands behind (reserver and bound child both gone).
+fn reservation_is_dead(entry: &QueueEntry, liveness: &impl Liveness) -> bool {
+    entry.slot_reservation.as_ref().is_none_or(|r| {
+        !liveness.is_live(&r.reserver) && !r.child.is_some_and(|c| liveness.is_live(&c))
+    })
+}
+
+/// One reconcile decision by `reconciler`. `is_settled` says whether a turn already has its
+/// recorded outcome (read by the shell from the turn's file before the call).
+pub fn reconcile_step(
+    state: &mut QueueState,
+    reconciler: ProcessIdentity,
+    cap: usize,
+    fresh_token: SlotToken,
+    liveness: &impl Liveness,
+    is_settled: &impl Fn(&TurnKey) -> bool,
+) -> Result<ReconcileStep, SlotError> {
+    // Runner records of rows that left, whose process is gone, are dropped silently: they count
+    // for nothing, and keeping them would grow the document without bound.
+    let QueueState {
+        entries, runners, ..
+    } = &mut *state;
+    runners.retain(|r| liveness.is_live(&r.identity) || entries.iter().any(|e| e.key == r.key));
+
+    // 1. A dead reserver whose live child already took over: clear the token it never cleared.
+    let finished_handoff = state.entries.iter().find(|e| {
+        e.slot_reservation.as_ref().is_some_and(|r| {
+            !liveness.is_live(&r.reserver)
+                && r.child.is_some_and(|c| {
+                    liveness.is_live(&c)
+                        && e.state == RowState::Dispatching { dispatch_owner: c }
+                        && state.runner(&e.key).is_some_and(|run| run.identity == c)
+                })
+        })
+    });
+    if let Some(entry) = finished_handoff {
+        let key = entry.key.clone();
+        state.row_mut(&key)?.slot_reservation = None;
+        return Ok(ReconcileStep::CompletedHandoff { key });
+    }
+
+    // 2. A waiting row whose owner died (and whose reservation, if any, is dead too) is parked.
+    let orphaned_waiter = state.entries.iter().find(|e| match e.state {
+        RowState::Waiting { owner, .. } => {
+            !liveness.is_live(&owner)
+                && reservation_is_dead(e, liveness)
+                && live_runner_for_turn(state, &e.key, liveness).is_none()
+        }
+        _ => false,
+    });
+    if let Some(entry) = orphaned_waiter {
+        let key = entry.key.clone();
+        park(state, &key)?;
+        return Ok(ReconcileStep::Parked { key });
+    }
+
+    // 3. An active turn whose executor died: remove it if it had ended, else replace its runner.
+    let dead_dispatch = state.entries.iter().find_map(|e| match e.state {
+        RowState::Dispatching { dispatch_owner }
+            if !liveness.is_live(&dispatch_owner)
+                && reservation_is_dead(e, liveness)
+                && live_runner_for_turn(state, &e.key, liveness).is_none() =>
+        {
+            Some((e.key.clone(), dispatch_owner))
+        }
+        _ => None,
+    });
+    if let Some((key, dead_owner)) = dead_dispatch {
+        if is_settled(&key) {
+            state.entries.retain(|e| e.key != key);
+            state.clear_runner(&key);
+            return Ok(ReconcileStep::Removed { key });
+        }
+        let before = state.row(&key).cloned();
+        adopt_row(state, &key, reconciler)?;
+        match reserve_runner_slot(state, &key, reconciler, None, cap, fresh_token, liveness)? {
+            ReserveOutcome::Acquired { token, .. } => {
+                return Ok(ReconcileStep::Spawn {
+                    key,
+                    token,
+                    replaced: Some(dead_owner),
+                })
+            }
+            ReserveOutcome::Saturated => {
+                park(state, &key)?;
+                return Ok(ReconcileStep::Parked { key });
+            }
+            ReserveOutcome::Pending { .. } => {
+                // Unreachable given the filter above; restore rather than guess.
+                if let (Some(before), Ok(row)) = (before, state.row_mut(&key)) {
+                    *row = before;
+                }
+            }
+        }
+    }
+
+    // 4. Start the oldest parked row if a slot is free. The reconciler does not exclude itself.
+    match start_next_parked(state, reconciler, None, cap, fresh_token, liveness)? {
+        StartNext::Acquired { key, token } => Ok(ReconcileStep::Spawn {
+            key,
+            token,
+            replaced: None,
+        }),
+        StartNext::Saturated => Ok(ReconcileStep::Saturated),
+        StartNext::NoneParked => Ok(ReconcileStep::Idle),
+    }
+}

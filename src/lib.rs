@@ -1,16 +1,30 @@
 //! tollgate: a local job runtime whose concurrency protocols are pure, checked functions.
 //!
 //! Layout (see `spec/` for the normative text):
-//! - [`protocol`]: the sans-IO core. Every decision of the slot, admission and execution protocols
-//!   is a function from state values to state values; no file, clock, thread or `/proc` read.
-//! - the shell around it: [`home`] (state directory and config), [`queue`] (the durable queue
-//!   under `queue.lock`), [`process`] (identities and liveness from `/proc`, detached spawn),
-//!   [`runner`] (the detached runner of one turn), [`reconcile`], and [`cli`].
+//! - [`protocol`]: the sans-IO core. Every decision of the slot protocol is a function from state
+//!   values to state values; no file, clock, thread or `/proc` read.
+//! - the shell around it: [`home`] and [`config`] (state directory), [`queue`] (the durable queue
+//!   under `queue.lock`), [`tasks`] (task and turn records), [`process`] (identities and liveness
+//!   from `/proc`, detached spawn), [`dispatch`] (spawn and two-publish handoff), [`submit`],
+//!   [`runner`], [`reconcile`], [`cancel`], [`status`], and [`cli`].
 //! - `model/` (feature `model-check`): stateright models that call the same core functions.
 
+pub mod cancel;
 pub mod cli;
+pub mod config;
+pub mod dispatch;
+pub mod fsutil;
+pub mod home;
+pub mod process;
 pub mod protocol;
+pub mod queue;
+pub mod reconcile;
+pub mod runner;
+pub mod runtime;
+pub mod status;
+pub mod submit;
 pub mod sync;
+pub mod tasks;
 
 #[cfg(feature = "model-check")]
 #[path = "../model/mod.rs"]

@@ -1,6 +1,11 @@
 //! The command line: clap derive, context-rich errors, documented exit codes.
 
-use clap::{Parser, Subcommand};
+mod commands;
+mod error;
+
+pub use error::CliError;
+
+use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
 /// Exit codes every subcommand shares (also listed in `--help` and the README).
@@ -18,12 +23,17 @@ pub mod exit {
 const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0  success
-  1  the work ran and failed (with --wait: the turn's own non-zero exit code is passed through)
+  1  the work ran and failed (submit --wait passes the turn's own exit code through instead)
   2  bad usage or bad input (argument, config, state file, unknown task); nothing was changed
-  3  environment failure (IO error, queue lock wait timed out, spawn failed)";
+  3  environment failure (IO error, queue lock wait timed out, spawn failed)
+
+Quick start:
+  tollgate submit -- echo hello      run a command on a detached runner (home created on first use)
+  tollgate status                    slots, queue rows and recent turns
+  tollgate logs <TASK>               the output of the task's latest turn";
 
 #[derive(Debug, Parser)]
-#[command(name = "tollgate", version, about, after_help = EXIT_CODES_HELP)]
+#[command(name = "tollgate", version, about, long_about = None, after_help = EXIT_CODES_HELP)]
 pub struct Cli {
     /// State directory (config, queue, task logs). Default: $XDG_STATE_HOME/tollgate, else
     /// ~/.local/state/tollgate. Created 0700 on first use.
@@ -35,10 +45,133 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Create the home (if needed) and write its config.
+    Init(InitArgs),
+    /// Queue a new turn of a task and start it on a free worker slot, or park it.
+    Submit(SubmitArgs),
+    /// Show worker slots, occupancy, queue rows, runners and turns with their outcome.
+    Status(StatusArgs),
+    /// Print the output of a task's turn.
+    Logs(LogsArgs),
+    /// Cancel a task's queued turns and stop its running ones.
+    Cancel(CancelArgs),
+    /// Repair after crashes: replace dead runners of active turns, start parked rows on free slots.
+    Reconcile(ReconcileArgs),
+    /// Internal commands run by tollgate itself.
+    #[command(subcommand, hide = true)]
+    Worker(WorkerCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Worker slots: how many detached runners may run at once (1..=1024).
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
+    /// Print the resulting config as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  tollgate submit -- make test
+  tollgate submit --task nightly --wait -- ./backup.sh
+  tollgate submit --task build --env RUST_LOG=debug --cwd ~/src/app -- cargo build")]
+pub struct SubmitArgs {
+    /// The task this turn belongs to (letters, digits, '.', '_', '-'); a new task if omitted.
+    #[arg(long, value_name = "NAME")]
+    pub task: Option<String>,
+    /// Run in the foreground of this command instead of a detached runner (not capped by the
+    /// worker slots, but it occupies one while it runs).
+    #[arg(long)]
+    pub attach: bool,
+    /// Wait for the turn to end and exit with its exit code.
+    #[arg(long)]
+    pub wait: bool,
+    /// Working directory of the command (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// Extra environment variable for the command (repeatable). The command otherwise gets this
+    /// command's environment.
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Show only this task, with all its turns.
+    pub task: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    pub task: String,
+    /// The turn (default: the latest).
+    #[arg(long, value_name = "N")]
+    pub turn: Option<u32>,
+    /// Keep printing output as it is written until the turn ends.
+    #[arg(long, short)]
+    pub follow: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    pub task: String,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkerCommand {
+    /// Take over a reserved slot and run one turn (spawned by tollgate, detached).
+    Runner {
+        task: String,
+        turn: u32,
+        #[arg(long, value_name = "UUID")]
+        slot_token: String,
+    },
+}
 
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
-    match cli.command {}
+    let home = cli.home;
+    let result = match cli.command {
+        Command::Init(args) => commands::init(home, args),
+        Command::Submit(args) => commands::submit(home, args),
+        Command::Status(args) => commands::status(home, args),
+        Command::Logs(args) => commands::logs(home, args),
+        Command::Cancel(args) => commands::cancel(home, args),
+        Command::Reconcile(args) => commands::reconcile(home, args),
+        Command::Worker(WorkerCommand::Runner {
+            task,
+            turn,
+            slot_token,
+        }) => commands::worker_runner(home, &task, turn, &slot_token),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("tollgate: {error}");
+            error.exit_code()
+        }
+    }
 }

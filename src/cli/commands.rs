@@ -1,0 +1,415 @@
+//! One function per subcommand: parse what the user gave, call the shell, print the answer.
+
+use super::{
+    exit, CancelArgs, CliError, InitArgs, LogsArgs, ReconcileArgs, StatusArgs, SubmitArgs,
+};
+use crate::home::Home;
+use crate::process::self_identity;
+use crate::protocol::slots::{ReconcileStep, SlotToken, TurnKey};
+use crate::runner::{run_worker, WorkerOutcome};
+use crate::runtime::Runtime;
+use crate::submit::{submit_attached, submit_detached, Placement, SubmitRequest};
+use crate::tasks::{self, TurnRecord};
+use crate::{cancel as cancel_shell, reconcile as reconcile_shell, status as status_shell};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Read, Seek, SeekFrom, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Poll period of `--wait` and `logs --follow` (they watch files another process writes).
+const WATCH_POLL_MILLIS: u64 = 100;
+
+fn open(home: Option<PathBuf>) -> Result<Runtime, CliError> {
+    Ok(Runtime::open(Home::resolve(home)?)?)
+}
+
+fn me() -> Result<crate::protocol::slots::ProcessIdentity, CliError> {
+    self_identity().map_err(|e| CliError::Environment(e.to_string()))
+}
+
+fn print_json(value: &serde_json::Value) -> Result<(), CliError> {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|e| CliError::Environment(format!("cannot render JSON: {e}")))?;
+    println!("{text}");
+    Ok(())
+}
+
+pub fn init(home: Option<PathBuf>, args: InitArgs) -> Result<i32, CliError> {
+    let home = Home::resolve(home)?;
+    let config = home.init(args.workers)?;
+    if args.json {
+        print_json(&json!({
+            "home": home.root(),
+            "config": home.config_path(),
+            "workers": config.workers,
+            "lock_timeout": config.lock_timeout,
+        }))?;
+    } else {
+        println!(
+            "home {} ready: {} worker slot(s); config in {}",
+            home.root().display(),
+            config.workers,
+            home.config_path().display()
+        );
+    }
+    Ok(exit::OK)
+}
+
+fn parse_env(pairs: &[String]) -> Result<BTreeMap<String, String>, CliError> {
+    let mut env: BTreeMap<String, String> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    for pair in pairs {
+        match pair.split_once('=') {
+            Some((key, value)) if !key.is_empty() => {
+                env.insert(key.to_string(), value.to_string());
+            }
+            _ => {
+                return Err(CliError::Usage(format!(
+                    "--env {pair:?}: expected KEY=VALUE"
+                )))
+            }
+        }
+    }
+    Ok(env)
+}
+
+fn resolve_cwd(cwd: Option<PathBuf>) -> Result<PathBuf, CliError> {
+    match cwd {
+        Some(dir) => {
+            if !dir.is_dir() {
+                return Err(CliError::Usage(format!(
+                    "--cwd {}: not a directory",
+                    dir.display()
+                )));
+            }
+            std::fs::canonicalize(&dir)
+                .map_err(|e| CliError::Usage(format!("--cwd {}: {e}", dir.display())))
+        }
+        None => std::env::current_dir()
+            .map_err(|e| CliError::Environment(format!("cannot read the current directory: {e}"))),
+    }
+}
+
+pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> {
+    let request = SubmitRequest {
+        task: args.task,
+        argv: args.command,
+        cwd: Some(resolve_cwd(args.cwd)?),
+        env: parse_env(&args.env)?,
+    };
+    let rt = open(home)?;
+    let me = me()?;
+    if args.attach {
+        let (key, execution) = submit_attached(&rt, me, request)?;
+        if args.json {
+            print_json(&json!({
+                "task": key.task, "turn": key.turn, "placement": "attached",
+                "outcome": execution.outcome, "exit_code": execution.exit_code,
+                "signal": execution.signal, "error": execution.error,
+            }))?;
+        } else if let Some(error) = &execution.error {
+            eprintln!("tollgate: task {} turn {}: {error}", key.task, key.turn);
+        }
+        return Ok(execution.shell_exit_code());
+    }
+    let submitted = submit_detached(&rt, me, request)?;
+    let key = &submitted.key;
+    let (placement, runner) = match &submitted.placement {
+        Placement::Started(handoff) => ("started", Some(handoff.child())),
+        Placement::Parked => ("parked", None),
+        Placement::Pending => ("pending", None),
+    };
+    if args.json && !args.wait {
+        print_json(&json!({
+            "task": key.task, "turn": key.turn, "queue_id": submitted.queue_id,
+            "placement": placement, "runner": runner,
+        }))?;
+    } else if !args.json {
+        match runner {
+            Some(runner) => println!(
+                "task {} turn {} started (runner pid {})",
+                key.task, key.turn, runner.pid
+            ),
+            None if placement == "parked" => println!(
+                "task {} turn {} parked: all {} worker slot(s) are busy; it starts when one frees",
+                key.task,
+                key.turn,
+                rt.cap()
+            ),
+            None => println!("task {} turn {} is {placement}", key.task, key.turn),
+        }
+    }
+    if !args.wait {
+        return Ok(exit::OK);
+    }
+    if interactive() && !args.json {
+        eprintln!("waiting for {key} to end (Ctrl-C stops waiting; the turn keeps running)");
+    }
+    let turn = wait_for_turn(&rt, key)?;
+    if args.json {
+        print_json(&json!({
+            "task": key.task, "turn": key.turn, "queue_id": submitted.queue_id,
+            "placement": placement, "runner": runner, "outcome": turn.outcome,
+            "exit_code": turn.exit_code, "signal": turn.signal,
+        }))?;
+    }
+    Ok(match (turn.exit_code, turn.signal) {
+        (Some(code), _) => code,
+        (None, Some(signal)) => 128 + signal,
+        (None, None) => exit::FAILED,
+    })
+}
+
+/// Polls the turn's record until it has an outcome (another process writes it).
+fn wait_for_turn(rt: &Runtime, key: &TurnKey) -> Result<TurnRecord, CliError> {
+    loop {
+        match tasks::load_turn(&rt.home, key)? {
+            Some(turn) if turn.is_settled() => return Ok(turn),
+            Some(_) => {}
+            None => {
+                return Err(CliError::Environment(format!(
+                    "the record of {key} disappeared from {}",
+                    rt.home.turn_file(key).display()
+                )))
+            }
+        }
+        std::thread::sleep(Duration::from_millis(WATCH_POLL_MILLIS));
+    }
+}
+
+pub fn status(home: Option<PathBuf>, args: StatusArgs) -> Result<i32, CliError> {
+    let rt = open(home)?;
+    let view = status_shell::status(&rt, args.task.as_deref())?;
+    if args.json {
+        let value = serde_json::to_value(&view)
+            .map_err(|e| CliError::Environment(format!("cannot render JSON: {e}")))?;
+        print_json(&value)?;
+        return Ok(exit::OK);
+    }
+    println!("home:    {}", view.home);
+    println!(
+        "slots:   {} of {} occupied, {} row(s) parked",
+        view.occupied, view.workers, view.parked
+    );
+    if !view.rows.is_empty() {
+        println!("queue:");
+        for row in &view.rows {
+            let owner = row
+                .owner
+                .map(|o| format!(" by pid {}", o.pid))
+                .unwrap_or_default();
+            let token = row
+                .slot_reservation
+                .as_ref()
+                .map(|r| format!(" [reservation {}]", r.token))
+                .unwrap_or_default();
+            println!(
+                "  #{:<6} {} turn {}: {}{owner}{token}",
+                row.queue_id, row.task, row.turn, row.state
+            );
+        }
+    }
+    for runner in &view.runners {
+        println!(
+            "runner:  {} turn {}: pid {} ({}{})",
+            runner.task,
+            runner.turn,
+            runner.identity.pid,
+            runner.observed,
+            if runner.attached { ", attached" } else { "" }
+        );
+    }
+    for task in &view.tasks {
+        println!("task {}:", task.name);
+        for turn in &task.turns {
+            let code = match (turn.exit_code, turn.signal) {
+                (Some(code), _) => format!(" (exit {code})"),
+                (None, Some(signal)) => format!(" (signal {signal})"),
+                _ => String::new(),
+            };
+            println!(
+                "  turn {:<4} {:<11}{code}  {}",
+                turn.turn,
+                turn.state,
+                turn.argv.join(" ")
+            );
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn latest_turn(rt: &Runtime, task: &str) -> Result<u32, CliError> {
+    if tasks::load_task(&rt.home, task)?.is_none() {
+        return Err(CliError::Usage(format!(
+            "unknown task {task:?}: no such task in {} (`tollgate status` lists the tasks)",
+            rt.home.root().display()
+        )));
+    }
+    tasks::list_turns(&rt.home, task)?
+        .last()
+        .copied()
+        .ok_or_else(|| CliError::Usage(format!("task {task:?} has no turns yet")))
+}
+
+/// Copies what was appended to `path` since `offset` into `out`; returns the new offset.
+fn copy_new(path: &std::path::Path, offset: u64, out: &mut dyn Write) -> Result<u64, CliError> {
+    let mut file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(offset),
+        Err(e) => return Err(CliError::Environment(format!("{}: {e}", path.display()))),
+    };
+    let io = |e: std::io::Error| CliError::Environment(format!("{}: {e}", path.display()));
+    file.seek(SeekFrom::Start(offset)).map_err(io)?;
+    let mut buffer = Vec::new();
+    file.read_to_end(&mut buffer).map_err(io)?;
+    out.write_all(&buffer).map_err(io)?;
+    out.flush().map_err(io)?;
+    Ok(offset + buffer.len() as u64)
+}
+
+pub fn logs(home: Option<PathBuf>, args: LogsArgs) -> Result<i32, CliError> {
+    let rt = open(home)?;
+    let turn = match args.turn {
+        Some(turn) => {
+            latest_turn(&rt, &args.task)?;
+            turn
+        }
+        None => latest_turn(&rt, &args.task)?,
+    };
+    let key = TurnKey::new(args.task.clone(), turn);
+    if tasks::load_turn(&rt.home, &key)?.is_none() {
+        return Err(CliError::Usage(format!(
+            "task {:?} has no turn {turn}",
+            args.task
+        )));
+    }
+    let (mut out_offset, mut err_offset) = (0u64, 0u64);
+    let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
+    loop {
+        let settled = tasks::load_turn(&rt.home, &key)?.is_some_and(|t| t.is_settled());
+        out_offset = copy_new(&rt.home.stdout_log(&key), out_offset, &mut stdout)?;
+        err_offset = copy_new(&rt.home.stderr_log(&key), err_offset, &mut stderr)?;
+        if !args.follow || settled {
+            return Ok(exit::OK);
+        }
+        std::thread::sleep(Duration::from_millis(WATCH_POLL_MILLIS));
+    }
+}
+
+pub fn cancel(home: Option<PathBuf>, args: CancelArgs) -> Result<i32, CliError> {
+    let rt = open(home)?;
+    let report = cancel_shell::cancel(&rt, &args.task)?;
+    if args.json {
+        print_json(&json!({
+            "task": args.task,
+            "cancelled": report.removed.iter().map(|k| k.turn).collect::<Vec<_>>(),
+            "signalled": report.signalled.iter().map(|(k, id)| json!({"turn": k.turn, "pid": id.pid})).collect::<Vec<_>>(),
+        }))?;
+    } else {
+        for key in &report.removed {
+            println!("{key}: cancelled before it started");
+        }
+        for (key, identity) in &report.signalled {
+            println!("{key}: asked its runner (pid {}) to stop", identity.pid);
+        }
+        if report.removed.is_empty() && report.signalled.is_empty() {
+            println!("task {}: nothing queued or running", args.task);
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn describe(step: &ReconcileStep) -> String {
+    match step {
+        ReconcileStep::CompletedHandoff { key } => {
+            format!("{key}: finished a dead submitter's handoff")
+        }
+        ReconcileStep::Parked { key } => format!("{key}: owner gone, parked"),
+        ReconcileStep::Removed { key } => {
+            format!("{key}: had already ended, removed from the queue")
+        }
+        ReconcileStep::Spawn {
+            key,
+            replaced: Some(dead),
+            ..
+        } => {
+            format!(
+                "{key}: runner pid {} is gone, started a replacement",
+                dead.pid
+            )
+        }
+        ReconcileStep::Spawn {
+            key,
+            replaced: None,
+            ..
+        } => format!("{key}: started on a free slot"),
+        ReconcileStep::Saturated => "every worker slot is busy; parked rows wait".to_string(),
+        ReconcileStep::Idle => "nothing left to repair".to_string(),
+    }
+}
+
+pub fn reconcile(home: Option<PathBuf>, args: ReconcileArgs) -> Result<i32, CliError> {
+    let rt = open(home)?;
+    let report = reconcile_shell::reconcile(&rt, me()?)?;
+    let failed: Vec<String> = report
+        .handoffs
+        .iter()
+        .filter_map(|(key, r)| r.as_ref().err().map(|e| format!("{key}: {e}")))
+        .collect();
+    if args.json {
+        print_json(&json!({
+            "steps": report.steps.iter().map(describe).collect::<Vec<_>>(),
+            "spawn_failures": failed,
+        }))?;
+    } else {
+        for step in &report.steps {
+            println!("{}", describe(step));
+        }
+        for failure in &failed {
+            eprintln!("tollgate: could not start {failure}");
+        }
+    }
+    Ok(if failed.is_empty() {
+        exit::OK
+    } else {
+        exit::ENVIRONMENT
+    })
+}
+
+pub fn worker_runner(
+    home: Option<PathBuf>,
+    task: &str,
+    turn: u32,
+    slot_token: &str,
+) -> Result<i32, CliError> {
+    let token: SlotToken = slot_token
+        .parse()
+        .map_err(|e| CliError::Usage(format!("--slot-token: {e}")))?;
+    let rt = open(home)?;
+    let key = TurnKey::new(task, turn);
+    let stamp = || humantime::format_rfc3339_millis(std::time::SystemTime::now());
+    match run_worker(&rt, &key, token)? {
+        WorkerOutcome::Ran { outcome, next } => {
+            eprintln!("[{}] {key}: ran, outcome {outcome:?}", stamp());
+            if let Some(next) = next {
+                eprintln!("[{}] started the next parked row: {next:?}", stamp());
+            }
+            Ok(exit::OK)
+        }
+        WorkerOutcome::Refused { holder } => {
+            eprintln!("[{}] {key}: refused, held by {holder}", stamp());
+            Ok(exit::FAILED)
+        }
+        WorkerOutcome::AlreadySettled => {
+            eprintln!("[{}] {key}: already ended, left the queue", stamp());
+            Ok(exit::OK)
+        }
+    }
+}
+
+/// Whether stderr is a terminal (progress lines are shown only there).
+fn interactive() -> bool {
+    std::io::stderr().is_terminal()
+}

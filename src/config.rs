@@ -1,0 +1,128 @@
+//! `tollgate.toml`: the home's configuration. Unknown keys and bad values are refused with the key
+//! (and line) at fault; a config that does not load changes nothing.
+
+use crate::fsutil::{self, FileError};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::time::Duration;
+
+pub const CONFIG_FORMAT_VERSION: u32 = 1;
+/// An upper bound on worker slots; more would only hide a typo.
+pub const MAX_WORKERS: usize = 1024;
+
+fn default_version() -> u32 {
+    CONFIG_FORMAT_VERSION
+}
+fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+fn default_lock_timeout() -> String {
+    "10s".to_string()
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default = "default_version")]
+    pub version: u32,
+    /// Worker slots: the cap on detached runners.
+    #[serde(default = "default_workers")]
+    pub workers: usize,
+    /// How long a command waits for `queue.lock` before giving up (humantime, e.g. "10s").
+    #[serde(default = "default_lock_timeout")]
+    pub lock_timeout: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            version: CONFIG_FORMAT_VERSION,
+            workers: default_workers(),
+            lock_timeout: default_lock_timeout(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(transparent)]
+    File(#[from] FileError),
+    #[error("{path}: {detail}")]
+    Invalid { path: String, detail: String },
+}
+
+impl Config {
+    pub fn for_workers(workers: usize) -> Self {
+        Config {
+            workers,
+            ..Config::default()
+        }
+    }
+
+    pub fn lock_timeout(&self) -> Duration {
+        // Validated on load; the fallback only serves values built in code.
+        humantime::parse_duration(&self.lock_timeout).unwrap_or(Duration::from_secs(10))
+    }
+
+    pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |detail: String| ConfigError::Invalid {
+            path: path.display().to_string(),
+            detail,
+        };
+        if self.version > CONFIG_FORMAT_VERSION {
+            return Err(invalid(format!(
+                "key `version`: {} is newer than this tollgate understands ({CONFIG_FORMAT_VERSION})",
+                self.version
+            )));
+        }
+        if self.workers == 0 || self.workers > MAX_WORKERS {
+            return Err(invalid(format!(
+                "key `workers`: {} is out of range 1..={MAX_WORKERS}",
+                self.workers
+            )));
+        }
+        humantime::parse_duration(&self.lock_timeout)
+            .map_err(|e| invalid(format!("key `lock_timeout`: {:?}: {e}", self.lock_timeout)))?;
+        Ok(())
+    }
+
+    /// Loads and validates `path`; `Ok(None)` if it does not exist.
+    pub fn load(path: &Path) -> Result<Option<Config>, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(FileError::io(path, e).into()),
+        };
+        let config: Config = toml::from_str(&text).map_err(|e| ConfigError::Invalid {
+            path: path.display().to_string(),
+            detail: describe_toml_error(&text, &e),
+        })?;
+        config.validate(path)?;
+        Ok(Some(config))
+    }
+
+    pub fn save(&self, path: &Path) -> Result<(), ConfigError> {
+        let text = toml::to_string_pretty(self).map_err(|e| ConfigError::Invalid {
+            path: path.display().to_string(),
+            detail: e.to_string(),
+        })?;
+        let body = format!(
+            "# tollgate home configuration (see `tollgate --help`).\n\
+             # workers: slots for detached runners; lock_timeout: longest wait for queue.lock.\n{text}"
+        );
+        fsutil::publish_bytes(path, body.as_bytes())?;
+        Ok(())
+    }
+}
+
+/// toml's message with the line number of its span, in one line.
+pub fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
+    let message = error.message().trim().to_string();
+    match error.span() {
+        Some(span) => {
+            let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+            format!("line {line}: {message}")
+        }
+        None => message,
+    }
+}

@@ -1,0 +1,132 @@
+//! Starting a detached runner: `tollgate worker runner <task> <turn> --slot-token <uuid>`.
+//!
+//! The child gets a new session (it must outlive the submitter and not share its terminal), stdin
+//! from /dev/null, stdout and stderr appended to the turn's `runner.log`, and no inherited
+//! descriptor beyond those three.
+
+use super::identity::identity_including_zombie;
+use crate::home::Home;
+use crate::protocol::slots::{ProcessIdentity, SlotToken, TurnKey};
+use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("cannot locate the tollgate executable to start a runner: {0}")]
+    Executable(std::io::Error),
+    #[error("cannot open the runner log {path}: {source}")]
+    Log {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start the runner for {key}: {source}")]
+    Spawn {
+        key: TurnKey,
+        source: std::io::Error,
+    },
+    #[error("the runner for {key} (pid {pid}) vanished before its identity could be read")]
+    NoIdentity { key: TurnKey, pid: u32 },
+}
+
+/// Starts the process that will take over a reserved slot. Production spawns the real runner;
+/// tests may start any real process and return its identity.
+pub trait RunnerSpawner {
+    fn spawn(&self, key: &TurnKey, token: SlotToken) -> Result<ProcessIdentity, SpawnError>;
+}
+
+/// Spawns `tollgate worker runner` from the current executable (or an explicit one).
+#[derive(Clone, Debug)]
+pub struct DetachedSpawner {
+    pub home: Home,
+    pub executable: Option<PathBuf>,
+}
+
+impl RunnerSpawner for DetachedSpawner {
+    fn spawn(&self, key: &TurnKey, token: SlotToken) -> Result<ProcessIdentity, SpawnError> {
+        let exe = match &self.executable {
+            Some(exe) => exe.clone(),
+            None => std::env::current_exe().map_err(SpawnError::Executable)?,
+        };
+        spawn_detached_runner(&exe, &self.home, key, token)
+    }
+}
+
+/// Marks every descriptor above stderr close-on-exec, in the child between fork and exec.
+///
+/// std opens its own descriptors close-on-exec already; this covers whatever our own parent leaked
+/// to us. Kernels before 5.11 lack `CLOSE_RANGE_CLOEXEC`; there the call fails and the spawn goes
+/// on, since failing it would strand the reserved slot for a best-effort hygiene step.
+fn mark_inherited_descriptors_cloexec() {
+    // SAFETY: close_range(2) is a raw syscall with plain integer arguments; with
+    // CLOSE_RANGE_CLOEXEC it only sets descriptor flags, which is safe between fork and exec.
+    let _ = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+}
+
+pub fn spawn_detached_runner(
+    exe: &std::path::Path,
+    home: &Home,
+    key: &TurnKey,
+    token: SlotToken,
+) -> Result<ProcessIdentity, SpawnError> {
+    let log_path = home.runner_log(key);
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(&log_path)
+        .map_err(|source| SpawnError::Log {
+            path: log_path.clone(),
+            source,
+        })?;
+    let log_err = log.try_clone().map_err(|source| SpawnError::Log {
+        path: log_path.clone(),
+        source,
+    })?;
+    let mut command = Command::new(exe);
+    command
+        .arg("--home")
+        .arg(home.root())
+        .args([
+            "worker",
+            "runner",
+            &key.task,
+            &key.turn.to_string(),
+            "--slot-token",
+        ])
+        .arg(token.to_string())
+        .env("TOLLGATE_HOME", home.root())
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err);
+    // SAFETY: the closure runs in the forked child before exec and only calls setsid(2) and
+    // close_range(2), both async-signal-safe; it allocates nothing and takes no lock.
+    unsafe {
+        command.pre_exec(|| {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            mark_inherited_descriptors_cloexec();
+            Ok(())
+        });
+    }
+    let child = command.spawn().map_err(|source| SpawnError::Spawn {
+        key: key.clone(),
+        source,
+    })?;
+    let pid = child.id();
+    // The handle is dropped without waiting: the runner is detached and outlives us. If it ends
+    // while we live, it stays a zombie until we exit, and zombies observe as gone.
+    drop(child);
+    identity_including_zombie(pid).ok_or_else(|| SpawnError::NoIdentity {
+        key: key.clone(),
+        pid,
+    })
+}

@@ -1,0 +1,7 @@
+//! The durable queue: `queue.json`, changed only under `queue.lock`.
+
+mod lock;
+mod store;
+
+pub use lock::{LockError, QueueLock};
+pub use store::{QueueStore, StoreError};

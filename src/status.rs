@@ -1,0 +1,194 @@
+//! The view behind `tollgate status`: cap, occupancy, rows, runners and turns with their outcome.
+
+use crate::dispatch::DispatchError;
+use crate::protocol::slots::{
+    occupied_runner_slots, Liveness, Observation, ProcessIdentity, QueueState, RowState,
+    RunnerSlotReservation, TurnKey,
+};
+use crate::runtime::Runtime;
+use crate::tasks::{self, TurnOutcome, TurnRecord};
+use serde::Serialize;
+
+/// Turns shown per task when no task is named.
+pub const RECENT_TURNS: usize = 5;
+
+#[derive(Debug, Serialize)]
+pub struct StatusView {
+    pub home: String,
+    pub workers: usize,
+    pub occupied: usize,
+    pub parked: usize,
+    pub rows: Vec<RowView>,
+    pub runners: Vec<RunnerView>,
+    pub tasks: Vec<TaskView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RowView {
+    pub queue_id: u64,
+    pub task: String,
+    pub turn: u32,
+    pub state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<ProcessIdentity>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot_reservation: Option<RunnerSlotReservation>,
+    pub enqueued_at_millis: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunnerView {
+    pub task: String,
+    pub turn: u32,
+    pub identity: ProcessIdentity,
+    pub observed: &'static str,
+    pub attached: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TaskView {
+    pub name: String,
+    pub turns: Vec<TurnView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TurnView {
+    pub turn: u32,
+    /// parked, waiting, starting, running, completed, failed, cancelled, unstartable, unqueued.
+    pub state: String,
+    pub argv: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    pub submitted_at_millis: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at_millis: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_at_millis: Option<u64>,
+}
+
+fn observed(o: Observation) -> &'static str {
+    match o {
+        Observation::Matching => "live",
+        Observation::Ambiguous => "ambiguous",
+        Observation::Gone => "gone",
+    }
+}
+
+fn turn_state(queue: &QueueState, turn: &TurnRecord, liveness: &impl Liveness) -> String {
+    if let Some(outcome) = turn.outcome {
+        return match outcome {
+            TurnOutcome::Completed => "completed",
+            TurnOutcome::Failed => "failed",
+            TurnOutcome::Cancelled => "cancelled",
+            TurnOutcome::Unstartable => "unstartable",
+        }
+        .to_string();
+    }
+    match queue.row(&turn.key).map(|r| &r.state) {
+        Some(RowState::Parked) => "parked",
+        Some(RowState::Waiting { .. }) => "waiting",
+        Some(RowState::Dispatching { .. }) => {
+            let running = queue
+                .runner(&turn.key)
+                .is_some_and(|r| liveness.is_live(&r.identity));
+            if running {
+                "running"
+            } else {
+                "starting"
+            }
+        }
+        None => "unqueued",
+    }
+    .to_string()
+}
+
+/// Builds the status of the whole home, or of one task (all its turns). An unknown task is an
+/// error; the caller names it.
+pub fn status<L: Liveness>(
+    rt: &Runtime<L>,
+    only: Option<&str>,
+) -> Result<StatusView, DispatchError> {
+    let queue = rt.store.load()?;
+    let names = match only {
+        Some(task) => {
+            if tasks::load_task(&rt.home, task)?.is_none() {
+                return Err(DispatchError::UnknownTask {
+                    task: task.to_string(),
+                    home: rt.home.root().display().to_string(),
+                });
+            }
+            vec![task.to_string()]
+        }
+        None => tasks::list_tasks(&rt.home)?,
+    };
+    let mut task_views = Vec::with_capacity(names.len());
+    for name in names {
+        let mut numbers = tasks::list_turns(&rt.home, &name)?;
+        if only.is_none() && numbers.len() > RECENT_TURNS {
+            numbers.drain(..numbers.len() - RECENT_TURNS);
+        }
+        let mut turns = Vec::with_capacity(numbers.len());
+        for n in numbers {
+            if let Some(turn) = tasks::load_turn(&rt.home, &TurnKey::new(name.clone(), n))? {
+                turns.push(TurnView {
+                    turn: n,
+                    state: turn_state(&queue, &turn, &rt.liveness),
+                    argv: turn.argv.clone(),
+                    exit_code: turn.exit_code,
+                    signal: turn.signal,
+                    submitted_at_millis: turn.submitted_at_millis,
+                    started_at_millis: turn.started_at_millis,
+                    ended_at_millis: turn.ended_at_millis,
+                });
+            }
+        }
+        task_views.push(TaskView { name, turns });
+    }
+    let rows = queue
+        .entries
+        .iter()
+        .filter(|e| only.is_none_or(|t| e.key.task == t))
+        .map(|e| {
+            let (state, owner) = match e.state {
+                RowState::Waiting { owner, .. } => ("waiting", Some(owner)),
+                RowState::Dispatching { dispatch_owner } => ("dispatching", Some(dispatch_owner)),
+                RowState::Parked => ("parked", None),
+            };
+            RowView {
+                queue_id: e.queue_id,
+                task: e.key.task.clone(),
+                turn: e.key.turn,
+                state,
+                owner,
+                slot_reservation: e.slot_reservation.clone(),
+                enqueued_at_millis: e.enqueued_at_millis,
+            }
+        })
+        .collect();
+    let runners = queue
+        .runners
+        .iter()
+        .map(|r| RunnerView {
+            task: r.key.task.clone(),
+            turn: r.key.turn,
+            identity: r.identity,
+            observed: observed(rt.liveness.observe(&r.identity)),
+            attached: r.attached,
+        })
+        .collect();
+    Ok(StatusView {
+        home: rt.home.root().display().to_string(),
+        workers: rt.cap(),
+        occupied: occupied_runner_slots(&queue, &rt.liveness, None, None),
+        parked: queue
+            .entries
+            .iter()
+            .filter(|e| matches!(e.state, RowState::Parked))
+            .count(),
+        rows,
+        runners,
+        tasks: task_views,
+    })
+}

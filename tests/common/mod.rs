@@ -1,0 +1,56 @@
+//! Fixture process identities for core tests: a process table the test controls.
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+use tollgate::protocol::slots::{Liveness, Observation, ProcessIdentity, SlotToken};
+use uuid::Uuid;
+
+/// The processes a test says are alive. Anything else observes as gone, except pids marked
+/// ambiguous (alive, start time unreadable).
+#[derive(Clone, Debug, Default)]
+pub struct Procs {
+    alive: BTreeSet<ProcessIdentity>,
+    ambiguous: BTreeSet<u32>,
+}
+
+impl Procs {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Starts a fixture process and returns its identity.
+    pub fn start(&mut self, pid: u32, start_time_micros: u64) -> ProcessIdentity {
+        let id = ProcessIdentity {
+            pid,
+            start_time_micros,
+        };
+        self.alive.insert(id);
+        id
+    }
+    pub fn kill(&mut self, id: ProcessIdentity) {
+        self.alive.remove(&id);
+    }
+    pub fn make_ambiguous(&mut self, pid: u32) {
+        self.ambiguous.insert(pid);
+    }
+}
+
+impl Liveness for Procs {
+    fn observe(&self, id: &ProcessIdentity) -> Observation {
+        if self.alive.contains(id) {
+            Observation::Matching
+        } else if self.ambiguous.contains(&id.pid) {
+            Observation::Ambiguous
+        } else {
+            Observation::Gone
+        }
+    }
+}
+
+/// A deterministic fresh token: `n` in the low bits of a v7-shaped UUID.
+pub fn token(n: u64) -> SlotToken {
+    SlotToken::new(Uuid::from_u64_pair(
+        0x0190_0000_0000_7000,
+        0x8000_0000_0000_0000 | n,
+    ))
+    .expect("non-nil")
+}

@@ -35,23 +35,17 @@ impl fmt::Display for TurnKey {
 
 /// Task names become directory names: ASCII letters, digits, `.`, `_`, `-`, not starting with `.`.
 pub fn validate_task_name(name: &str) -> Result<(), SlotError> {
+    let bad_char = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')));
     let reason = if name.is_empty() {
         Some("the name is empty".to_string())
     } else if name.len() > MAX_TASK_NAME_BYTES {
-        Some(format!(
-            "{name:?} is longer than {MAX_TASK_NAME_BYTES} bytes"
-        ))
+        Some(format!("{name:?} is longer than {MAX_TASK_NAME_BYTES} bytes"))
     } else if name.starts_with('.') {
         Some(format!("{name:?} starts with '.'"))
-    } else if let Some(bad) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-    {
-        Some(format!(
-            "{name:?} contains {bad:?}; use letters, digits, '.', '_' or '-'"
-        ))
     } else {
-        None
+        bad_char.map(|bad| format!("{name:?} contains {bad:?}; use letters, digits, '.', '_' or '-'"))
     };
     match reason {
         Some(reason) => Err(SlotError::InvalidTaskName { reason }),

@@ -127,27 +127,33 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
             "placement": placement, "runner": runner,
         }))?;
     } else if !args.json {
-        match runner {
-            Some(runner) => println!(
+        let line = match runner {
+            Some(runner) => format!(
                 "task {} turn {} started (runner pid {})",
                 key.task, key.turn, runner.pid
             ),
-            None if placement == "parked" => println!(
+            None if placement == "parked" => format!(
                 "task {} turn {} parked: all {} worker slot(s) are busy; it starts when one frees",
                 key.task,
                 key.turn,
                 rt.cap()
             ),
-            None => println!("task {} turn {} is {placement}", key.task, key.turn),
+            None => format!("task {} turn {} is {placement}", key.task, key.turn),
+        };
+        // With --wait, stdout carries the turn's own output; our line goes to stderr.
+        if args.wait {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
         }
     }
     if !args.wait {
         return Ok(exit::OK);
     }
     if interactive() && !args.json {
-        eprintln!("waiting for {key} to end (Ctrl-C stops waiting; the turn keeps running)");
+        eprintln!("following {key} until it ends (Ctrl-C stops following; the turn keeps running)");
     }
-    let turn = wait_for_turn(&rt, key)?;
+    let turn = follow_turn(&rt, key, !args.json)?;
     if args.json {
         print_json(&json!({
             "task": key.task, "turn": key.turn, "queue_id": submitted.queue_id,
@@ -162,18 +168,24 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
     })
 }
 
-/// Polls the turn's record until it has an outcome (another process writes it).
-fn wait_for_turn(rt: &Runtime, key: &TurnKey) -> Result<TurnRecord, CliError> {
+/// Polls the turn's record until it has an outcome (another process writes it), copying the
+/// turn's output to ours as it grows when `stream` is set.
+fn follow_turn(rt: &Runtime, key: &TurnKey, stream: bool) -> Result<TurnRecord, CliError> {
+    let (mut out_offset, mut err_offset) = (0u64, 0u64);
+    let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
     loop {
-        match tasks::load_turn(&rt.home, key)? {
-            Some(turn) if turn.is_settled() => return Ok(turn),
-            Some(_) => {}
-            None => {
-                return Err(CliError::Environment(format!(
-                    "the record of {key} disappeared from {}",
-                    rt.home.turn_file(key).display()
-                )))
-            }
+        let turn = tasks::load_turn(&rt.home, key)?.ok_or_else(|| {
+            CliError::Environment(format!(
+                "the record of {key} disappeared from {}",
+                rt.home.turn_file(key).display()
+            ))
+        })?;
+        if stream {
+            out_offset = copy_new(&rt.home.stdout_log(key), out_offset, &mut stdout)?;
+            err_offset = copy_new(&rt.home.stderr_log(key), err_offset, &mut stderr)?;
+        }
+        if turn.is_settled() {
+            return Ok(turn);
         }
         std::thread::sleep(Duration::from_millis(WATCH_POLL_MILLIS));
     }
@@ -285,17 +297,13 @@ pub fn logs(home: Option<PathBuf>, args: LogsArgs) -> Result<i32, CliError> {
             args.task
         )));
     }
-    let (mut out_offset, mut err_offset) = (0u64, 0u64);
-    let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
-    loop {
-        let settled = tasks::load_turn(&rt.home, &key)?.is_some_and(|t| t.is_settled());
-        out_offset = copy_new(&rt.home.stdout_log(&key), out_offset, &mut stdout)?;
-        err_offset = copy_new(&rt.home.stderr_log(&key), err_offset, &mut stderr)?;
-        if !args.follow || settled {
-            return Ok(exit::OK);
-        }
-        std::thread::sleep(Duration::from_millis(WATCH_POLL_MILLIS));
+    if args.follow {
+        follow_turn(&rt, &key, true)?;
+    } else {
+        copy_new(&rt.home.stdout_log(&key), 0, &mut std::io::stdout())?;
+        copy_new(&rt.home.stderr_log(&key), 0, &mut std::io::stderr())?;
     }
+    Ok(exit::OK)
 }
 
 pub fn cancel(home: Option<PathBuf>, args: CancelArgs) -> Result<i32, CliError> {

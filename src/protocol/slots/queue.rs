@@ -41,11 +41,14 @@ pub fn validate_task_name(name: &str) -> Result<(), SlotError> {
     let reason = if name.is_empty() {
         Some("the name is empty".to_string())
     } else if name.len() > MAX_TASK_NAME_BYTES {
-        Some(format!("{name:?} is longer than {MAX_TASK_NAME_BYTES} bytes"))
+        Some(format!(
+            "{name:?} is longer than {MAX_TASK_NAME_BYTES} bytes"
+        ))
     } else if name.starts_with('.') {
         Some(format!("{name:?} starts with '.'"))
     } else {
-        bad_char.map(|bad| format!("{name:?} contains {bad:?}; use letters, digits, '.', '_' or '-'"))
+        bad_char
+            .map(|bad| format!("{name:?} contains {bad:?}; use letters, digits, '.', '_' or '-'"))
     };
     match reason {
         Some(reason) => Err(SlotError::InvalidTaskName { reason }),

@@ -1,0 +1,29 @@
+//! The admission bound (spec/admission.md): bounded retention, honest rejection, no silent loss,
+//! and per-scope strategies.
+//!
+//! Everything here is a value: a [`Ledger`] of admitted deliveries, a [`Dedupe`] set of event
+//! identities, and a [`Scope`] per strategy scope. [`decide_delivery`] fixes the one order every
+//! ingress follows: admit, then mark, and only an admitted delivery is ever marked.
+
+mod dedupe;
+mod delivery;
+mod ledger;
+mod outcome;
+mod strategy;
+
+pub use dedupe::{Dedupe, EventIdentity, MAX_DEDUPE_ENTRIES};
+pub use delivery::{decide_delivery, DeliveryDecision};
+pub use ledger::{
+    DeliveryId, Dispatch, Ledger, Limits, RejectReason, Tenant, DEFAULT_MAX_DETACHED,
+};
+pub use outcome::Outcome;
+pub use strategy::{Arrival, Scope, Strategy, StrategyParseError, MAX_CONCURRENT};
+
+/// Why an admission operation refused; the ledger is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdmissionError {
+    #[error("ADMISSION_LIMIT_INVALID: max_detached must be positive for deferred dispatch")]
+    ZeroMaxDetached,
+    #[error("ADMISSION_UNKNOWN_DELIVERY: delivery {0} is not retained (never admitted, or already settled)")]
+    UnknownDelivery(DeliveryId),
+}

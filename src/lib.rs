@@ -14,6 +14,7 @@ pub mod cli;
 pub mod config;
 pub mod dispatch;
 pub mod fsutil;
+pub mod gate;
 pub mod home;
 pub mod process;
 pub mod protocol;

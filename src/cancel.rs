@@ -25,13 +25,7 @@ pub fn cancel<L: Liveness>(rt: &Runtime<L>, task: &str) -> Result<CancelReport, 
     let plan = rt.store.transact(|state| {
         let plan = cancel_task(state, task, &rt.liveness);
         for key in &plan.removed {
-            if let Some(mut turn) = tasks::load_turn(&rt.home, key)? {
-                if !turn.is_settled() {
-                    turn.outcome = Some(TurnOutcome::Cancelled);
-                    turn.ended_at_millis = Some(tasks::now_millis());
-                    tasks::save_turn(&rt.home, &turn)?;
-                }
-            }
+            tasks::end_unrun(&rt.home, key, TurnOutcome::Cancelled, tasks::now_millis())?;
         }
         Ok::<_, DispatchError>(plan)
     })?;

@@ -5,8 +5,8 @@
 //! (`loom-tests/tests/gate.rs`).
 
 use crate::protocol::admission::{
-    decide_delivery, Dedupe, DeliveryDecision, DeliveryId, Dispatch, EventIdentity, Ledger,
-    Limits, Outcome, RejectReason, Tenant,
+    decide_delivery, Dedupe, DeliveryDecision, DeliveryId, Dispatch, EventIdentity, Ledger, Limits,
+    Outcome, RejectReason, Tenant,
 };
 use crate::sync::{lock, Arc, Mutex};
 use std::collections::{BTreeMap, VecDeque};

@@ -1,8 +1,9 @@
 //! `tollgate reconcile`: repeat the core's reconcile step until nothing is left to repair.
 
 use crate::dispatch::{spawn_and_hand_off, DispatchError, Handoff};
+use crate::protocol::scopes::start_filter;
 use crate::protocol::slots::{
-    reconcile_step, Liveness, ProcessIdentity, ReconcileStep, RowState, SlotToken, TurnKey,
+    reconcile_step_where, Liveness, ProcessIdentity, ReconcileStep, RowState, SlotToken, TurnKey,
 };
 use crate::runtime::Runtime;
 use crate::tasks;
@@ -36,13 +37,15 @@ pub fn reconcile<L: Liveness>(
                     settled.insert(entry.key.clone());
                 }
             }
-            let step = reconcile_step(
+            let strategies = tasks::parked_strategies(&rt.home, state)?;
+            let step = reconcile_step_where(
                 state,
                 me,
                 cap,
                 SlotToken::generate(),
                 &rt.liveness,
                 &|key: &TurnKey| settled.contains(key),
+                &start_filter(&strategies, tasks::now_millis()),
             )?;
             let snapshot = match &step {
                 ReconcileStep::Spawn { key, .. } => state.row(key).cloned(),

@@ -48,13 +48,15 @@ pub struct RunnerView {
 #[derive(Debug, Serialize)]
 pub struct TaskView {
     pub name: String,
+    pub strategy: String,
     pub turns: Vec<TurnView>,
 }
 
 #[derive(Debug, Serialize)]
 pub struct TurnView {
     pub turn: u32,
-    /// parked, waiting, starting, running, completed, failed, cancelled, unstartable, unqueued.
+    /// parked, waiting, starting, running, completed, failed, cancelled, unstartable, dropped,
+    /// superseded, unqueued.
     pub state: String,
     pub argv: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -83,6 +85,8 @@ fn turn_state(queue: &QueueState, turn: &TurnRecord, liveness: &impl Liveness) -
             TurnOutcome::Failed => "failed",
             TurnOutcome::Cancelled => "cancelled",
             TurnOutcome::Unstartable => "unstartable",
+            TurnOutcome::Dropped => "dropped",
+            TurnOutcome::Superseded => "superseded",
         }
         .to_string();
     }
@@ -144,7 +148,15 @@ pub fn status<L: Liveness>(
                 });
             }
         }
-        task_views.push(TaskView { name, turns });
+        let strategy = tasks::load_task(&rt.home, &name)?
+            .map(|t| t.strategy)
+            .unwrap_or_default()
+            .to_string();
+        task_views.push(TaskView {
+            name,
+            strategy,
+            turns,
+        });
     }
     let rows = queue
         .entries

@@ -1,14 +1,16 @@
 //! `tollgate submit`: a new turn, enqueued and started (or parked) under the lock.
 
 use crate::dispatch::{spawn_and_hand_off, DispatchError, Handoff};
+use crate::protocol::admission::Strategy;
+use crate::protocol::scopes::{plan_submit, SubmitPlan};
 use crate::protocol::slots::{
     complete_runner_spawn_first, complete_runner_spawn_second, enqueue, park, reserve_runner_slot,
-    token_fenced_row_after_bind, validate_task_name, Liveness, ProcessIdentity, ReserveOutcome,
-    SlotToken, TurnKey,
+    set_ready_at, token_fenced_row_after_bind, validate_task_name, Liveness, ProcessIdentity,
+    ReserveOutcome, SlotToken, TurnKey,
 };
 use crate::runner::{self, execute_turn, Execution};
 use crate::runtime::Runtime;
-use crate::tasks::{self, MAX_ARGV};
+use crate::tasks::{self, TurnOutcome, MAX_ARGV};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -16,6 +18,8 @@ use std::path::PathBuf;
 pub struct SubmitRequest {
     /// The task this turn belongs to; a fresh task name when `None`.
     pub task: Option<String>,
+    /// Sets the task's strategy (kept with the task) before this turn is decided.
+    pub strategy: Option<Strategy>,
     pub argv: Vec<String>,
     pub cwd: Option<PathBuf>,
     pub env: BTreeMap<String, String>,
@@ -30,13 +34,22 @@ pub enum Placement {
     Parked,
     /// Another live process already holds the turn (only possible for a re-submitted row).
     Pending,
+    /// Waits in the task's scope (its strategy: a queue/debounce waiter or a place in line),
+    /// startable from `ready_at_millis` (0: as soon as the scope has room).
+    Waiting { ready_at_millis: u64 },
+    /// Refused: the task's strategy is `drop` and `running` is busy. Nothing was enqueued.
+    Dropped { running: TurnKey },
 }
 
 #[derive(Clone, Debug)]
 pub struct Submitted {
     pub key: TurnKey,
+    /// 0 when the turn was never enqueued (dropped).
     pub queue_id: u64,
     pub placement: Placement,
+    pub strategy: Strategy,
+    /// Waiting turns this one replaced; they ended as superseded.
+    pub superseded: Vec<TurnKey>,
 }
 
 /// A fresh task name, unique enough to never collide in one home: `t-` and 12 hex digits of a v7
@@ -79,11 +92,12 @@ pub fn submit_detached<L: Liveness>(
 ) -> Result<Submitted, DispatchError> {
     let task = check_request(&request)?;
     let cap = rt.cap();
-    let (key, queue_id, outcome, snapshot) = rt.store.transact(|state| {
+    let decided = rt.store.transact(|state| {
         let now = tasks::now_millis();
-        let turn = tasks::create_turn(
+        let (turn, strategy) = tasks::create_turn_with(
             &rt.home,
             &task,
+            request.strategy,
             request.argv.clone(),
             request.cwd.clone(),
             request.env.clone(),
@@ -91,34 +105,90 @@ pub fn submit_detached<L: Liveness>(
             now,
         )?;
         let key = turn.key.clone();
-        let queue_id = enqueue(state, &key, me, now)?.queue_id();
-        let outcome = reserve_runner_slot(
-            state,
-            &key,
-            me,
-            None,
-            cap,
-            SlotToken::generate(),
-            &rt.liveness,
-        )?;
-        if outcome == ReserveOutcome::Saturated {
-            park(state, &key)?;
-        }
-        let snapshot = state.row(&key).cloned();
-        Ok::<_, DispatchError>((key, queue_id, outcome, snapshot))
+        let plan = plan_submit(state, &key, strategy, now);
+        let mut superseded = Vec::new();
+        let (queue_id, placement, acquired) = match plan {
+            SubmitPlan::Drop { running } => {
+                tasks::end_unrun(&rt.home, &key, TurnOutcome::Dropped, now)?;
+                (0, Placement::Dropped { running }, None)
+            }
+            SubmitPlan::Start => {
+                let queue_id = enqueue(state, &key, me, now)?.queue_id();
+                let fresh = SlotToken::generate();
+                match reserve_runner_slot(state, &key, me, None, cap, fresh, &rt.liveness)? {
+                    ReserveOutcome::Acquired { token, .. } => {
+                        let row = state.row(&key).cloned();
+                        (queue_id, Placement::Pending, row.map(|row| (row, token)))
+                    }
+                    ReserveOutcome::Saturated => {
+                        park(state, &key)?;
+                        (queue_id, Placement::Parked, None)
+                    }
+                    ReserveOutcome::Pending { .. } => (queue_id, Placement::Pending, None),
+                }
+            }
+            SubmitPlan::Park {
+                ready_at_millis,
+                superseded: replaced,
+            } => {
+                for old in replaced {
+                    state.entries.retain(|e| e.key != old);
+                    tasks::end_unrun(&rt.home, &old, TurnOutcome::Superseded, now)?;
+                    superseded.push(old);
+                }
+                let queue_id = enqueue(state, &key, me, now)?.queue_id();
+                park(state, &key)?;
+                set_ready_at(state, &key, ready_at_millis)?;
+                (queue_id, Placement::Waiting { ready_at_millis }, None)
+            }
+            SubmitPlan::LineUp => {
+                let queue_id = enqueue(state, &key, me, now)?.queue_id();
+                park(state, &key)?;
+                (queue_id, Placement::Waiting { ready_at_millis: 0 }, None)
+            }
+        };
+        Ok::<_, DispatchError>(Decided {
+            key,
+            queue_id,
+            strategy,
+            superseded,
+            placement,
+            acquired,
+        })
     })?;
-    let placement = match (outcome, snapshot) {
-        (ReserveOutcome::Acquired { token, .. }, Some(row)) => Placement::Started(
-            spawn_and_hand_off(&rt.store, rt.spawner.as_ref(), me, token, &row)?,
-        ),
-        (ReserveOutcome::Saturated, _) => Placement::Parked,
-        _ => Placement::Pending,
+    let placement = match (decided.acquired, decided.placement) {
+        (Some((row, token)), _) => Placement::Started(spawn_and_hand_off(
+            &rt.store,
+            rt.spawner.as_ref(),
+            me,
+            token,
+            &row,
+        )?),
+        (None, Placement::Waiting { ready_at_millis }) if ready_at_millis > 0 => {
+            if let Err(e) = rt.spawner.spawn_waker(ready_at_millis) {
+                tracing::warn!("{e}; the debounced turn starts at the next finish or reconcile");
+            }
+            Placement::Waiting { ready_at_millis }
+        }
+        (None, placement) => placement,
     };
     Ok(Submitted {
-        key,
-        queue_id,
+        key: decided.key,
+        queue_id: decided.queue_id,
         placement,
+        strategy: decided.strategy,
+        superseded: decided.superseded,
     })
+}
+
+/// What the critical section of a detached submit decided.
+struct Decided {
+    key: TurnKey,
+    queue_id: u64,
+    strategy: Strategy,
+    superseded: Vec<TurnKey>,
+    placement: Placement,
+    acquired: Option<(crate::protocol::slots::QueueEntry, SlotToken)>,
 }
 
 /// Runs a new turn in the foreground of `me`: not capped, but it occupies a slot while it runs.
@@ -127,15 +197,16 @@ pub fn submit_attached<L: Liveness>(
     rt: &Runtime<L>,
     me: ProcessIdentity,
     request: SubmitRequest,
-) -> Result<(TurnKey, Execution), DispatchError> {
+) -> Result<Attached, DispatchError> {
     let task = check_request(&request)?;
     runner::signals::install()
         .map_err(|e| DispatchError::io("installing signal handlers", e.into()))?;
     let turn = rt.store.transact(|state| {
         let now = tasks::now_millis();
-        let mut turn = tasks::create_turn(
+        let (mut turn, strategy) = tasks::create_turn_with(
             &rt.home,
             &task,
+            request.strategy,
             request.argv.clone(),
             request.cwd.clone(),
             request.env.clone(),
@@ -143,6 +214,11 @@ pub fn submit_attached<L: Liveness>(
             now,
         )?;
         let key = turn.key.clone();
+        // A foreground run never waits in the task's line, but a `drop` task still refuses it.
+        if let SubmitPlan::Drop { running } = plan_submit(state, &key, strategy, now) {
+            tasks::end_unrun(&rt.home, &key, TurnOutcome::Dropped, now)?;
+            return Ok(Err((key, running)));
+        }
         enqueue(state, &key, me, now)?;
         // Attached starts are not capped: the cap argument is usize::MAX.
         let token = match reserve_runner_slot(
@@ -172,12 +248,33 @@ pub fn submit_attached<L: Liveness>(
         turn.started_at_millis = Some(now);
         turn.runner = Some(me);
         tasks::save_turn(&rt.home, &turn)?;
-        Ok::<_, DispatchError>(turn)
+        Ok::<_, DispatchError>(Ok(turn))
     })?;
+    let turn = match turn {
+        Ok(turn) => turn,
+        Err((key, running)) => return Ok(Attached::Dropped { key, running }),
+    };
     let execution = execute_turn(&rt.home, &turn, true);
     let mut turn = turn;
     execution.record(&mut turn, tasks::now_millis());
     tasks::save_turn(&rt.home, &turn)?;
     runner::leave_and_start_next(rt, &turn.key, me)?;
-    Ok((turn.key, execution))
+    Ok(Attached::Ran {
+        key: turn.key,
+        execution,
+    })
+}
+
+/// How a foreground submit ended.
+#[derive(Debug)]
+pub enum Attached {
+    Ran {
+        key: TurnKey,
+        execution: Execution,
+    },
+    /// The task's strategy is `drop` and `running` is busy; nothing ran.
+    Dropped {
+        key: TurnKey,
+        running: TurnKey,
+    },
 }

@@ -5,6 +5,7 @@
 
 use crate::fsutil::{self, FileError};
 use crate::home::Home;
+use crate::protocol::admission::Strategy;
 use crate::protocol::slots::{ProcessIdentity, TurnKey};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -28,6 +29,9 @@ pub struct TaskRecord {
     /// The number the next turn gets; turns are numbered 1, 2, …
     #[serde(default = "one")]
     pub next_turn: u32,
+    /// What a new turn does while the task is busy (`submit --strategy` sets it).
+    #[serde(default)]
+    pub strategy: Strategy,
 }
 
 fn one() -> u32 {
@@ -46,6 +50,10 @@ pub enum TurnOutcome {
     Cancelled,
     /// The command could not be started at all (bad cwd, missing program).
     Unstartable,
+    /// Refused at submit: the task's strategy is `drop` and a turn was running.
+    Dropped,
+    /// A newer turn replaced it while it waited (strategy `queue` or `debounce`).
+    Superseded,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,6 +109,7 @@ pub fn save_turn(home: &Home, turn: &TurnRecord) -> Result<(), FileError> {
 
 /// Hands out the next turn number of `task` (creating the task) and writes the turn's record.
 /// Call under the queue lock.
+#[allow(clippy::too_many_arguments)]
 pub fn create_turn(
     home: &Home,
     task: &str,
@@ -110,13 +119,33 @@ pub fn create_turn(
     attached: bool,
     now_millis: u64,
 ) -> Result<TurnRecord, FileError> {
+    create_turn_with(home, task, None, argv, cwd, env, attached, now_millis).map(|(turn, _)| turn)
+}
+
+/// [`create_turn`], also setting the task's strategy when `strategy` is given; returns the
+/// strategy in force for this turn.
+#[allow(clippy::too_many_arguments)]
+pub fn create_turn_with(
+    home: &Home,
+    task: &str,
+    strategy: Option<Strategy>,
+    argv: Vec<String>,
+    cwd: Option<PathBuf>,
+    env: BTreeMap<String, String>,
+    attached: bool,
+    now_millis: u64,
+) -> Result<(TurnRecord, Strategy), FileError> {
     fsutil::create_private_dir(&home.task_dir(task))?;
     let mut record = load_task(home, task)?.unwrap_or(TaskRecord {
         version: TASK_FORMAT_VERSION,
         name: task.to_string(),
         created_at_millis: now_millis,
         next_turn: 1,
+        strategy: Strategy::default(),
     });
+    if let Some(strategy) = strategy {
+        record.strategy = strategy;
+    }
     let key = TurnKey::new(task, record.next_turn);
     record.next_turn = record.next_turn.saturating_add(1);
     fsutil::create_private_dir(&home.turn_dir(&key))?;
@@ -138,7 +167,43 @@ pub fn create_turn(
     };
     save_turn(home, &turn)?;
     fsutil::publish_json(&home.task_file(task), &record)?;
-    Ok(turn)
+    Ok((turn, record.strategy))
+}
+
+/// Ends a turn that never ran with `outcome` (dropped, superseded, cancelled).
+pub fn end_unrun(
+    home: &Home,
+    key: &TurnKey,
+    outcome: TurnOutcome,
+    now_millis: u64,
+) -> Result<(), FileError> {
+    if let Some(mut turn) = load_turn(home, key)? {
+        if !turn.is_settled() {
+            turn.outcome = Some(outcome);
+            turn.ended_at_millis = Some(now_millis);
+            save_turn(home, &turn)?;
+        }
+    }
+    Ok(())
+}
+
+/// The strategies of the tasks that have parked rows in `state` (what deciding a start needs).
+pub fn parked_strategies(
+    home: &Home,
+    state: &crate::protocol::slots::QueueState,
+) -> Result<BTreeMap<String, Strategy>, FileError> {
+    let mut strategies = BTreeMap::new();
+    for entry in &state.entries {
+        if matches!(entry.state, crate::protocol::slots::RowState::Parked)
+            && !strategies.contains_key(&entry.key.task)
+        {
+            let strategy = load_task(home, &entry.key.task)?
+                .map(|t| t.strategy)
+                .unwrap_or_default();
+            strategies.insert(entry.key.task.clone(), strategy);
+        }
+    }
+    Ok(strategies)
 }
 
 /// Names of every task in the home, sorted.

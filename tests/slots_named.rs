@@ -464,6 +464,7 @@ fn submit_completes_handoff_after_bind_records_the_child() {
     let me = self_identity().unwrap();
     let request = SubmitRequest {
         task: Some("a".into()),
+        strategy: None,
         argv: vec!["true".into()],
         cwd: None,
         env: BTreeMap::new(),
@@ -486,9 +487,10 @@ fn submit_completes_handoff_after_bind_records_the_child() {
     assert_eq!(row.slot_reservation, None);
     assert_eq!(state.runner(&submitted.key).unwrap().identity, child);
     assert_eq!(occupied_runner_slots(&state, &ProcLiveness, None, None), 1);
-    // A second submit with one slot parks: the bound child occupies.
+    // A second submit (another task) with one slot parks: the bound child occupies.
     let second = SubmitRequest {
-        task: Some("a".into()),
+        task: Some("b".into()),
+        strategy: None,
         argv: vec!["true".into()],
         cwd: None,
         env: BTreeMap::new(),

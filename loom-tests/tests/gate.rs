@@ -3,7 +3,9 @@
 #![cfg(tollgate_loom)]
 
 use tollgate::gate::{Gate, GateDecision};
-use tollgate::protocol::admission::{Dispatch, EventIdentity, Limits, Outcome, RejectReason, Tenant};
+use tollgate::protocol::admission::{
+    Dispatch, EventIdentity, Limits, Outcome, RejectReason, Tenant,
+};
 use tollgate::sync::thread;
 
 fn tenant() -> Tenant {
@@ -86,7 +88,11 @@ fn shutdown_racing_admits_rejects_late_admits_and_loses_nothing() {
             Some(true) => assert_eq!(stats.outcomes.get("completed"), Some(&1)),
             Some(false) => assert_eq!(stats.outcomes.get("handed-off-at-shutdown"), Some(&1)),
         }
-        assert_eq!(stats.outcomes.values().sum::<u64>(), stats.admitted, "A3: an admitted delivery without an outcome");
+        assert_eq!(
+            stats.outcomes.values().sum::<u64>(),
+            stats.admitted,
+            "A3: an admitted delivery without an outcome"
+        );
         assert_eq!(gate.retained(), 0);
         // After shutdown, every admit is refused.
         assert!(matches!(

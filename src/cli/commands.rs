@@ -8,7 +8,7 @@ use crate::process::self_identity;
 use crate::protocol::slots::{ReconcileStep, SlotToken, TurnKey};
 use crate::runner::{run_worker, WorkerOutcome};
 use crate::runtime::Runtime;
-use crate::submit::{submit_attached, submit_detached, Placement, SubmitRequest};
+use crate::submit::{submit_attached, submit_detached, Attached, Placement, SubmitRequest};
 use crate::tasks::{self, TurnRecord};
 use crate::{cancel as cancel_shell, reconcile as reconcile_shell, status as status_shell};
 use serde_json::json;
@@ -93,8 +93,16 @@ fn resolve_cwd(cwd: Option<PathBuf>) -> Result<PathBuf, CliError> {
 }
 
 pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> {
+    let strategy = match &args.strategy {
+        Some(text) => Some(
+            text.parse::<crate::protocol::admission::Strategy>()
+                .map_err(|e| CliError::Usage(format!("--strategy: {e}")))?,
+        ),
+        None => None,
+    };
     let request = SubmitRequest {
         task: args.task,
+        strategy,
         argv: args.command,
         cwd: Some(resolve_cwd(args.cwd)?),
         env: parse_env(&args.env)?,
@@ -102,7 +110,10 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
     let rt = open(home)?;
     let me = me()?;
     if args.attach {
-        let (key, execution) = submit_attached(&rt, me, request)?;
+        let (key, execution) = match submit_attached(&rt, me, request)? {
+            Attached::Ran { key, execution } => (key, execution),
+            Attached::Dropped { key, running } => return dropped(&key, &running, args.json),
+        };
         if args.json {
             print_json(&json!({
                 "task": key.task, "turn": key.turn, "placement": "attached",
@@ -116,15 +127,28 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
     }
     let submitted = submit_detached(&rt, me, request)?;
     let key = &submitted.key;
+    if let Placement::Dropped { running } = &submitted.placement {
+        return dropped(key, running, args.json);
+    }
+    for old in &submitted.superseded {
+        if !args.json {
+            eprintln!(
+                "{old}: superseded by turn {} (strategy {})",
+                key.turn, submitted.strategy
+            );
+        }
+    }
     let (placement, runner) = match &submitted.placement {
         Placement::Started(handoff) => ("started", Some(handoff.child())),
         Placement::Parked => ("parked", None),
-        Placement::Pending => ("pending", None),
+        Placement::Waiting { .. } => ("waiting", None),
+        Placement::Pending | Placement::Dropped { .. } => ("pending", None),
     };
     if args.json && !args.wait {
         print_json(&json!({
             "task": key.task, "turn": key.turn, "queue_id": submitted.queue_id,
-            "placement": placement, "runner": runner,
+            "placement": placement, "runner": runner, "strategy": submitted.strategy.to_string(),
+            "superseded": submitted.superseded.iter().map(|k| k.turn).collect::<Vec<_>>(),
         }))?;
     } else if !args.json {
         let line = match runner {
@@ -137,6 +161,10 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
                 key.task,
                 key.turn,
                 rt.cap()
+            ),
+            None if placement == "waiting" => format!(
+                "task {} turn {} waits its turn (strategy {})",
+                key.task, key.turn, submitted.strategy
             ),
             None => format!("task {} turn {} is {placement}", key.task, key.turn),
         };
@@ -166,6 +194,22 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
         (None, Some(signal)) => 128 + signal,
         (None, None) => exit::FAILED,
     })
+}
+
+/// Reports a turn refused by the `drop` strategy, with its own exit code.
+fn dropped(key: &TurnKey, running: &TurnKey, json: bool) -> Result<i32, CliError> {
+    if json {
+        print_json(&json!({
+            "task": key.task, "turn": key.turn, "placement": "dropped",
+            "outcome": "dropped", "running_turn": running.turn,
+        }))?;
+    } else {
+        eprintln!(
+            "tollgate: task {} turn {} dropped: turn {} is running and the task's strategy is drop",
+            key.task, key.turn, running.turn
+        );
+    }
+    Ok(exit::DROPPED)
 }
 
 /// Polls the turn's record until it has an outcome (another process writes it), copying the
@@ -234,7 +278,7 @@ pub fn status(home: Option<PathBuf>, args: StatusArgs) -> Result<i32, CliError> 
         );
     }
     for task in &view.tasks {
-        println!("task {}:", task.name);
+        println!("task {} (strategy {}):", task.name, task.strategy);
         for turn in &task.turns {
             let code = match (turn.exit_code, turn.signal) {
                 (Some(code), _) => format!(" (exit {code})"),
@@ -420,4 +464,17 @@ pub fn worker_runner(
 /// Whether stderr is a terminal (progress lines are shown only there).
 fn interactive() -> bool {
     std::io::stderr().is_terminal()
+}
+
+/// The longest a waker sleeps; a debounce period beyond it starts at the next finish or reconcile.
+const MAX_WAKE_SLEEP_MILLIS: u64 = 7 * 24 * 3600 * 1000;
+
+pub fn worker_wake(home: Option<PathBuf>, at_millis: u64) -> Result<i32, CliError> {
+    let wait_millis = at_millis
+        .saturating_sub(tasks::now_millis())
+        .min(MAX_WAKE_SLEEP_MILLIS);
+    std::thread::sleep(Duration::from_millis(wait_millis));
+    let rt = open(home)?;
+    reconcile_shell::reconcile(&rt, me()?)?;
+    Ok(exit::OK)
 }

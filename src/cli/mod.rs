@@ -18,6 +18,8 @@ pub mod exit {
     pub const USAGE: i32 = 2;
     /// The environment failed us: IO error, lock wait timed out, spawn failed.
     pub const ENVIRONMENT: i32 = 3;
+    /// `submit` was refused by the task's `drop` strategy: a turn of the task is running.
+    pub const DROPPED: i32 = 4;
 }
 
 const EXIT_CODES_HELP: &str = "\
@@ -26,6 +28,7 @@ Exit codes:
   1  the work ran and failed (submit --wait passes the turn's own exit code through instead)
   2  bad usage or bad input (argument, config, state file, unknown task); nothing was changed
   3  environment failure (IO error, queue lock wait timed out, spawn failed)
+  4  submit refused by the task's `drop` strategy (a turn of the task is running)
 
 Quick start:
   tollgate submit -- echo hello      run a command on a detached runner (home created on first use)
@@ -82,6 +85,12 @@ pub struct SubmitArgs {
     /// The task this turn belongs to (letters, digits, '.', '_', '-'); a new task if omitted.
     #[arg(long, value_name = "NAME")]
     pub task: Option<String>,
+    /// Set the task's strategy, kept for later submits: what a new turn does while the task is
+    /// busy. `drop`: refuse it (exit code 4). `queue`: most recent wins, one waiter; an older
+    /// waiter ends superseded. `debounce=DUR`: start the last turn once DUR passed without a newer
+    /// one. `concurrent=N`: up to N turns at once, the rest in line. Default: concurrent=1.
+    #[arg(long, value_name = "STRATEGY", requires = "task")]
+    pub strategy: Option<String>,
     /// Run in the foreground of this command instead of a detached runner (not capped by the
     /// worker slots, but it occupies one while it runs).
     #[arg(long)]
@@ -148,6 +157,12 @@ pub enum WorkerCommand {
         #[arg(long, value_name = "UUID")]
         slot_token: String,
     },
+    /// Sleep until the given wall-clock time (ms since the epoch), then reconcile: how a debounced
+    /// turn starts when its quiet period ends.
+    Wake {
+        #[arg(long, value_name = "MILLIS")]
+        at: u64,
+    },
 }
 
 /// Runs the CLI and returns the process exit code.
@@ -166,6 +181,7 @@ pub fn main() -> i32 {
             turn,
             slot_token,
         }) => commands::worker_runner(home, &task, turn, &slot_token),
+        Command::Worker(WorkerCommand::Wake { at }) => commands::worker_wake(home, at),
     };
     match result {
         Ok(code) => code,

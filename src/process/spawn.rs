@@ -29,12 +29,23 @@ pub enum SpawnError {
     },
     #[error("the runner for {key} (pid {pid}) vanished before its identity could be read")]
     NoIdentity { key: TurnKey, pid: u32 },
+    #[error("cannot start the debounce waker: {0}")]
+    Waker(std::io::Error),
 }
 
 /// Starts the process that will take over a reserved slot. Production spawns the real runner;
 /// tests may start any real process and return its identity.
 pub trait RunnerSpawner {
     fn spawn(&self, key: &TurnKey, token: SlotToken) -> Result<ProcessIdentity, SpawnError>;
+
+    /// Starts a detached process that runs `reconcile` at `at_millis` (wall clock), so a debounced
+    /// turn starts when its quiet period ends even if nothing else happens by then.
+    fn spawn_waker(&self, at_millis: u64) -> Result<(), SpawnError> {
+        let _ = at_millis;
+        Err(SpawnError::Waker(std::io::Error::other(
+            "this spawner does not start wakers",
+        )))
+    }
 }
 
 /// Spawns `tollgate worker runner` from the current executable (or an explicit one).
@@ -51,6 +62,30 @@ impl RunnerSpawner for DetachedSpawner {
             None => std::env::current_exe().map_err(SpawnError::Executable)?,
         };
         spawn_detached_runner(&exe, &self.home, key, token)
+    }
+
+    fn spawn_waker(&self, at_millis: u64) -> Result<(), SpawnError> {
+        let exe = match &self.executable {
+            Some(exe) => exe.clone(),
+            None => std::env::current_exe().map_err(SpawnError::Executable)?,
+        };
+        let mut command = Command::new(exe);
+        command
+            .arg("--home")
+            .arg(self.home.root())
+            .args(["worker", "wake", "--at", &at_millis.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: as for the runner: setsid(2) and close_range(2) only, both async-signal-safe.
+        unsafe {
+            command.pre_exec(|| {
+                nix::unistd::setsid().map_err(std::io::Error::from)?;
+                mark_inherited_descriptors_cloexec();
+                Ok(())
+            });
+        }
+        command.spawn().map(drop).map_err(SpawnError::Waker)
     }
 }
 

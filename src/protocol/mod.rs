@@ -5,4 +5,5 @@
 //! shell, the stateright models and the property tests all drive exactly this code.
 
 pub mod admission;
+pub mod scopes;
 pub mod slots;

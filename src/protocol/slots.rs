@@ -19,11 +19,11 @@ pub use queue::{
     enqueue, validate_task_name, EnqueueOutcome, QueueEntry, QueueState, RowState, RunnerRecord,
     RunnerSlotReservation, TurnKey, MAX_QUEUE_ROWS, MAX_TASK_NAME_BYTES, QUEUE_FORMAT_VERSION,
 };
-pub use reconcile::{reconcile_step, ReconcileStep};
+pub use reconcile::{reconcile_step, reconcile_step_where, ReconcileStep};
 pub use reserve::{
     adopt_row, bind_runner_slot_child, complete_runner_spawn_first, complete_runner_spawn_second,
-    park, release_runner_slot, reserve_runner_slot, start_next_parked, token_fenced_row_after_bind,
-    ReserveOutcome, StartNext,
+    park, release_runner_slot, reserve_runner_slot, set_ready_at, start_next_parked,
+    start_next_parked_where, token_fenced_row_after_bind, ReserveOutcome, StartNext,
 };
 pub use takeover::{finish_turn, take_over_reserved_slot, TakeOver};
 pub use token::SlotToken;

@@ -10,9 +10,10 @@ pub mod signals;
 pub use execute::{execute_turn, Execution};
 
 use crate::dispatch::{spawn_and_hand_off, DispatchError, Handoff};
+use crate::protocol::scopes::start_filter;
 use crate::protocol::slots::{
-    finish_turn, start_next_parked, take_over_reserved_slot, Liveness, ProcessIdentity, SlotError,
-    SlotToken, StartNext, TakeOver, TurnKey,
+    finish_turn, start_next_parked_where, take_over_reserved_slot, Liveness, ProcessIdentity,
+    SlotError, SlotToken, StartNext, TakeOver, TurnKey,
 };
 use crate::runtime::Runtime;
 use crate::tasks::{self, TurnOutcome};
@@ -72,13 +73,15 @@ pub fn leave_and_start_next<L: Liveness>(
     let cap = rt.cap();
     let next = rt.store.transact(|state| {
         finish_turn(state, key, me)?;
-        let next = start_next_parked(
+        let strategies = tasks::parked_strategies(&rt.home, state)?;
+        let next = start_next_parked_where(
             state,
             me,
             Some(me.pid),
             cap,
             SlotToken::generate(),
             &rt.liveness,
+            &start_filter(&strategies, tasks::now_millis()),
         )?;
         let snapshot = match &next {
             StartNext::Acquired { key, token } => state.row(key).cloned().map(|row| (row, *token)),

@@ -32,6 +32,11 @@ impl Procs {
     pub fn make_ambiguous(&mut self, pid: u32) {
         self.ambiguous.insert(pid);
     }
+    /// Ground truth, not an observation: whether the fixture process really runs. An ambiguous
+    /// observation of a dead pid answers "live" to the core but not here.
+    pub fn is_running(&self, id: &ProcessIdentity) -> bool {
+        self.alive.contains(id)
+    }
 }
 
 impl Liveness for Procs {

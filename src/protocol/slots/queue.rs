@@ -105,6 +105,13 @@ pub struct QueueEntry {
     pub state: RowState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slot_reservation: Option<RunnerSlotReservation>,
+    /// Earliest time the row may start (a debounce deadline); 0 when it may start at once.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ready_at_millis: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// The identity recorded as the executor of a turn once it has taken its slot over.
@@ -278,6 +285,7 @@ pub fn enqueue(
             owner,
         },
         slot_reservation: None,
+        ready_at_millis: 0,
     });
     debug_assert!(state.check_structure().is_ok());
     Ok(EnqueueOutcome::Enqueued { queue_id })

@@ -6,7 +6,7 @@
 
 use super::occupancy::live_runner_for_turn;
 use super::reserve::{
-    adopt_row, park, reserve_runner_slot, start_next_parked, ReserveOutcome, StartNext,
+    adopt_row, park, reserve_runner_slot, start_next_parked_where, ReserveOutcome, StartNext,
 };
 use super::{
     Liveness, ProcessIdentity, QueueEntry, QueueState, RowState, SlotError, SlotToken, TurnKey,
@@ -50,6 +50,29 @@ pub fn reconcile_step(
     fresh_token: SlotToken,
     liveness: &impl Liveness,
     is_settled: &impl Fn(&TurnKey) -> bool,
+) -> Result<ReconcileStep, SlotError> {
+    reconcile_step_where(
+        state,
+        reconciler,
+        cap,
+        fresh_token,
+        liveness,
+        is_settled,
+        &|_: &QueueState, _: &QueueEntry| true,
+    )
+}
+
+/// [`reconcile_step`] where only rows `eligible` says may start now are started from the parked
+/// set (scope strategies); repairs of dead owners are not restricted.
+#[allow(clippy::too_many_arguments)]
+pub fn reconcile_step_where(
+    state: &mut QueueState,
+    reconciler: ProcessIdentity,
+    cap: usize,
+    fresh_token: SlotToken,
+    liveness: &impl Liveness,
+    is_settled: &impl Fn(&TurnKey) -> bool,
+    eligible: &impl Fn(&QueueState, &QueueEntry) -> bool,
 ) -> Result<ReconcileStep, SlotError> {
     // Runner records of rows that left, whose process is gone, are dropped silently: they count
     // for nothing, and keeping them would grow the document without bound.
@@ -131,7 +154,15 @@ pub fn reconcile_step(
     }
 
     // 4. Start the oldest parked row if a slot is free. The reconciler does not exclude itself.
-    match start_next_parked(state, reconciler, None, cap, fresh_token, liveness)? {
+    match start_next_parked_where(
+        state,
+        reconciler,
+        None,
+        cap,
+        fresh_token,
+        liveness,
+        eligible,
+    )? {
         StartNext::Acquired { key, token } => Ok(ReconcileStep::Spawn {
             key,
             token,

@@ -221,6 +221,16 @@ pub fn park(state: &mut QueueState, key: &TurnKey) -> Result<(), SlotError> {
     Ok(())
 }
 
+/// Sets the earliest start time of `key`'s row (a debounce deadline; 0 = at once).
+pub fn set_ready_at(
+    state: &mut QueueState,
+    key: &TurnKey,
+    ready_at_millis: u64,
+) -> Result<(), SlotError> {
+    state.row_mut(key)?.ready_at_millis = ready_at_millis;
+    Ok(())
+}
+
 /// What [`start_next_parked`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StartNext {
@@ -245,10 +255,33 @@ pub fn start_next_parked(
     fresh_token: SlotToken,
     liveness: &impl Liveness,
 ) -> Result<StartNext, SlotError> {
+    start_next_parked_where(
+        state,
+        reserver,
+        exclude_reserver,
+        cap,
+        fresh_token,
+        liveness,
+        &|_: &QueueState, _: &QueueEntry| true,
+    )
+}
+
+/// [`start_next_parked`] restricted to rows `eligible` says may start now (the scope strategies
+/// of `crate::protocol::scopes` decide that: per-task concurrency, debounce deadlines).
+#[allow(clippy::too_many_arguments)]
+pub fn start_next_parked_where(
+    state: &mut QueueState,
+    reserver: ProcessIdentity,
+    exclude_reserver: Option<u32>,
+    cap: usize,
+    fresh_token: SlotToken,
+    liveness: &impl Liveness,
+    eligible: &impl Fn(&QueueState, &QueueEntry) -> bool,
+) -> Result<StartNext, SlotError> {
     let parked: Vec<TurnKey> = state
         .entries
         .iter()
-        .filter(|e| matches!(e.state, RowState::Parked))
+        .filter(|e| matches!(e.state, RowState::Parked) && eligible(state, e))
         .map(|e| e.key.clone())
         .collect();
     if parked.is_empty() {

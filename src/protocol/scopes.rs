@@ -1,0 +1,113 @@
+//! Tasks as strategy scopes on the queue: the admission strategies (`drop`, `queue`, `debounce`,
+//! `concurrent`) applied to a task's queue rows. Submit asks [`plan_submit`] what a new turn does;
+//! every start of a parked row (a finishing runner, reconcile) asks [`may_start`].
+
+use super::admission::{Arrival, Scope, Strategy};
+use super::slots::{QueueEntry, QueueState, RowState, TurnKey};
+
+/// What a new turn of a task does, decided from the task's rows under the queue lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SubmitPlan {
+    /// Reserve a slot now (the global cap may still park it).
+    Start,
+    /// Park as the task's single waiter, startable from `ready_at_millis`; the `superseded` rows
+    /// (parked waiters it replaces) leave the queue and end as superseded.
+    Park {
+        ready_at_millis: u64,
+        superseded: Vec<TurnKey>,
+    },
+    /// Park in the task's line, behind its older rows.
+    LineUp,
+    /// Refuse: `running` is busy and the strategy is `drop`. Nothing is enqueued.
+    Drop { running: TurnKey },
+}
+
+fn is_active(entry: &QueueEntry) -> bool {
+    !matches!(entry.state, RowState::Parked)
+}
+
+/// Rows of `task` that are running or being started.
+pub fn running_in_scope(state: &QueueState, task: &str) -> usize {
+    state
+        .entries
+        .iter()
+        .filter(|e| e.key.task == task && is_active(e))
+        .count()
+}
+
+/// The task's retained rows seen as a strategy scope.
+fn scope_of(state: &QueueState, task: &str, strategy: Strategy) -> Scope<TurnKey> {
+    let mut scope = Scope::default();
+    for entry in state.entries.iter().filter(|e| e.key.task == task) {
+        if is_active(entry) {
+            scope.running.push(entry.key.clone());
+            continue;
+        }
+        match strategy {
+            // A drop task's parked row (parked only by the global cap) is busy work too.
+            Strategy::Drop => scope.running.push(entry.key.clone()),
+            Strategy::Queue | Strategy::Debounce { .. } => {
+                // The newest parked row is the waiter; older ones (from a strategy change) wait
+                // in line and are never superseded silently.
+                if let Some((older, _)) = scope
+                    .parked
+                    .replace((entry.key.clone(), entry.ready_at_millis))
+                {
+                    scope.line.push_back(older);
+                }
+            }
+            Strategy::Concurrent { .. } => scope.line.push_back(entry.key.clone()),
+        }
+    }
+    scope
+}
+
+/// Decides what the new turn `key` does under `strategy` at `now_millis`.
+pub fn plan_submit(
+    state: &QueueState,
+    key: &TurnKey,
+    strategy: Strategy,
+    now_millis: u64,
+) -> SubmitPlan {
+    let mut scope = scope_of(state, &key.task, strategy);
+    match scope.arrive(strategy, key.clone(), now_millis) {
+        Arrival::Start(_) => SubmitPlan::Start,
+        Arrival::Park {
+            ready_at_millis,
+            superseded,
+            ..
+        } => SubmitPlan::Park {
+            ready_at_millis,
+            superseded: superseded.into_iter().collect(),
+        },
+        Arrival::LineUp(_) => SubmitPlan::LineUp,
+        Arrival::Dropped { running, .. } => SubmitPlan::Drop { running },
+    }
+}
+
+/// Whether the parked row `entry` may start now under its task's `strategy`: room in the scope
+/// and its debounce deadline passed. Rows are tried in FIFO order, so a task's line keeps order.
+pub fn may_start(
+    state: &QueueState,
+    entry: &QueueEntry,
+    strategy: Strategy,
+    now_millis: u64,
+) -> bool {
+    strategy.may_start(
+        running_in_scope(state, &entry.key.task),
+        entry.ready_at_millis,
+        now_millis,
+    )
+}
+
+/// The start filter for [`crate::protocol::slots::start_next_parked_where`]: each parked row may
+/// start when its task's strategy (default: one at a time) allows it at `now_millis`.
+pub fn start_filter(
+    strategies: &std::collections::BTreeMap<String, Strategy>,
+    now_millis: u64,
+) -> impl Fn(&QueueState, &QueueEntry) -> bool + '_ {
+    move |state, entry| {
+        let strategy = strategies.get(&entry.key.task).copied().unwrap_or_default();
+        may_start(state, entry, strategy, now_millis)
+    }
+}

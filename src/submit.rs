@@ -25,6 +25,28 @@ pub struct SubmitRequest {
     pub env: BTreeMap<String, String>,
 }
 
+impl SubmitRequest {
+    /// Writes the turn's record (and the task's strategy, when set) under the queue lock.
+    fn create_turn(
+        &self,
+        home: &crate::home::Home,
+        task: &str,
+        attached: bool,
+        now_millis: u64,
+    ) -> Result<(tasks::TurnRecord, Strategy), crate::fsutil::FileError> {
+        tasks::create_turn_with(
+            home,
+            task,
+            self.strategy,
+            self.argv.clone(),
+            self.cwd.clone(),
+            self.env.clone(),
+            attached,
+            now_millis,
+        )
+    }
+}
+
 /// Where a detached submit left its turn.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Placement {
@@ -94,16 +116,7 @@ pub fn submit_detached<L: Liveness>(
     let cap = rt.cap();
     let decided = rt.store.transact(|state| {
         let now = tasks::now_millis();
-        let (turn, strategy) = tasks::create_turn_with(
-            &rt.home,
-            &task,
-            request.strategy,
-            request.argv.clone(),
-            request.cwd.clone(),
-            request.env.clone(),
-            false,
-            now,
-        )?;
+        let (turn, strategy) = request.create_turn(&rt.home, &task, false, now)?;
         let key = turn.key.clone();
         let plan = plan_submit(state, &key, strategy, now);
         let mut superseded = Vec::new();
@@ -203,16 +216,7 @@ pub fn submit_attached<L: Liveness>(
         .map_err(|e| DispatchError::io("installing signal handlers", e.into()))?;
     let turn = rt.store.transact(|state| {
         let now = tasks::now_millis();
-        let (mut turn, strategy) = tasks::create_turn_with(
-            &rt.home,
-            &task,
-            request.strategy,
-            request.argv.clone(),
-            request.cwd.clone(),
-            request.env.clone(),
-            true,
-            now,
-        )?;
+        let (mut turn, strategy) = request.create_turn(&rt.home, &task, true, now)?;
         let key = turn.key.clone();
         // A foreground run never waits in the task's line, but a `drop` task still refuses it.
         if let SubmitPlan::Drop { running } = plan_submit(state, &key, strategy, now) {

@@ -70,32 +70,66 @@ pub fn spawn_and_hand_off(
     token: SlotToken,
     snapshot: &QueueEntry,
 ) -> Result<Handoff, DispatchError> {
-    let key = &snapshot.key;
-    let child = match spawner.spawn(key, token) {
+    let child = match spawner.spawn(&snapshot.key, token) {
         Ok(child) => child,
         Err(spawn_error) => {
-            store.transact(|state| {
-                release_runner_slot(state, key, token, reserver);
-                Ok::<_, DispatchError>(())
-            })?;
+            release_after_failed_spawn(store, snapshot, token, reserver)?;
             return Err(spawn_error.into());
         }
     };
     fail::fail_point!("dispatch::after_spawn");
-    let first = store.transact(|state| {
-        Ok::<_, DispatchError>(complete_runner_spawn_first(state, key, token, child))
-    })?;
-    if let Err(reason) = first {
+    if let Err(reason) = publish_first(store, snapshot, token, child)? {
         return Ok(Handoff::Fenced { child, reason });
     }
     fail::fail_point!("dispatch::between_publishes");
-    let second = store.transact(|state| {
-        let result = token_fenced_row_after_bind(snapshot, token, child)
-            .and_then(|expected| complete_runner_spawn_second(state, &expected, child, false));
-        Ok::<_, DispatchError>(result)
-    })?;
-    match second {
+    match publish_second(store, snapshot, token, child)? {
         Ok(()) => Ok(Handoff::Completed { child }),
         Err(reason) => Ok(Handoff::Fenced { child, reason }),
     }
+}
+
+/// The spawn failed: give the unbound reservation back (the core parks the row). Returns whether
+/// the reservation was still ours to release.
+pub fn release_after_failed_spawn(
+    store: &QueueStore,
+    snapshot: &QueueEntry,
+    token: SlotToken,
+    reserver: ProcessIdentity,
+) -> Result<bool, DispatchError> {
+    store.transact(|state| {
+        Ok::<_, DispatchError>(release_runner_slot(state, &snapshot.key, token, reserver))
+    })
+}
+
+/// First publish of the handoff (bind the child, keep the token). The inner result is the core's
+/// answer: an error there means the row moved on and nothing was written.
+pub fn publish_first(
+    store: &QueueStore,
+    snapshot: &QueueEntry,
+    token: SlotToken,
+    child: ProcessIdentity,
+) -> Result<Result<(), SlotError>, DispatchError> {
+    store.transact(|state| {
+        Ok::<_, DispatchError>(complete_runner_spawn_first(
+            state,
+            &snapshot.key,
+            token,
+            child,
+        ))
+    })
+}
+
+/// Second publish of the handoff (record the runner, clear the token), fenced against the
+/// snapshot with this token's child attached.
+pub fn publish_second(
+    store: &QueueStore,
+    snapshot: &QueueEntry,
+    token: SlotToken,
+    child: ProcessIdentity,
+) -> Result<Result<(), SlotError>, DispatchError> {
+    store.transact(|state| {
+        let result = token_fenced_row_after_bind(snapshot, token, child)
+            .and_then(|expected| complete_runner_spawn_second(state, &expected, child, false));
+        Ok::<_, DispatchError>(result)
+    })
 }

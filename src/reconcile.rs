@@ -3,7 +3,8 @@
 use crate::dispatch::{spawn_and_hand_off, DispatchError, Handoff};
 use crate::protocol::scopes::start_filter;
 use crate::protocol::slots::{
-    reconcile_step_where, Liveness, ProcessIdentity, ReconcileStep, RowState, SlotToken, TurnKey,
+    reconcile_step_where, Liveness, ProcessIdentity, QueueEntry, ReconcileStep, RowState,
+    SlotToken, TurnKey,
 };
 use crate::runtime::Runtime;
 use crate::tasks;
@@ -24,35 +25,9 @@ pub fn reconcile<L: Liveness>(
     me: ProcessIdentity,
 ) -> Result<ReconcileReport, DispatchError> {
     let mut report = ReconcileReport::default();
-    let cap = rt.cap();
     let bound = 2 * rt.store.load()?.entries.len() + 2;
     for _ in 0..bound {
-        let (step, snapshot) = rt.store.transact(|state| {
-            // Which dispatched turns already have their result on disk: read under the lock.
-            let mut settled = HashSet::new();
-            for entry in &state.entries {
-                if matches!(entry.state, RowState::Dispatching { .. })
-                    && tasks::load_turn(&rt.home, &entry.key)?.is_some_and(|t| t.is_settled())
-                {
-                    settled.insert(entry.key.clone());
-                }
-            }
-            let strategies = tasks::parked_strategies(&rt.home, state)?;
-            let step = reconcile_step_where(
-                state,
-                me,
-                cap,
-                SlotToken::generate(),
-                &rt.liveness,
-                &|key: &TurnKey| settled.contains(key),
-                &start_filter(&strategies, tasks::now_millis()),
-            )?;
-            let snapshot = match &step {
-                ReconcileStep::Spawn { key, .. } => state.row(key).cloned(),
-                _ => None,
-            };
-            Ok::<_, DispatchError>((step, snapshot))
-        })?;
+        let (step, snapshot) = reconcile_once(rt, me)?;
         let done = matches!(step, ReconcileStep::Idle | ReconcileStep::Saturated);
         if let (ReconcileStep::Spawn { key, token, .. }, Some(row)) = (&step, snapshot) {
             let handoff = spawn_and_hand_off(&rt.store, rt.spawner.as_ref(), me, *token, &row)
@@ -65,4 +40,38 @@ pub fn reconcile<L: Liveness>(
         }
     }
     Ok(report)
+}
+
+/// One reconcile critical section: the core's step, and the row as published when it says spawn.
+pub fn reconcile_once<L: Liveness>(
+    rt: &Runtime<L>,
+    me: ProcessIdentity,
+) -> Result<(ReconcileStep, Option<QueueEntry>), DispatchError> {
+    let cap = rt.cap();
+    rt.store.transact(|state| {
+        // Which dispatched turns already have their result on disk: read under the lock.
+        let mut settled = HashSet::new();
+        for entry in &state.entries {
+            if matches!(entry.state, RowState::Dispatching { .. })
+                && tasks::load_turn(&rt.home, &entry.key)?.is_some_and(|t| t.is_settled())
+            {
+                settled.insert(entry.key.clone());
+            }
+        }
+        let strategies = tasks::parked_strategies(&rt.home, state)?;
+        let step = reconcile_step_where(
+            state,
+            me,
+            cap,
+            SlotToken::generate(),
+            &rt.liveness,
+            &|key: &TurnKey| settled.contains(key),
+            &start_filter(&strategies, tasks::now_millis()),
+        )?;
+        let snapshot = match &step {
+            ReconcileStep::Spawn { key, .. } => state.row(key).cloned(),
+            _ => None,
+        };
+        Ok::<_, DispatchError>((step, snapshot))
+    })
 }

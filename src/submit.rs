@@ -112,9 +112,42 @@ pub fn submit_detached<L: Liveness>(
     me: ProcessIdentity,
     request: SubmitRequest,
 ) -> Result<Submitted, DispatchError> {
-    let task = check_request(&request)?;
+    let decided = decide_submit(rt, me, &request)?;
+    let placement = match (decided.acquired, decided.placement) {
+        (Some((row, token)), _) => Placement::Started(spawn_and_hand_off(
+            &rt.store,
+            rt.spawner.as_ref(),
+            me,
+            token,
+            &row,
+        )?),
+        (None, Placement::Waiting { ready_at_millis }) if ready_at_millis > 0 => {
+            if let Err(e) = rt.spawner.spawn_waker(ready_at_millis) {
+                tracing::warn!("{e}; the debounced turn starts at the next finish or reconcile");
+            }
+            Placement::Waiting { ready_at_millis }
+        }
+        (None, placement) => placement,
+    };
+    Ok(Submitted {
+        key: decided.key,
+        queue_id: decided.queue_id,
+        placement,
+        strategy: decided.strategy,
+        superseded: decided.superseded,
+    })
+}
+
+/// The submit critical section: create the turn, apply the task's strategy, enqueue and reserve.
+/// When `acquired` is set the caller must spawn (outside the lock) and hand the row off.
+pub fn decide_submit<L: Liveness>(
+    rt: &Runtime<L>,
+    me: ProcessIdentity,
+    request: &SubmitRequest,
+) -> Result<Decided, DispatchError> {
+    let task = check_request(request)?;
     let cap = rt.cap();
-    let decided = rt.store.transact(|state| {
+    rt.store.transact(|state| {
         let now = tasks::now_millis();
         let (turn, strategy) = request.create_turn(&rt.home, &task, false, now)?;
         let key = turn.key.clone();
@@ -168,40 +201,19 @@ pub fn submit_detached<L: Liveness>(
             placement,
             acquired,
         })
-    })?;
-    let placement = match (decided.acquired, decided.placement) {
-        (Some((row, token)), _) => Placement::Started(spawn_and_hand_off(
-            &rt.store,
-            rt.spawner.as_ref(),
-            me,
-            token,
-            &row,
-        )?),
-        (None, Placement::Waiting { ready_at_millis }) if ready_at_millis > 0 => {
-            if let Err(e) = rt.spawner.spawn_waker(ready_at_millis) {
-                tracing::warn!("{e}; the debounced turn starts at the next finish or reconcile");
-            }
-            Placement::Waiting { ready_at_millis }
-        }
-        (None, placement) => placement,
-    };
-    Ok(Submitted {
-        key: decided.key,
-        queue_id: decided.queue_id,
-        placement,
-        strategy: decided.strategy,
-        superseded: decided.superseded,
     })
 }
 
 /// What the critical section of a detached submit decided.
-struct Decided {
-    key: TurnKey,
-    queue_id: u64,
-    strategy: Strategy,
-    superseded: Vec<TurnKey>,
-    placement: Placement,
-    acquired: Option<(crate::protocol::slots::QueueEntry, SlotToken)>,
+#[derive(Clone, Debug)]
+pub struct Decided {
+    pub key: TurnKey,
+    pub queue_id: u64,
+    pub strategy: Strategy,
+    pub superseded: Vec<TurnKey>,
+    pub placement: Placement,
+    /// The row as published with its reservation, and the token: spawn for it.
+    pub acquired: Option<(crate::protocol::slots::QueueEntry, SlotToken)>,
 }
 
 /// Runs a new turn in the foreground of `me`: not capped, but it occupies a slot while it runs.

@@ -13,7 +13,7 @@ use crate::dispatch::{spawn_and_hand_off, DispatchError, Handoff};
 use crate::protocol::scopes::start_filter;
 use crate::protocol::slots::{
     finish_turn, start_next_parked_where, take_over_reserved_slot, Liveness, ProcessIdentity,
-    SlotError, SlotToken, StartNext, TakeOver, TurnKey,
+    QueueEntry, SlotError, SlotToken, StartNext, TakeOver, TurnKey,
 };
 use crate::runtime::Runtime;
 use crate::tasks::{self, TurnOutcome};
@@ -41,10 +41,7 @@ pub fn run_worker<L: Liveness>(
     let me = crate::process::self_identity()
         .map_err(|e| DispatchError::io("reading this runner's identity", e))?;
     signals::install().map_err(|e| DispatchError::io("installing signal handlers", e.into()))?;
-    let decision = rt.store.transact(|state| {
-        take_over_reserved_slot(state, key, token, me, &rt.liveness).map_err(DispatchError::from)
-    })?;
-    if let TakeOver::Refused { holder } = decision {
+    if let TakeOver::Refused { holder } = take_over(rt, key, token, me)? {
         return Ok(WorkerOutcome::Refused { holder });
     }
     let mut turn = tasks::load_turn(&rt.home, key)?
@@ -64,14 +61,41 @@ pub fn run_worker<L: Liveness>(
     Ok(WorkerOutcome::Ran { outcome, next })
 }
 
+/// The runner's first critical section: take the reserved slot over under `token`.
+pub fn take_over<L: Liveness>(
+    rt: &Runtime<L>,
+    key: &TurnKey,
+    token: SlotToken,
+    me: ProcessIdentity,
+) -> Result<TakeOver, DispatchError> {
+    rt.store.transact(|state| {
+        take_over_reserved_slot(state, key, token, me, &rt.liveness).map_err(DispatchError::from)
+    })
+}
+
 /// Leaves the queue for `key` and starts the oldest parked row in the slot this process frees.
 pub fn leave_and_start_next<L: Liveness>(
     rt: &Runtime<L>,
     key: &TurnKey,
     me: ProcessIdentity,
 ) -> Result<Option<Handoff>, DispatchError> {
+    match leave_and_pick_next(rt, key, me)? {
+        Some((row, token)) => {
+            spawn_and_hand_off(&rt.store, rt.spawner.as_ref(), me, token, &row).map(Some)
+        }
+        None => Ok(None),
+    }
+}
+
+/// The finishing runner's critical section: leave the queue and reserve the next parked row that
+/// may start (excluding itself from identities). Returns that row as published, with its token.
+pub fn leave_and_pick_next<L: Liveness>(
+    rt: &Runtime<L>,
+    key: &TurnKey,
+    me: ProcessIdentity,
+) -> Result<Option<(QueueEntry, SlotToken)>, DispatchError> {
     let cap = rt.cap();
-    let next = rt.store.transact(|state| {
+    rt.store.transact(|state| {
         finish_turn(state, key, me)?;
         let strategies = tasks::parked_strategies(&rt.home, state)?;
         let next = start_next_parked_where(
@@ -88,11 +112,5 @@ pub fn leave_and_start_next<L: Liveness>(
             StartNext::Saturated | StartNext::NoneParked => None,
         };
         Ok::<_, DispatchError>(snapshot)
-    })?;
-    match next {
-        Some((row, token)) => {
-            spawn_and_hand_off(&rt.store, rt.spawner.as_ref(), me, token, &row).map(Some)
-        }
-        None => Ok(None),
-    }
+    })
 }

@@ -615,3 +615,69 @@ fn s1_s2_s9_sigkilled_submitters_leave_nothing_lost_doubled_or_stuck() {
         }
     }
 }
+
+/// S9 for the window the kill test hits by chance: a submitter killed after writing its turn's
+/// record and before publishing the queue row. Nothing runs the turn until `reconcile`, which
+/// queues it; then it runs once, and a second reconcile does not run it again.
+#[test]
+fn s9_a_turn_recorded_by_a_submitter_killed_before_its_queue_publish_runs_after_reconcile() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path().join("home");
+    let lines = tmp.path().join("lines.txt");
+    init_home(&root);
+    let home = tollgate::home::Home::at(&root);
+    // What the killed submit left: the turn's record and its task's counter, no queue row.
+    let env: BTreeMap<String, String> = std::env::vars().filter(|(k, _)| k == "PATH").collect();
+    let argv = vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        format!("echo 7 >> '{}'", lines.display()),
+    ];
+    let turn = tollgate::tasks::create_turn(
+        &home,
+        "t7",
+        argv,
+        None,
+        env,
+        false,
+        tollgate::tasks::now_millis(),
+    )
+    .expect("write the orphaned turn record");
+    assert_eq!(turn.key, tollgate::protocol::slots::TurnKey::new("t7", 1));
+    let status = status_json(&root);
+    assert_eq!(
+        turn_states(&status)
+            .get(&("t7".to_string(), 1))
+            .map(String::as_str),
+        Some("unqueued"),
+        "{}",
+        pretty(&status)
+    );
+
+    let rec = reconcile(&root);
+    let said = String::from_utf8_lossy(&rec.stdout).into_owned();
+    assert!(said.contains("t7 turn 1: owner gone, parked"), "{said}");
+    let context = || format!("reconcile said: {said}");
+    let status = wait_until_drained(&root, &context, || {});
+    assert_eq!(
+        turn_states(&status)
+            .get(&("t7".to_string(), 1))
+            .map(String::as_str),
+        Some("completed"),
+        "{}",
+        pretty(&status)
+    );
+
+    // A second reconcile finds nothing: the completed turn is not queued again.
+    let rec = reconcile(&root);
+    let again = String::from_utf8_lossy(&rec.stdout).into_owned();
+    assert!(!again.contains("t7"), "{again}");
+    let status = wait_until_drained(&root, &context, || {});
+    let (counts, text) = line_counts(&lines);
+    assert_eq!(
+        counts,
+        BTreeMap::from([(7, 1)]),
+        "the turn ran exactly once: {text}\n{}",
+        pretty(&status)
+    );
+}

@@ -86,10 +86,27 @@ pub fn leave_and_start_next<L: Liveness>(
         };
         Ok::<_, DispatchError>(snapshot)
     })?;
-    match next {
-        Some((row, token)) => {
-            spawn_and_hand_off(&rt.store, rt.spawner.as_ref(), me, token, &row).map(Some)
-        }
-        None => Ok(None),
+    let Some((row, token)) = next else {
+        return Ok(None);
+    };
+    let first = spawn_and_hand_off(&rt.store, rt.spawner.as_ref(), me, token, &row)?;
+    // While a handoff is under way its row counts twice (its holder and its reservation), so a
+    // runner finishing meanwhile found no free slot and left its parked successor waiting. Now
+    // that this handoff is done, start parked rows on the slots that are really free, as reconcile
+    // would (no exclusion: any row this process still held would count). At most `cap` more.
+    for _ in 0..cap {
+        let more = rt.store.transact(|state| {
+            let next =
+                start_next_parked(state, me, None, cap, SlotToken::generate(), &rt.liveness)?;
+            Ok::<_, DispatchError>(match next {
+                StartNext::Acquired { key, token } => {
+                    state.row(&key).cloned().map(|row| (row, token))
+                }
+                StartNext::Saturated | StartNext::NoneParked => None,
+            })
+        })?;
+        let Some((row, token)) = more else { break };
+        spawn_and_hand_off(&rt.store, rt.spawner.as_ref(), me, token, &row)?;
     }
+    Ok(Some(first))
 }

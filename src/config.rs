@@ -115,13 +115,23 @@ impl Config {
     }
 }
 
-/// toml's message with the line number of its span, in one line.
+/// toml's message with the line number of its span and the key on that line, in one line (a
+/// type error such as `lock_timeout = 5` otherwise names neither the key nor the value).
 pub fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
     let message = error.message().trim().to_string();
     match error.span() {
         Some(span) => {
             let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
-            format!("line {line}: {message}")
+            let key = text
+                .lines()
+                .nth(line - 1)
+                .and_then(|l| l.split_once('='))
+                .map(|(key, _)| key.trim())
+                .filter(|key| !key.is_empty() && !key.starts_with('#'));
+            match key {
+                Some(key) => format!("line {line}, key `{key}`: {message}"),
+                None => format!("line {line}: {message}"),
+            }
         }
         None => message,
     }

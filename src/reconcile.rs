@@ -3,11 +3,11 @@
 use crate::dispatch::{spawn_and_hand_off, DispatchError, Handoff};
 use crate::protocol::scopes::start_filter;
 use crate::protocol::slots::{
-    reconcile_step_where, Liveness, ProcessIdentity, QueueEntry, ReconcileStep, RowState,
-    SlotToken, TurnKey,
+    enqueue, park, reconcile_step_where, Liveness, ProcessIdentity, QueueEntry, ReconcileStep,
+    RowState, SlotToken, TurnKey,
 };
 use crate::runtime::Runtime;
-use crate::tasks;
+use crate::tasks::{self, TurnRecord};
 use std::collections::HashSet;
 
 /// Everything one reconcile did, in order.
@@ -25,6 +25,9 @@ pub fn reconcile<L: Liveness>(
     me: ProcessIdentity,
 ) -> Result<ReconcileReport, DispatchError> {
     let mut report = ReconcileReport::default();
+    for key in requeue_orphaned_turns(rt, me)? {
+        report.steps.push(ReconcileStep::Parked { key });
+    }
     let bound = 2 * rt.store.load()?.entries.len() + 2;
     for _ in 0..bound {
         let (step, snapshot) = reconcile_once(rt, me)?;
@@ -73,5 +76,52 @@ pub fn reconcile_once<L: Liveness>(
             _ => None,
         };
         Ok::<_, DispatchError>((step, snapshot))
+    })
+}
+
+/// A detached turn that has a record but never reached the queue and never started.
+fn never_queued(turn: &TurnRecord) -> bool {
+    !turn.is_settled()
+        && !turn.attached
+        && turn.started_at_millis.is_none()
+        && turn.runner.is_none()
+}
+
+/// Turns whose submitter died inside its critical section, after writing the turn's record and
+/// before publishing its queue row (S9: nothing submitted is lost). Under the lock no live submit
+/// can be in that window, so an unsettled, never-started turn without a row is such an orphan: it
+/// is enqueued and parked, and the reconcile steps start it like any parked row. Candidates are
+/// found without the lock and checked again under it.
+fn requeue_orphaned_turns<L: Liveness>(
+    rt: &Runtime<L>,
+    me: ProcessIdentity,
+) -> Result<Vec<TurnKey>, DispatchError> {
+    let queue = rt.store.load()?;
+    let mut candidates = Vec::new();
+    for task in tasks::list_tasks(&rt.home)? {
+        for turn in tasks::list_turns(&rt.home, &task)? {
+            let key = TurnKey::new(task.clone(), turn);
+            if queue.row(&key).is_none()
+                && tasks::load_turn(&rt.home, &key)?.is_some_and(|t| never_queued(&t))
+            {
+                candidates.push(key);
+            }
+        }
+    }
+    if candidates.is_empty() {
+        return Ok(Vec::new());
+    }
+    rt.store.transact(|state| {
+        let mut requeued = Vec::new();
+        for key in candidates {
+            if state.row(&key).is_none()
+                && tasks::load_turn(&rt.home, &key)?.is_some_and(|t| never_queued(&t))
+            {
+                enqueue(state, &key, me, tasks::now_millis())?;
+                park(state, &key)?;
+                requeued.push(key);
+            }
+        }
+        Ok::<_, DispatchError>(requeued)
     })
 }

@@ -165,8 +165,10 @@ pub fn create_turn_with(
         outcome: None,
         error: None,
     };
-    save_turn(home, &turn)?;
+    // The task's counter first: a crash between the two writes then skips a turn number instead
+    // of leaving a turn record its task does not list (which the next turn would overwrite).
     fsutil::publish_json(&home.task_file(task), &record)?;
+    save_turn(home, &turn)?;
     Ok((turn, record.strategy))
 }
 

@@ -1,11 +1,12 @@
 //! How many worker slots are taken: the number the cap is compared against.
 //!
-//! occupied = |live runner identities ∪ live acting queue holders| + one per outstanding
-//! reservation. Identities are counted once however many rows name them; reservations are counted
-//! one each even when several share a reserver, because each may already have a child on the way.
+//! occupied = |live runner identities ∪ live acting queue holders, outside reserved rows| + one per
+//! outstanding reservation. Identities are counted once however many rows name them; reservations
+//! are counted one each even when several share a reserver, because each may already have a child
+//! on the way. An identity seen only on reserved rows is represented by those reservations.
 
 use super::{Liveness, ProcessIdentity, QueueEntry, QueueState, RowState, TurnKey};
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 /// The row being reserved and by whom, for the recovered-controller exception.
 #[derive(Clone, Copy, Debug)]
@@ -52,10 +53,19 @@ pub fn occupied_runner_slots(
     reserving: Option<Reserving<'_>>,
 ) -> usize {
     let excluded = |id: &ProcessIdentity| exclude_reserver == Some(id.pid);
-    let mut identities: BTreeSet<ProcessIdentity> = BTreeSet::new();
+    let reserved = |key: &TurnKey| {
+        state
+            .row(key)
+            .is_some_and(|row| row.slot_reservation.is_some())
+    };
+    // identity → whether it shows up anywhere other than on a reserved row. A process seen only on
+    // rows that carry a reservation (a reserver handing off, a child not yet through the second
+    // publish) is already counted by those reservations; counting it again would make every
+    // handoff hold two slots.
+    let mut identities: BTreeMap<ProcessIdentity, bool> = BTreeMap::new();
     for record in &state.runners {
         if !excluded(&record.identity) && liveness.is_live(&record.identity) {
-            identities.insert(record.identity);
+            *identities.entry(record.identity).or_insert(false) |= !reserved(&record.key);
         }
     }
     for entry in &state.entries {
@@ -74,12 +84,16 @@ pub fn occupied_runner_slots(
                 continue;
             }
         }
-        identities.insert(holder);
+        *identities.entry(holder).or_insert(false) |= entry.slot_reservation.is_none();
     }
     let reservations = state
         .entries
         .iter()
         .filter(|e| e.slot_reservation.is_some())
         .count();
-    identities.len() + reservations
+    identities
+        .values()
+        .filter(|unreserved| **unreserved)
+        .count()
+        + reservations
 }

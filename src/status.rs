@@ -161,7 +161,7 @@ pub fn status<L: Liveness>(
     let rows = queue
         .entries
         .iter()
-        .filter(|e| only.map_or(true, |t| e.key.task == t))
+        .filter(|e| only.is_none_or(|t| e.key.task == t))
         .map(|e| {
             let (state, owner) = match e.state {
                 RowState::Waiting { owner, .. } => ("waiting", Some(owner)),

@@ -36,7 +36,7 @@ pub enum ReconcileStep {
 
 /// A reservation no live process stands behind (reserver and bound child both gone).
 fn reservation_is_dead(entry: &QueueEntry, liveness: &impl Liveness) -> bool {
-    entry.slot_reservation.as_ref().map_or(true, |r| {
+    entry.slot_reservation.as_ref().is_none_or(|r| {
         !liveness.is_live(&r.reserver) && !r.child.is_some_and(|c| liveness.is_live(&c))
     })
 }

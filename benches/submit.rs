@@ -65,6 +65,10 @@ fn fresh_home(root: &Path, name: &str, workers: usize) -> Runtime {
 fn request(argv: &[&str]) -> SubmitRequest {
     SubmitRequest {
         task: Some("bench".to_string()),
+        // Only the worker-slot cap limits the task, as in a home of independent turns.
+        strategy: Some(tollgate::protocol::admission::Strategy::Concurrent {
+            max: tollgate::protocol::admission::MAX_CONCURRENT,
+        }),
         argv: argv.iter().map(|s| s.to_string()).collect(),
         cwd: Some(std::env::temp_dir()),
         env: BTreeMap::new(),

@@ -9,6 +9,7 @@
 //! - `model/` (feature `model-check`): stateright models that call the same core functions.
 
 pub mod cli;
+pub mod exec;
 pub mod protocol;
 pub mod sync;
 

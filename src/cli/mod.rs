@@ -3,6 +3,9 @@
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
+pub mod run;
+pub mod sweep;
+
 /// Exit codes every subcommand shares (also listed in `--help` and the README).
 pub mod exit {
     /// Success.
@@ -35,10 +38,19 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Run a pack: every item with its deadline, under the run ceiling, rows by lane.
+    Run(run::RunArgs),
+    /// Remove listed worktrees that no live process holds any more.
+    Sweep(sweep::SweepArgs),
+}
 
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
-    match cli.command {}
+    let home = cli.home.as_deref();
+    match cli.command {
+        Command::Run(args) => run::run(args, home),
+        Command::Sweep(args) => sweep::run(args, home),
+    }
 }

@@ -4,4 +4,5 @@
 //! world (a fresh token, "now", whether a process is alive) arrive as arguments, so the production
 //! shell, the stateright models and the property tests all drive exactly this code.
 
+pub mod execution;
 pub mod slots;

@@ -1,0 +1,348 @@
+//! Killing an item's whole process tree: a cgroup v2 group (`cgroup.kill`) where one can be
+//! created, else the run as a child subreaper plus a `/proc` walk (ppid links and the item's
+//! environment marker) that also finds `setsid` grandchildren. SIGTERM first, SIGKILL after the
+//! term grace (the core decides when).
+
+use crate::protocol::execution::KillSignal;
+use crate::sync::{lock, Mutex};
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag};
+use nix::unistd::Pid;
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Environment variable every item's process carries (`<run id>/<index>`); descendants inherit it,
+/// which is how the `/proc` walk attributes a reparented `setsid` grandchild to its item.
+pub const ITEM_MARKER_ENV: &str = "TOLLGATE_ITEM";
+/// Set to `1` to skip cgroups and use the subreaper path.
+pub const NO_CGROUP_ENV: &str = "TOLLGATE_NO_CGROUP";
+/// Bound on the pids remembered for reaping.
+const MAX_ORPHANS: usize = 65_536;
+/// Bound on the processes a `/proc` scan looks at.
+const MAX_PROC_SCAN: usize = 1 << 20;
+
+/// Everything needed to signal one item's tree.
+#[derive(Clone, Debug)]
+pub struct KillTarget {
+    /// The item's direct child, leader of its own process group.
+    pub pid: i32,
+    /// The item's cgroup directory, if it has one.
+    pub cgroup: Option<PathBuf>,
+    /// The value of [`ITEM_MARKER_ENV`] in the item's environment.
+    pub marker: String,
+}
+
+/// The kill seam. Production uses [`ProcessKiller`]; tests may pass one that does nothing to model
+/// an unkillable child.
+pub trait Killer: Send + Sync {
+    /// Sends `signal` to every process of the item's tree it can find.
+    fn signal_tree(&self, target: &KillTarget, signal: KillSignal);
+    /// The item settled: kill whatever of its tree is left, reap what was reparented to us, and
+    /// remove its cgroup.
+    fn release(&self, target: &KillTarget);
+    /// The run is over: kill and reap any process still carrying `marker_prefix`.
+    fn finish_run(&self, marker_prefix: &str);
+}
+
+/// How item trees are contained.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Containment {
+    /// Each item gets `<base>/tollgate-<pid>-<n>`.
+    Cgroup { base: PathBuf },
+    /// The run is a child subreaper and walks `/proc`.
+    Subreaper,
+}
+
+/// Picks cgroups when a group can be created under the current cgroup v2 group (and
+/// `TOLLGATE_NO_CGROUP` is not `1`), else makes this process a child subreaper.
+pub fn choose_containment(force_subreaper: bool) -> Containment {
+    if !force_subreaper {
+        if let Some(base) = cgroup_base() {
+            let probe = base.join(format!("tollgate-{}-probe", std::process::id()));
+            if fs::create_dir(&probe).is_ok() {
+                let usable = probe.join("cgroup.kill").exists();
+                let _ = fs::remove_dir(&probe);
+                if usable {
+                    return Containment::Cgroup { base };
+                }
+            }
+        }
+    }
+    // If this fails we still walk /proc; reparented grandchildren then go to init instead of us.
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        tracing::warn!("PR_SET_CHILD_SUBREAPER failed: {e}");
+    }
+    Containment::Subreaper
+}
+
+/// The directory of this process's cgroup in the cgroup v2 hierarchy, if mounted.
+fn cgroup_base() -> Option<PathBuf> {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mount = mountinfo.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let fstype = right.split_whitespace().next()?;
+        (fstype == "cgroup2").then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
+    })?;
+    let own = fs::read_to_string("/proc/self/cgroup").ok()?;
+    let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+    Some(mount.join(rel.trim_start_matches('/')))
+}
+
+/// Creates the cgroup for one item. `None` when it cannot (the item then runs uncontained by a
+/// cgroup, still in its own process group).
+pub fn create_cgroup(base: &Path, serial: usize) -> Option<PathBuf> {
+    let dir = base.join(format!("tollgate-{}-{serial}", std::process::id()));
+    match fs::create_dir(&dir) {
+        Ok(()) => Some(dir),
+        Err(e) => {
+            tracing::warn!("cannot create cgroup {}: {e}", dir.display());
+            None
+        }
+    }
+}
+
+/// The production killer.
+#[derive(Debug, Default)]
+pub struct ProcessKiller {
+    /// Pids of ours (reparented descendants) to reap once dead; bounded by [`MAX_ORPHANS`].
+    orphans: Mutex<HashSet<i32>>,
+}
+
+impl ProcessKiller {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn signal_pids(&self, target: &KillTarget, signal: Signal) {
+        let pids = tree_pids(target.pid, Some(&target.marker));
+        let own = std::process::id() as i32;
+        let mut orphans = lock(&self.orphans);
+        for (pid, ppid) in pids {
+            let _ = kill(Pid::from_raw(pid), signal);
+            if pid != target.pid && ppid == own && orphans.len() < MAX_ORPHANS {
+                orphans.insert(pid);
+            }
+        }
+    }
+
+    fn reap_orphans(&self) {
+        let own = std::process::id() as i32;
+        let mut orphans = lock(&self.orphans);
+        orphans.retain(|&pid| {
+            if parent_of(pid) != Some(own) {
+                return false;
+            }
+            !matches!(
+                waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)),
+                Ok(nix::sys::wait::WaitStatus::Exited(..))
+                    | Ok(nix::sys::wait::WaitStatus::Signaled(..))
+                    | Err(_)
+            )
+        });
+    }
+}
+
+impl Killer for ProcessKiller {
+    fn signal_tree(&self, target: &KillTarget, signal: KillSignal) {
+        fail::fail_point!("exec::kill_noop", |_| ());
+        let sig = match signal {
+            KillSignal::Term => Signal::SIGTERM,
+            KillSignal::Kill => Signal::SIGKILL,
+        };
+        let _ = killpg(Pid::from_raw(target.pid), sig);
+        if let Some(cgroup) = &target.cgroup {
+            match signal {
+                KillSignal::Kill => {
+                    if let Err(e) = write_file(&cgroup.join("cgroup.kill"), b"1") {
+                        tracing::warn!("cgroup.kill in {}: {e}", cgroup.display());
+                    }
+                }
+                KillSignal::Term => {
+                    for pid in cgroup_pids(cgroup) {
+                        let _ = kill(Pid::from_raw(pid), sig);
+                    }
+                }
+            }
+        }
+        self.signal_pids(target, sig);
+        self.reap_orphans();
+    }
+
+    fn release(&self, target: &KillTarget) {
+        fail::fail_point!("exec::kill_noop", |_| ());
+        let _ = killpg(Pid::from_raw(target.pid), Signal::SIGKILL);
+        match &target.cgroup {
+            Some(cgroup) => {
+                if !cgroup_pids(cgroup).is_empty() {
+                    let _ = write_file(&cgroup.join("cgroup.kill"), b"1");
+                }
+                // The kill is asynchronous; rmdir succeeds once the group is empty. A few tries,
+                // then leave it (an empty cgroup costs nothing and the next boot clears it).
+                for _ in 0..50 {
+                    if fs::remove_dir(cgroup).is_ok() || !cgroup.exists() {
+                        break;
+                    }
+                    std::thread::yield_now();
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+            }
+            None => {
+                // Only a kill scans /proc; a clean exit leaves setsid'ed leftovers to finish_run.
+            }
+        }
+        self.reap_orphans();
+    }
+
+    fn finish_run(&self, marker_prefix: &str) {
+        fail::fail_point!("exec::kill_noop", |_| ());
+        let own = std::process::id() as i32;
+        let procs = scan_proc();
+        let mut orphans = lock(&self.orphans);
+        for (pid, info) in &procs {
+            if environ_has_marker(*pid, marker_prefix) {
+                let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+                if info.ppid == own && orphans.len() < MAX_ORPHANS {
+                    orphans.insert(*pid);
+                }
+            }
+        }
+        drop(orphans);
+        self.reap_orphans();
+    }
+}
+
+struct ProcInfo {
+    ppid: i32,
+}
+
+/// Every process's parent, from `/proc/<pid>/stat`.
+fn scan_proc() -> HashMap<i32, ProcInfo> {
+    let mut out = HashMap::new();
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in dir.flatten().take(MAX_PROC_SCAN) {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if let Some(ppid) = parent_of(pid) {
+            out.insert(pid, ProcInfo { ppid });
+        }
+    }
+    out
+}
+
+/// The parent pid of `pid`, or `None` if it is gone.
+pub fn parent_of(pid: i32) -> Option<i32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces and parentheses; fields resume after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether `pid` exists and is not a zombie.
+pub fn is_alive(pid: i32) -> bool {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next());
+    !matches!(state, Some("Z") | Some("X") | None)
+}
+
+fn environ_has_marker(pid: i32, marker_prefix: &str) -> bool {
+    let Ok(environ) = fs::read(format!("/proc/{pid}/environ")) else {
+        return false;
+    };
+    let wanted = format!("{ITEM_MARKER_ENV}={marker_prefix}");
+    environ
+        .split(|&b| b == 0)
+        .any(|var| var.starts_with(wanted.as_bytes()))
+}
+
+/// The item's tree: descendants of `root` by ppid links plus any process carrying `marker`
+/// exactly, as `(pid, ppid)`.
+fn tree_pids(root: i32, marker: Option<&str>) -> Vec<(i32, i32)> {
+    let procs = scan_proc();
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    for (pid, info) in &procs {
+        children.entry(info.ppid).or_default().push(*pid);
+    }
+    let mut found: HashSet<i32> = HashSet::new();
+    let mut stack = vec![root];
+    while let Some(pid) = stack.pop() {
+        if found.insert(pid) {
+            if let Some(kids) = children.get(&pid) {
+                stack.extend(kids);
+            }
+        }
+    }
+    if let Some(marker) = marker {
+        let exact = format!("{ITEM_MARKER_ENV}={marker}");
+        for pid in procs.keys() {
+            if found.contains(pid) {
+                continue;
+            }
+            if let Ok(environ) = fs::read(format!("/proc/{pid}/environ")) {
+                if environ.split(|&b| b == 0).any(|v| v == exact.as_bytes()) {
+                    // Its own subtree too.
+                    let mut stack = vec![*pid];
+                    while let Some(p) = stack.pop() {
+                        if found.insert(p) {
+                            if let Some(kids) = children.get(&p) {
+                                stack.extend(kids);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    found
+        .into_iter()
+        .filter_map(|pid| procs.get(&pid).map(|info| (pid, info.ppid)))
+        .collect()
+}
+
+fn cgroup_pids(cgroup: &Path) -> Vec<i32> {
+    fs::read_to_string(cgroup.join("cgroup.procs"))
+        .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    fs::OpenOptions::new()
+        .write(true)
+        .open(path)?
+        .write_all(bytes)
+}
+
+/// Makes the child join the cgroup `dir` between fork and exec, so not even its first fork can
+/// escape the group.
+pub fn join_cgroup_on_exec(cmd: &mut std::process::Command, dir: &Path) -> std::io::Result<()> {
+    use std::os::fd::{AsRawFd, BorrowedFd};
+    use std::os::unix::process::CommandExt;
+    let procs = fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("cgroup.procs"))?;
+    // SAFETY: the hook runs in the forked child before exec and only calls write(2), which is
+    // async-signal-safe, on a descriptor the `procs` file (moved into the closure, so alive for as
+    // long as the command is) keeps open; it allocates nothing and takes no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fd = BorrowedFd::borrow_raw(procs.as_raw_fd());
+            match nix::unistd::write(fd, b"0") {
+                Ok(_) => Ok(()),
+                Err(errno) => Err(std::io::Error::from_raw_os_error(errno as i32)),
+            }
+        });
+    }
+    Ok(())
+}

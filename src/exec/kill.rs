@@ -4,20 +4,24 @@
 //! term grace (the core decides when).
 
 use crate::protocol::execution::KillSignal;
-use crate::sync::{lock, Mutex};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+// Not raced under loom (it is pure bookkeeping of pids), so plain std.
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 
 /// Environment variable every item's process carries (`<run id>/<index>`); descendants inherit it,
 /// which is how the `/proc` walk attributes a reparented `setsid` grandchild to its item.
 pub const ITEM_MARKER_ENV: &str = "TOLLGATE_ITEM";
 /// Set to `1` to skip cgroups and use the subreaper path.
 pub const NO_CGROUP_ENV: &str = "TOLLGATE_NO_CGROUP";
+/// Serial for cgroup names, unique within this process (several runs may share it).
+static CGROUP_SERIAL: AtomicUsize = AtomicUsize::new(0);
 /// Bound on the pids remembered for reaping.
 const MAX_ORPHANS: usize = 65_536;
 /// Bound on the processes a `/proc` scan looks at.
@@ -60,7 +64,8 @@ pub enum Containment {
 pub fn choose_containment(force_subreaper: bool) -> Containment {
     if !force_subreaper {
         if let Some(base) = cgroup_base() {
-            let probe = base.join(format!("tollgate-{}-probe", std::process::id()));
+            let serial = CGROUP_SERIAL.fetch_add(1, Ordering::Relaxed);
+            let probe = base.join(format!("tollgate-{}-probe-{serial}", std::process::id()));
             if fs::create_dir(&probe).is_ok() {
                 let usable = probe.join("cgroup.kill").exists();
                 let _ = fs::remove_dir(&probe);
@@ -92,7 +97,8 @@ fn cgroup_base() -> Option<PathBuf> {
 
 /// Creates the cgroup for one item. `None` when it cannot (the item then runs uncontained by a
 /// cgroup, still in its own process group).
-pub fn create_cgroup(base: &Path, serial: usize) -> Option<PathBuf> {
+pub fn create_cgroup(base: &Path) -> Option<PathBuf> {
+    let serial = CGROUP_SERIAL.fetch_add(1, Ordering::Relaxed);
     let dir = base.join(format!("tollgate-{}-{serial}", std::process::id()));
     match fs::create_dir(&dir) {
         Ok(()) => Some(dir),
@@ -118,7 +124,7 @@ impl ProcessKiller {
     fn signal_pids(&self, target: &KillTarget, signal: Signal) {
         let pids = tree_pids(target.pid, Some(&target.marker));
         let own = std::process::id() as i32;
-        let mut orphans = lock(&self.orphans);
+        let mut orphans = lock_orphans(&self.orphans);
         for (pid, ppid) in pids {
             let _ = kill(Pid::from_raw(pid), signal);
             if pid != target.pid && ppid == own && orphans.len() < MAX_ORPHANS {
@@ -129,7 +135,7 @@ impl ProcessKiller {
 
     fn reap_orphans(&self) {
         let own = std::process::id() as i32;
-        let mut orphans = lock(&self.orphans);
+        let mut orphans = lock_orphans(&self.orphans);
         orphans.retain(|&pid| {
             if parent_of(pid) != Some(own) {
                 return false;
@@ -199,7 +205,7 @@ impl Killer for ProcessKiller {
         fail::fail_point!("exec::kill_noop", |_| ());
         let own = std::process::id() as i32;
         let procs = scan_proc();
-        let mut orphans = lock(&self.orphans);
+        let mut orphans = lock_orphans(&self.orphans);
         for (pid, info) in &procs {
             if environ_has_marker(*pid, marker_prefix) {
                 let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
@@ -345,4 +351,8 @@ pub fn join_cgroup_on_exec(cmd: &mut std::process::Command, dir: &Path) -> std::
         });
     }
     Ok(())
+}
+
+fn lock_orphans(m: &Mutex<HashSet<i32>>) -> MutexGuard<'_, HashSet<i32>> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -164,7 +164,6 @@ struct Run<'a> {
     started: Instant,
     wall_base_millis: u64,
     tx: SyncSender<WorkerMessage>,
-    cgroup_serial: usize,
     rows: Vec<SettledRow>,
     listed: Vec<PathBuf>,
     warnings: Vec<String>,
@@ -206,7 +205,6 @@ pub fn run_many(
         started: Instant::now(),
         wall_base_millis: wall_millis(),
         tx,
-        cgroup_serial: 0,
         rows: Vec::with_capacity(pack.items.len()),
         listed: Vec::new(),
         warnings: Vec::new(),
@@ -384,10 +382,7 @@ impl Run<'_> {
         let writer2 = writer.try_clone().map_err(|e| format!("pipe: {e}"))?;
         cmd.stdout(Stdio::from(writer)).stderr(Stdio::from(writer2));
         let cgroup = match &self.opts.containment {
-            Containment::Cgroup { base } => {
-                self.cgroup_serial += 1;
-                kill::create_cgroup(base, self.cgroup_serial)
-            }
+            Containment::Cgroup { base } => kill::create_cgroup(base),
             Containment::Subreaper => None,
         };
         if let Some(dir) = &cgroup {

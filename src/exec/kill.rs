@@ -330,25 +330,39 @@ fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .write_all(bytes)
 }
 
-/// Makes the child join the cgroup `dir` between fork and exec, so not even its first fork can
-/// escape the group.
-pub fn join_cgroup_on_exec(cmd: &mut std::process::Command, dir: &Path) -> std::io::Result<()> {
-    use std::os::fd::{AsRawFd, BorrowedFd};
-    use std::os::unix::process::CommandExt;
-    let procs = fs::OpenOptions::new()
-        .write(true)
-        .open(dir.join("cgroup.procs"))?;
-    // SAFETY: the hook runs in the forked child before exec and only calls write(2), which is
-    // async-signal-safe, on a descriptor the `procs` file (moved into the closure, so alive for as
-    // long as the command is) keeps open; it allocates nothing and takes no lock.
-    unsafe {
-        cmd.pre_exec(move || {
-            let fd = BorrowedFd::borrow_raw(procs.as_raw_fd());
-            match nix::unistd::write(fd, b"0") {
-                Ok(_) => Ok(()),
-                Err(errno) => Err(std::io::Error::from_raw_os_error(errno as i32)),
+/// Moves a freshly spawned item (and any child it already forked) into its cgroup.
+///
+/// Joining between fork and exec (a `pre_exec` hook) would close the window completely, but it
+/// forces `fork` instead of `posix_spawn` and costs ~0.7 ms per item; instead the run adopts the
+/// child right after the spawn returns, then its already-forked descendants through
+/// `/proc/<pid>/task/<tid>/children`. A process that still slipped out is caught by the kill's
+/// `/proc` walk, which matches the item's environment marker.
+pub fn adopt_into_cgroup(dir: &Path, pid: i32) -> std::io::Result<()> {
+    let procs = dir.join("cgroup.procs");
+    write_file(&procs, pid.to_string().as_bytes())?;
+    let mut stack = vec![pid];
+    let mut budget = 4096usize;
+    while let Some(p) = stack.pop() {
+        let Ok(tasks) = fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let Ok(kids) = fs::read_to_string(task.path().join("children")) else {
+                continue;
+            };
+            for kid in kids
+                .split_whitespace()
+                .filter_map(|k| k.parse::<i32>().ok())
+            {
+                if budget == 0 {
+                    return Ok(());
+                }
+                budget -= 1;
+                // It may have exited meanwhile; that is fine.
+                let _ = write_file(&procs, kid.to_string().as_bytes());
+                stack.push(kid);
             }
-        });
+        }
     }
     Ok(())
 }

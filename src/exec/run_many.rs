@@ -278,7 +278,7 @@ pub fn run_many(
 fn wall_millis() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| pack::duration_millis(d))
+        .map_or(0, pack::duration_millis)
 }
 
 impl Run<'_> {
@@ -385,12 +385,6 @@ impl Run<'_> {
             Containment::Cgroup { base } => kill::create_cgroup(base),
             Containment::Subreaper => None,
         };
-        if let Some(dir) = &cgroup {
-            if let Err(e) = kill::join_cgroup_on_exec(&mut cmd, dir) {
-                let _ = std::fs::remove_dir(dir);
-                return Err(format!("cgroup {}: {e}", dir.display()));
-            }
-        }
         let spawned = cmd.spawn();
         // Our copies of the pipe's write end must close, or the reader never sees EOF.
         drop(cmd);
@@ -404,6 +398,12 @@ impl Run<'_> {
             }
         };
         let pid = child.id();
+        if let Some(dir) = &cgroup {
+            if let Err(e) = kill::adopt_into_cgroup(dir, pid as i32) {
+                // Still contained by its process group and the /proc walk.
+                tracing::warn!("cannot move item {index} into {}: {e}", dir.display());
+            }
+        }
         let target = KillTarget {
             pid: pid as i32,
             cgroup,

@@ -3,7 +3,7 @@
 use super::exit;
 use crate::exec::{self, pack, Event, EventSink, JsonLines, RunOptions};
 use crate::protocol::execution::{EndReason, Lane};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::fs::{self, File};
 use std::io::{self, IsTerminal, Write};
 use std::num::NonZeroUsize;
@@ -167,7 +167,8 @@ pub fn run(args: RunArgs, home: Option<&Path>) -> i32 {
     } else {
         let live = args.lane == LaneArg::Playbook && io::stdout().is_terminal();
         let bar = live.then(|| {
-            let bar = ProgressBar::new(0);
+            // Drawn on stdout, the terminal we checked (indicatif's default is stderr).
+            let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stdout());
             if let Ok(style) =
                 ProgressStyle::with_template("{spinner} [{elapsed_precise}] {pos}/{len} {msg}")
             {
@@ -184,7 +185,15 @@ pub fn run(args: RunArgs, home: Option<&Path>) -> i32 {
 
     let interrupt = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        if let Err(e) = signal_hook::flag::register(signal, Arc::clone(&interrupt)) {
+        // The first signal asks the run to stop (kill items, report `interrupted`); a second one,
+        // while the run is already stopping, exits at once with 128 + signal.
+        let registered = signal_hook::flag::register_conditional_shutdown(
+            signal,
+            128 + signal,
+            Arc::clone(&interrupt),
+        )
+        .and_then(|_| signal_hook::flag::register(signal, Arc::clone(&interrupt)));
+        if let Err(e) = registered {
             eprintln!("tollgate run: cannot install the signal handler: {e}");
             return exit::ENVIRONMENT;
         }

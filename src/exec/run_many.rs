@@ -361,8 +361,11 @@ impl Run<'_> {
         }
         let mut cmd = match &item.command {
             ItemCommand::Argv(argv) => {
-                let mut c = Command::new(&argv[0]);
-                c.args(&argv[1..]);
+                let Some((program, args)) = argv.split_first() else {
+                    return Err(format!("item {:?} has an empty argv", item.name));
+                };
+                let mut c = Command::new(program);
+                c.args(args);
                 c
             }
             ItemCommand::Shell(line) => {

@@ -26,6 +26,9 @@ pub fn run(_args: SweepArgs, home: Option<&Path>) -> i32 {
             return exit::ENVIRONMENT;
         }
     };
+    for path in crate::exec::kill::sweep_cgroups() {
+        println!("removed {} (cgroup of a finished run)", path.display());
+    }
     for path in &report.removed {
         println!("removed {}", path.display());
     }

@@ -109,6 +109,36 @@ pub fn create_cgroup(base: &Path) -> Option<PathBuf> {
     }
 }
 
+/// Removes cgroups left by runs that are gone (an abandoned item's group cannot be removed while
+/// its process lives). Non-empty groups stay. Returns the removed directories.
+pub fn sweep_cgroups() -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let Some(base) = cgroup_base() else {
+        return removed;
+    };
+    let Ok(dir) = fs::read_dir(&base) else {
+        return removed;
+    };
+    for entry in dir.flatten().take(MAX_PROC_SCAN) {
+        let name = entry.file_name();
+        let Some(owner) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("tollgate-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if is_alive(owner) {
+            continue;
+        }
+        if fs::remove_dir(entry.path()).is_ok() {
+            removed.push(entry.path());
+        }
+    }
+    removed
+}
+
 /// The production killer.
 #[derive(Debug, Default)]
 pub struct ProcessKiller {

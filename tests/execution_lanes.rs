@@ -1,27 +1,22 @@
-//! Three items whose durations run opposite to their declaration order: `first` waits for
-//! `second`, which waits for `third`. The order is forced through files the items write, not by
-//! sleeps. The scored lane emits rows in declaration order; the playbook lane in completion order,
-//! and its first row reaches the events stream while the run is still going: `first` also waits
-//! for a `release` file the test creates only after it has read that row from the events FIFO.
+//! Three items whose durations run opposite to their declaration order. The scored lane emits rows
+//! in declaration order (there `first` waits for a file `second` writes, which waits for one
+//! `third` writes); the playbook lane emits them in completion order, each row while the run is
+//! still going (there the test releases each next item only after reading the previous row from
+//! the events FIFO). No sleep synchronises anything; the items poll for files as their workload.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-fn write_pack(dir: &Path, gate_on_release: bool) {
+fn write_pack(dir: &Path) {
     let d = dir.display();
-    let release = if gate_on_release {
-        format!(" && [ -e {d}/release ]")
-    } else {
-        String::new()
-    };
     let pack = format!(
         r#"ceiling = "60s"
 jobs = 3
 
 [[item]]
 name = "first"
-shell = "until [ -e {d}/second.done ]{release}; do sleep 0.01; done; touch {d}/first.done"
+shell = "until [ -e {d}/second.done ]; do sleep 0.01; done; touch {d}/first.done"
 
 [[item]]
 name = "second"
@@ -59,7 +54,7 @@ fn settled_names(lines: &[serde_json::Value]) -> Vec<String> {
 #[test]
 fn scored_lane_rows_come_in_declaration_order() {
     let dir = tempfile::tempdir().unwrap();
-    write_pack(dir.path(), false);
+    write_pack(dir.path());
     let events = dir.path().join("events.jsonl");
     let out = tollgate(dir.path(), "scored", &events).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -89,8 +84,30 @@ fn scored_lane_rows_come_in_declaration_order() {
 
 #[test]
 fn playbook_lane_rows_come_in_completion_order_and_live() {
+    // Here the test itself drives the completion order: `third` ends at once; `second` waits for
+    // `go.second`, which the test creates only after reading `third`'s row from the events FIFO;
+    // `first` waits for `go.first`, created after `second`'s row. So every row is read while the
+    // run is provably still going, and the completion order is exactly third, second, first.
     let dir = tempfile::tempdir().unwrap();
-    write_pack(dir.path(), true);
+    let d = dir.path().display();
+    let pack = format!(
+        r#"ceiling = "60s"
+jobs = 3
+
+[[item]]
+name = "first"
+shell = "until [ -e {d}/go.first ]; do sleep 0.01; done"
+
+[[item]]
+name = "second"
+shell = "until [ -e {d}/go.second ]; do sleep 0.01; done"
+
+[[item]]
+name = "third"
+run = ["true"]
+"#
+    );
+    std::fs::write(dir.path().join("pack.toml"), pack).unwrap();
     let fifo = dir.path().join("events.fifo");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
     let mut child = tollgate(dir.path(), "playbook", &fifo)
@@ -99,25 +116,27 @@ fn playbook_lane_rows_come_in_completion_order_and_live() {
         .unwrap();
     // Opening the read end pairs with the run's open of the write end.
     let reader = BufReader::new(std::fs::File::open(&fifo).unwrap());
-    let mut lines = Vec::new();
-    let mut released = false;
+    let mut lines: Vec<serde_json::Value> = Vec::new();
     for line in reader.lines() {
         let value: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
-        if value["event"] == "item_settled" && !released {
-            // The first row is here while `first` still waits for `release`: the run cannot
-            // have ended.
-            assert_eq!(value["item"], "third");
-            assert!(!lines
-                .iter()
-                .any(|e: &serde_json::Value| e["event"] == "run_ended"));
-            std::fs::write(dir.path().join("release"), "").unwrap();
-            released = true;
+        if value["event"] == "item_settled" {
+            assert!(
+                !lines.iter().any(|e| e["event"] == "run_ended"),
+                "a row after the end"
+            );
+            let next = match value["item"].as_str().unwrap() {
+                "third" => Some("go.second"),
+                "second" => Some("go.first"),
+                _ => None,
+            };
+            if let Some(file) = next {
+                std::fs::write(dir.path().join(file), "").unwrap();
+            }
         }
         lines.push(value);
     }
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
-    assert!(released);
     assert_eq!(settled_names(&lines), ["third", "second", "first"]);
     assert_eq!(lines.last().unwrap()["event"], "run_ended");
 }

@@ -140,3 +140,41 @@ run = ["true"]
     assert_eq!(settled_names(&lines), ["third", "second", "first"]);
     assert_eq!(lines.last().unwrap()["event"], "run_ended");
 }
+
+#[test]
+fn scored_lane_streams_its_settled_prefix() {
+    // `head` ends at once; `tail` waits for `go.tail`, which the test creates only after reading
+    // `head`'s row from the events FIFO: the scored lane does not hold rows back until the end.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let pack = format!(
+        r#"jobs = 2
+
+[[item]]
+name = "head"
+run = ["true"]
+
+[[item]]
+name = "tail"
+shell = "until [ -e {d}/go.tail ]; do sleep 0.01; done"
+"#
+    );
+    std::fs::write(dir.path().join("pack.toml"), pack).unwrap();
+    let fifo = dir.path().join("events.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let mut child = tollgate(dir.path(), "scored", &fifo)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let reader = BufReader::new(std::fs::File::open(&fifo).unwrap());
+    let mut lines: Vec<serde_json::Value> = Vec::new();
+    for line in reader.lines() {
+        let value: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if value["event"] == "item_settled" && value["item"] == "head" {
+            std::fs::write(dir.path().join("go.tail"), "").unwrap();
+        }
+        lines.push(value);
+    }
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert_eq!(settled_names(&lines), ["head", "tail"]);
+}

@@ -334,6 +334,14 @@ mod tests {
     }
 
     #[test]
+    fn more_than_the_item_bound_is_refused() {
+        let text = "[[item]]\nname = \"x\"\nrun = [\"true\"]\n".repeat(MAX_ITEMS + 1);
+        let (_, key, message) = err(&text);
+        assert_eq!(key, "item");
+        assert!(message.contains("at most 10000"), "{message}");
+    }
+
+    #[test]
     fn duplicate_names_refused() {
         let (line, key, _) =
             err("[[item]]\nname = \"a\"\nrun = [\"x\"]\n[[item]]\nname = \"a\"\nrun = [\"y\"]\n");

@@ -105,3 +105,99 @@ fn setsid_grandchild_is_killed_through_the_cgroup() {
 fn setsid_grandchild_is_killed_on_the_subreaper_path() {
     run_escapee(true);
 }
+
+/// An item that passes but leaves a `setsid` daemon behind (its output detached, so nothing
+/// waits for it): the daemon dies when the item settles, while the run still goes on. The test
+/// reads the events FIFO; after the `daemonizer` row it waits (bounded) for the daemon to be gone
+/// and only then lets the second item finish.
+fn run_daemonizer(force_subreaper: bool) {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let pack = format!(
+        r#"jobs = 2
+
+[[item]]
+name = "daemonizer"
+shell = "setsid sh -c 'exec >/dev/null 2>&1 </dev/null; echo $$ > {d}/daemon.pid; exec sleep 600' & while [ ! -s {d}/daemon.pid ]; do sleep 0.01; done"
+
+[[item]]
+name = "waiter"
+shell = "until [ -e {d}/go ]; do sleep 0.01; done"
+"#
+    );
+    std::fs::write(dir.path().join("pack.toml"), pack).unwrap();
+    let fifo = dir.path().join("events.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    cmd.arg("--home")
+        .arg(dir.path().join("home"))
+        .arg("run")
+        .arg(dir.path().join("pack.toml"))
+        .arg("--lane")
+        .arg("playbook")
+        .arg("--events")
+        .arg(&fifo)
+        .stdout(std::process::Stdio::null());
+    if force_subreaper {
+        cmd.env("TOLLGATE_NO_CGROUP", "1");
+    } else {
+        cmd.env_remove("TOLLGATE_NO_CGROUP");
+    }
+    let mut child = cmd.spawn().unwrap();
+    let reader = BufReader::new(std::fs::File::open(&fifo).unwrap());
+    let mut outcomes = Vec::new();
+    for line in reader.lines() {
+        let value: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if value["event"] != "item_settled" {
+            continue;
+        }
+        outcomes.push((
+            value["item"].as_str().unwrap().to_string(),
+            value["outcome"].as_str().unwrap().to_string(),
+        ));
+        if value["item"] == "daemonizer" {
+            let daemon: i32 = std::fs::read_to_string(dir.path().join("daemon.pid"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            let until = Instant::now() + Duration::from_secs(5);
+            while tollgate::exec::kill::is_alive(daemon) {
+                if Instant::now() > until {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(daemon),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                    std::fs::write(dir.path().join("go"), "").unwrap();
+                    panic!("the setsid daemon {daemon} outlived its settled item");
+                }
+                std::thread::yield_now();
+            }
+            std::fs::write(dir.path().join("go"), "").unwrap();
+        }
+    }
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert_eq!(
+        outcomes,
+        [
+            ("daemonizer".to_string(), "passed".to_string()),
+            ("waiter".to_string(), "passed".to_string())
+        ]
+    );
+}
+
+#[test]
+fn setsid_daemon_dies_with_its_item_through_the_cgroup() {
+    match tollgate::exec::choose_containment(false) {
+        tollgate::exec::Containment::Cgroup { .. } => run_daemonizer(false),
+        tollgate::exec::Containment::Subreaper => {
+            eprintln!("SKIPPED: no delegable cgroup v2 group here");
+        }
+    }
+}
+
+#[test]
+fn setsid_daemon_dies_with_its_item_on_the_subreaper_path() {
+    run_daemonizer(true);
+}

@@ -163,6 +163,42 @@ impl ProcessKiller {
         }
     }
 
+    /// Subreaper path, item settled: its root is gone, so whatever of its tree escaped the
+    /// process group (a `setsid` grandchild) was reparented to this process. Kill those children
+    /// of ours that carry the item's marker, with their subtrees. Cheap when there are none: one
+    /// read of each of our threads' `children` file.
+    fn kill_reparented_leftovers(&self, target: &KillTarget) {
+        let own = std::process::id() as i32;
+        let exact = format!("{ITEM_MARKER_ENV}={}", target.marker);
+        let leftovers: Vec<i32> = children_of(own)
+            .into_iter()
+            .filter(|&pid| pid != target.pid)
+            .filter(|&pid| {
+                fs::read(format!("/proc/{pid}/environ"))
+                    .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == exact.as_bytes()))
+            })
+            .collect();
+        if leftovers.is_empty() {
+            return;
+        }
+        let mut orphans = lock_orphans(&self.orphans);
+        let mut stack = leftovers.clone();
+        let mut budget = MAX_ORPHANS;
+        while let Some(pid) = stack.pop() {
+            if budget == 0 {
+                break;
+            }
+            budget -= 1;
+            // Stop it first so it cannot fork while its subtree is collected.
+            let _ = kill(Pid::from_raw(pid), Signal::SIGSTOP);
+            stack.extend(children_of(pid));
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            if leftovers.contains(&pid) && orphans.len() < MAX_ORPHANS {
+                orphans.insert(pid);
+            }
+        }
+    }
+
     fn reap_orphans(&self) {
         let own = std::process::id() as i32;
         let mut orphans = lock_orphans(&self.orphans);
@@ -224,9 +260,7 @@ impl Killer for ProcessKiller {
                     std::thread::sleep(std::time::Duration::from_millis(2));
                 }
             }
-            None => {
-                // Only a kill scans /proc; a clean exit leaves setsid'ed leftovers to finish_run.
-            }
+            None => self.kill_reparented_leftovers(target),
         }
         self.reap_orphans();
     }
@@ -345,6 +379,23 @@ fn tree_pids(root: i32, marker: Option<&str>) -> Vec<(i32, i32)> {
         .into_iter()
         .filter_map(|pid| procs.get(&pid).map(|info| (pid, info.ppid)))
         .collect()
+}
+
+/// The children of `pid` (all its threads'), from `/proc/<pid>/task/<tid>/children`.
+fn children_of(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        if let Ok(kids) = fs::read_to_string(task.path().join("children")) {
+            out.extend(
+                kids.split_whitespace()
+                    .filter_map(|k| k.parse::<i32>().ok()),
+            );
+        }
+    }
+    out
 }
 
 fn cgroup_pids(cgroup: &Path) -> Vec<i32> {

@@ -170,7 +170,13 @@ shell = "until [ -e {d}/go ]; do sleep 0.01; done"
                         nix::sys::signal::Signal::SIGKILL,
                     );
                     std::fs::write(dir.path().join("go"), "").unwrap();
-                    panic!("the setsid daemon {daemon} outlived its settled item");
+                    let status = std::fs::read_to_string(format!("/proc/{daemon}/status"))
+                        .unwrap_or_default();
+                    let cgroup = std::fs::read_to_string(format!("/proc/{daemon}/cgroup"))
+                        .unwrap_or_default();
+                    panic!(
+                        "the setsid daemon {daemon} outlived its settled item\n{status}\n{cgroup}"
+                    );
                 }
                 std::thread::yield_now();
             }

@@ -60,8 +60,15 @@ pub enum Containment {
 }
 
 /// Picks cgroups when a group can be created under the current cgroup v2 group (and
-/// `TOLLGATE_NO_CGROUP` is not `1`), else makes this process a child subreaper.
+/// `TOLLGATE_NO_CGROUP` is not `1`). Either way this process becomes a child subreaper: items are
+/// moved into their cgroup just after the spawn, so a grandchild forked in that window stays
+/// outside the group; as a subreaper the run still gets it back when its parent dies and kills it
+/// by the item's marker.
 pub fn choose_containment(force_subreaper: bool) -> Containment {
+    // If this fails we still walk /proc; reparented grandchildren then go to init instead of us.
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        tracing::warn!("PR_SET_CHILD_SUBREAPER failed: {e}");
+    }
     if !force_subreaper {
         if let Some(base) = cgroup_base() {
             let serial = CGROUP_SERIAL.fetch_add(1, Ordering::Relaxed);
@@ -74,10 +81,6 @@ pub fn choose_containment(force_subreaper: bool) -> Containment {
                 }
             }
         }
-    }
-    // If this fails we still walk /proc; reparented grandchildren then go to init instead of us.
-    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
-        tracing::warn!("PR_SET_CHILD_SUBREAPER failed: {e}");
     }
     Containment::Subreaper
 }
@@ -245,23 +248,22 @@ impl Killer for ProcessKiller {
     fn release(&self, target: &KillTarget) {
         fail::fail_point!("exec::kill_noop", |_| ());
         let _ = killpg(Pid::from_raw(target.pid), Signal::SIGKILL);
-        match &target.cgroup {
-            Some(cgroup) => {
-                if !cgroup_pids(cgroup).is_empty() {
-                    let _ = write_file(&cgroup.join("cgroup.kill"), b"1");
-                }
-                // The kill is asynchronous; rmdir succeeds once the group is empty. A few tries,
-                // then leave it (an empty cgroup costs nothing and the next boot clears it).
-                for _ in 0..50 {
-                    if fs::remove_dir(cgroup).is_ok() || !cgroup.exists() {
-                        break;
-                    }
-                    std::thread::yield_now();
-                    std::thread::sleep(std::time::Duration::from_millis(2));
-                }
+        if let Some(cgroup) = &target.cgroup {
+            if !cgroup_pids(cgroup).is_empty() {
+                let _ = write_file(&cgroup.join("cgroup.kill"), b"1");
             }
-            None => self.kill_reparented_leftovers(target),
+            // The kill is asynchronous; rmdir succeeds once the group is empty. A few tries, then
+            // leave it for `tollgate sweep` (an empty cgroup costs nothing meanwhile).
+            for _ in 0..50 {
+                if fs::remove_dir(cgroup).is_ok() || !cgroup.exists() {
+                    break;
+                }
+                std::thread::yield_now();
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
         }
+        // With or without a cgroup: whatever escaped the group was reparented to us.
+        self.kill_reparented_leftovers(target);
         self.reap_orphans();
     }
 

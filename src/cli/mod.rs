@@ -8,6 +8,9 @@ pub use error::CliError;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
+pub mod run;
+pub mod sweep;
+
 /// Exit codes every subcommand shares (also listed in `--help` and the README).
 pub mod exit {
     /// Success.
@@ -61,6 +64,10 @@ pub enum Command {
     Cancel(CancelArgs),
     /// Repair after crashes: replace dead runners of active turns, start parked rows on free slots.
     Reconcile(ReconcileArgs),
+    /// Run a pack: every item with its deadline, under the run ceiling, rows by lane.
+    Run(run::RunArgs),
+    /// Remove listed worktrees that no live process holds any more.
+    Sweep(sweep::SweepArgs),
     /// Internal commands run by tollgate itself.
     #[command(subcommand, hide = true)]
     Worker(WorkerCommand),
@@ -182,6 +189,8 @@ pub fn main() -> i32 {
             slot_token,
         }) => commands::worker_runner(home, &task, turn, &slot_token),
         Command::Worker(WorkerCommand::Wake { at }) => commands::worker_wake(home, at),
+        Command::Run(args) => Ok(run::run(args, home.as_deref())),
+        Command::Sweep(args) => Ok(sweep::run(args, home.as_deref())),
     };
     match result {
         Ok(code) => code,

@@ -5,5 +5,6 @@
 //! shell, the stateright models and the property tests all drive exactly this code.
 
 pub mod admission;
+pub mod execution;
 pub mod scopes;
 pub mod slots;

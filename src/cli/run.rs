@@ -1,0 +1,252 @@
+//! `tollgate run PACK`: run a pack's items with deadlines, a ceiling and a lane.
+
+use super::exit;
+use crate::exec::{self, pack, Event, EventSink, JsonLines, RunOptions};
+use crate::protocol::execution::{EndReason, Lane};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::fs::{self, File};
+use std::io::{self, IsTerminal, Write};
+use std::num::NonZeroUsize;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LaneArg {
+    /// Rows in declaration order (the settled prefix streams as it completes).
+    Scored,
+    /// Rows as items settle.
+    Playbook,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The pack file (pack.toml).
+    pub pack: PathBuf,
+    /// Row order: scored (declaration order) or playbook (settle order, live).
+    #[arg(long, value_enum, default_value = "scored")]
+    pub lane: LaneArg,
+    /// Whole-run ceiling, e.g. "10m"; overrides the pack's.
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DUR")]
+    pub ceiling: Option<Duration>,
+    /// Items running at once; overrides the pack's.
+    #[arg(long, value_name = "N")]
+    pub jobs: Option<NonZeroUsize>,
+    /// Write the JSON-lines event stream to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<PathBuf>,
+    /// Write the JSON-lines event stream to stdout (instead of text rows).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The state directory: `--home`/`TOLLGATE_HOME`, else `$XDG_STATE_HOME/tollgate`, else
+/// `~/.local/state/tollgate`; created 0700.
+pub(super) fn resolve_home(home: Option<&Path>) -> io::Result<PathBuf> {
+    let dir = match home {
+        Some(h) => h.to_path_buf(),
+        None => match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+            Some(xdg) => PathBuf::from(xdg).join("tollgate"),
+            None => match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+                Some(h) => PathBuf::from(h).join(".local/state/tollgate"),
+                None => {
+                    return Err(io::Error::other(
+                        "neither --home, TOLLGATE_HOME, XDG_STATE_HOME nor HOME is set",
+                    ))
+                }
+            },
+        },
+    };
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)?;
+    Ok(dir)
+}
+
+/// Human output: plain rows, or a progress bar with rows above it (playbook lane on a terminal).
+struct Text {
+    bar: Option<ProgressBar>,
+    out: io::Stdout,
+}
+
+impl EventSink for Text {
+    fn emit(&mut self, event: &Event) {
+        match event {
+            Event::RunStarted { items, .. } => {
+                if let Some(bar) = &self.bar {
+                    bar.set_length(*items as u64);
+                }
+            }
+            Event::ItemStarted { item, .. } => {
+                if let Some(bar) = &self.bar {
+                    bar.set_message(item.clone());
+                }
+            }
+            Event::ItemSettled(row) => {
+                let status = match (row.exit_code, row.signal) {
+                    (Some(c), _) => format!("exit {c}"),
+                    (None, Some(s)) => format!("signal {s}"),
+                    _ => "-".to_string(),
+                };
+                let line = format!(
+                    "{:<10} {:<30} {:>8} ms  {}",
+                    row.outcome.as_str(),
+                    row.item,
+                    row.duration_millis,
+                    status
+                );
+                match &self.bar {
+                    Some(bar) => {
+                        bar.println(line);
+                        bar.inc(1);
+                    }
+                    None => {
+                        let mut out = self.out.lock();
+                        let _ = writeln!(out, "{line}");
+                        let _ = out.flush();
+                    }
+                }
+            }
+            Event::RunEnded { .. } => {
+                if let Some(bar) = self.bar.take() {
+                    bar.finish_and_clear();
+                }
+            }
+        }
+    }
+}
+
+struct Sinks {
+    sinks: Vec<Box<dyn EventSink>>,
+}
+
+impl EventSink for Sinks {
+    fn emit(&mut self, event: &Event) {
+        for sink in &mut self.sinks {
+            sink.emit(event);
+        }
+    }
+}
+
+pub fn run(args: RunArgs, home: Option<&Path>) -> i32 {
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
+
+    let pack = match pack::load(&args.pack) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("tollgate run: {e}");
+            return exit::USAGE;
+        }
+    };
+    let home = match resolve_home(home) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("tollgate run: cannot use the state directory: {e}");
+            return exit::ENVIRONMENT;
+        }
+    };
+    let mut sinks: Vec<Box<dyn EventSink>> = Vec::new();
+    if let Some(path) = &args.events {
+        match File::create(path) {
+            Ok(f) => sinks.push(Box::new(JsonLines(f))),
+            Err(e) => {
+                eprintln!(
+                    "tollgate run: cannot write events to {}: {e}",
+                    path.display()
+                );
+                return exit::ENVIRONMENT;
+            }
+        }
+    }
+    if args.json {
+        sinks.push(Box::new(JsonLines(io::stdout())));
+    } else {
+        let live = args.lane == LaneArg::Playbook && io::stdout().is_terminal();
+        let bar = live.then(|| {
+            // Drawn on stdout, the terminal we checked (indicatif's default is stderr).
+            let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stdout());
+            if let Ok(style) =
+                ProgressStyle::with_template("{spinner} [{elapsed_precise}] {pos}/{len} {msg}")
+            {
+                bar.set_style(style);
+            }
+            bar.enable_steady_tick(Duration::from_millis(120));
+            bar
+        });
+        sinks.push(Box::new(Text {
+            bar,
+            out: io::stdout(),
+        }));
+    }
+
+    let interrupt = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // The first signal asks the run to stop (kill items, report `interrupted`); a second one,
+        // while the run is already stopping, exits at once with 128 + signal.
+        let registered = signal_hook::flag::register_conditional_shutdown(
+            signal,
+            128 + signal,
+            Arc::clone(&interrupt),
+        )
+        .and_then(|_| signal_hook::flag::register(signal, Arc::clone(&interrupt)));
+        if let Err(e) = registered {
+            eprintln!("tollgate run: cannot install the signal handler: {e}");
+            return exit::ENVIRONMENT;
+        }
+    }
+    let force_subreaper = std::env::var(exec::kill::NO_CGROUP_ENV).is_ok_and(|v| v == "1");
+    let opts = RunOptions {
+        lane: match args.lane {
+            LaneArg::Scored => Lane::Scored,
+            LaneArg::Playbook => Lane::Playbook,
+        },
+        ceiling: args.ceiling,
+        jobs: args.jobs.map(NonZeroUsize::get),
+        home,
+        containment: exec::choose_containment(force_subreaper),
+        interrupt: Some(interrupt),
+    };
+    let killer = exec::ProcessKiller::new();
+    let mut sink = Sinks { sinks };
+    let report = match exec::run_many(&pack, &opts, &killer, &mut sink) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tollgate run: {e}");
+            return exit::ENVIRONMENT;
+        }
+    };
+    for warning in &report.warnings {
+        eprintln!("tollgate run: warning: {warning}");
+    }
+    for path in &report.listed {
+        eprintln!(
+            "tollgate run: worktree {} is listed for `tollgate sweep`",
+            path.display()
+        );
+    }
+    let c = report.counts;
+    let summary = format!(
+        "run ended: {} ({} passed, {} failed, {} timed-out, {} abandoned, {} cancelled)",
+        report.reason.as_str(),
+        c.passed,
+        c.failed,
+        c.timed_out,
+        c.abandoned,
+        c.cancelled
+    );
+    if args.json {
+        eprintln!("{summary}");
+    } else {
+        println!("{summary}");
+    }
+    let all_passed = report.reason == EndReason::Completed && c.passed == pack.items.len();
+    if all_passed {
+        exit::OK
+    } else {
+        exit::FAILED
+    }
+}

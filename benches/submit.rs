@@ -211,7 +211,15 @@ fn parked_submit_cost(root: &Path, me: ProcessIdentity, parked: usize, n: usize)
             let t0 = Instant::now();
             let submitted = submit_detached(&rt, me, request(&["true"])).expect("submit");
             let elapsed = millis(t0.elapsed());
-            assert_eq!(submitted.placement, Placement::Parked);
+            // Parked by the slot cap, or in the task's line behind the rows parked before it.
+            assert!(
+                matches!(
+                    submitted.placement,
+                    Placement::Parked | Placement::Waiting { .. }
+                ),
+                "{:?}",
+                submitted.placement
+            );
             elapsed
         })
         .collect();

@@ -4,10 +4,9 @@ use super::exit;
 use crate::exec::{self, pack, Event, EventSink, JsonLines, RunOptions};
 use crate::protocol::execution::{EndReason, Lane};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{self, IsTerminal, Write};
 use std::num::NonZeroUsize;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -42,28 +41,12 @@ pub struct RunArgs {
     pub json: bool,
 }
 
-/// The state directory: `--home`/`TOLLGATE_HOME`, else `$XDG_STATE_HOME/tollgate`, else
-/// `~/.local/state/tollgate`; created 0700.
-pub(super) fn resolve_home(home: Option<&Path>) -> io::Result<PathBuf> {
-    let dir = match home {
-        Some(h) => h.to_path_buf(),
-        None => match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
-            Some(xdg) => PathBuf::from(xdg).join("tollgate"),
-            None => match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
-                Some(h) => PathBuf::from(h).join(".local/state/tollgate"),
-                None => {
-                    return Err(io::Error::other(
-                        "neither --home, TOLLGATE_HOME, XDG_STATE_HOME nor HOME is set",
-                    ))
-                }
-            },
-        },
-    };
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)?;
-    Ok(dir)
+/// The state directory, resolved like every other command's (`crate::home::Home`), created 0700.
+pub(super) fn resolve_home(home: Option<&Path>) -> Result<PathBuf, String> {
+    let home =
+        crate::home::Home::resolve(home.map(Path::to_path_buf)).map_err(|e| e.to_string())?;
+    crate::fsutil::create_private_dir(home.root()).map_err(|e| e.to_string())?;
+    Ok(home.root().to_path_buf())
 }
 
 /// Human output: plain rows, or a progress bar with rows above it (playbook lane on a terminal).

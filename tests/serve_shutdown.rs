@@ -104,3 +104,40 @@ fn sigterm_hands_off_in_flight_deliveries_and_a_restart_readopts_and_finishes_th
     );
     assert_eq!(ran(&ran_log).len(), accepted.len(), "each ran exactly once");
 }
+
+/// A crash (SIGKILL) loses no acknowledged delivery: its turn was durable before the 200, and the
+/// next `serve` re-adopts it from the queue and logs its end.
+#[test]
+fn a_killed_serve_loses_no_acknowledged_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let release = dir.path().join("release");
+    let ran_log = dir.path().join("ran.log");
+    let home = TestHome::new(
+        8,
+        &format!(
+            "[serve]\nmax_detached = 4\n\n{}",
+            held_route("/hooks/k", "generic", &release, &ran_log, "")
+        ),
+    );
+    let mut serve = Serve::start(&home);
+    let body = b"{}";
+    let r = serve.post("/hooks/k", &generic_headers("k1", None, body), body);
+    assert_eq!(r.status, 200);
+    let delivery = r.json()["delivery"].as_str().unwrap().to_string();
+    serve.signal(Signal::SIGKILL);
+    assert_eq!(serve.wait_exit(30), -1);
+
+    let serve = Serve::start(&home);
+    assert_eq!(serve.metric("tollgate_readopted_total"), 1);
+    let dup = serve.post("/hooks/k", &generic_headers("k1", None, body), body);
+    assert_eq!(dup.json()["status"], "duplicate");
+    std::fs::write(&release, b"").unwrap();
+    wait_until(60, "the re-adopted delivery to end", || {
+        home.log().iter().any(|l| {
+            l["delivery"] == delivery.as_str()
+                && l["outcome"] == "completed"
+                && l["readopted"] == true
+        })
+    });
+    assert_eq!(ran(&ran_log), vec!["k1".to_string()]);
+}

@@ -365,3 +365,57 @@ fn de_run<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    fn load(text: &str) -> Result<Config, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let path = dir.path().join("tollgate.toml");
+        std::fs::write(&path, text).map_err(|e| e.to_string())?;
+        Config::load(&path)
+            .map_err(|e| e.to_string())
+            .map(|c| c.unwrap_or_default())
+    }
+
+    #[test]
+    fn a_config_without_serve_still_loads_and_gets_the_defaults() {
+        let config = load("workers = 2\nlock_timeout = \"5s\"\n").expect("old config");
+        assert!(config.serve.is_none() && config.routes.is_empty());
+        let table = config.serve.unwrap_or_default();
+        assert_eq!(
+            (table.listen.as_str(), table.max_detached),
+            ("127.0.0.1:8787", 1024)
+        );
+    }
+
+    #[test]
+    fn serve_and_routes_round_trip_through_save() {
+        let text = "workers = 2\n[serve]\nmax_detached = 7\n\n[[route]]\npath = \"/a\"\nadapter = \"slack-events\"\nsecret_env = \"A_SECRET\"\ntask = \"t-{scope}\"\nstrategy = \"queue\"\nrun = [\"true\"]\n";
+        let config = load(text).expect("loads");
+        assert_eq!(config.routes[0].task_for(Some("C1/x y")), "t-C1-x-y");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("saved.toml");
+        config.save(&path).expect("save");
+        let again = Config::load(&path).expect("reload").expect("exists");
+        assert_eq!(again, config);
+    }
+
+    #[test]
+    fn a_bad_value_is_refused_with_its_key_and_line() {
+        let cases = [
+            ("[serve]\nmax_detached = 0\n", "line 3: key `max_detached`"),
+            ("[serve]\ndrain_timeout = \"soon\"\n", "line 3: key `drain_timeout`"),
+            ("[[route]]\npath = \"/a\"\nadapter = \"gitlab\"\nsecret_env = \"S\"\ntask = \"t\"\nrun = [\"x\"]\n", "line 4: key `adapter`"),
+            ("[[route]]\npath = \"/a\"\nadapter = \"generic\"\nsecret_env = \"S\"\ntask = \"t\"\nstrategy = \"often\"\nrun = [\"x\"]\n", "line 7: key `strategy`"),
+            ("[[route]]\npath = \"/a\"\nadapter = \"generic\"\nsecret_env = \"S\"\ntask = \"t\"\ndispatch = \"later\"\nrun = [\"x\"]\n", "line 7: key `dispatch`"),
+            ("[[route]]\npath = \"/a\"\nadapter = \"generic\"\nsecret_env = \"S\"\ntask = \"t/{scope}\"\nrun = [\"x\"]\n", "line 6: key `task`"),
+            ("[serve]\nport = 1\n", "line 3: unknown field `port`"),
+        ];
+        for (body, expected) in cases {
+            let error = load(&format!("workers = 1\n{body}")).expect_err(body);
+            assert!(error.contains(expected), "{body}: {error}");
+        }
+    }
+}

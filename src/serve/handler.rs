@@ -145,17 +145,17 @@ pub async fn ingress(
         DispatchMode::Deferred => Dispatch::Deferred,
         DispatchMode::Sync => Dispatch::Sync,
     };
-    let decision_event = |outcome: &str| Event {
+    let base = Event {
         at_millis: now,
         kind: "decision",
         route: route.table.path.clone(),
         adapter: adapter.name().to_string(),
         tenant: verified.installation.clone(),
         identity: verified.identity.clone(),
-        outcome: outcome.to_string(),
         retry: verified.retry.clone(),
         ..Event::default()
     };
+    let decision_event = |outcome: &str| decided(&base, outcome);
     match app.gate.deliver(&tenant, &identity, dispatch, now) {
         GateDecision::Rejected(reason) => {
             let mut event = decision_event("rejected");
@@ -173,21 +173,33 @@ pub async fn ingress(
             answer(StatusCode::OK, body)
         }
         GateDecision::Accepted(permit) => {
+            // From here the delivery holds capacity: its dispatch runs in its own task, so a
+            // client that goes away mid-request cannot cut it between the gate and the watcher.
             app.dispatching.fetch_add(1, Ordering::SeqCst);
-            let response = accepted(
-                &app,
-                &route,
-                verified.clone(),
-                bytes,
-                identity,
-                permit,
-                now,
-                &decision_event,
-            )
-            .await;
-            app.dispatching.fetch_sub(1, Ordering::SeqCst);
-            response
+            let task = tokio::spawn({
+                let app = Arc::clone(&app);
+                async move {
+                    let response =
+                        accepted(&app, &route, verified, bytes, identity, permit, now, base).await;
+                    app.dispatching.fetch_sub(1, Ordering::SeqCst);
+                    response
+                }
+            });
+            match task.await {
+                Ok(response) => response,
+                Err(e) => answer(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    json!({"error": format!("the dispatch task failed: {e}")}),
+                ),
+            }
         }
+    }
+}
+
+fn decided(base: &Event, outcome: &str) -> Event {
+    Event {
+        outcome: outcome.to_string(),
+        ..base.clone()
     }
 }
 
@@ -258,8 +270,9 @@ async fn accepted(
     identity: EventIdentity,
     permit: Permit,
     now: u64,
-    decision_event: impl Fn(&str) -> Event,
+    base: Event,
 ) -> Response {
+    let decision_event = |outcome: &str| decided(&base, outcome);
     let adapter = route.adapter();
     let meta = DeliveryMeta {
         id: crate::protocol::slots::SlotToken::generate()
@@ -289,7 +302,7 @@ async fn accepted(
                 &identity,
                 permit,
                 error,
-                decision_event,
+                &decision_event,
             )
         }
         Err(join) => {
@@ -300,7 +313,7 @@ async fn accepted(
                 &identity,
                 permit,
                 join.to_string(),
-                decision_event,
+                &decision_event,
             )
         }
     };

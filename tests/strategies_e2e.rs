@@ -93,7 +93,7 @@ fn release(fifo: &Path) {
 #[test]
 fn queue_strategy_runs_the_first_and_the_last_and_supersedes_the_rest() {
     let h = home(4);
-    let hold = gate(&h.path.parent().unwrap().to_path_buf(), "hold-q");
+    let hold = gate(h.path.parent().unwrap(), "hold-q");
     let first = tollgate(
         &h.path,
         &[

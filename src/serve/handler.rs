@@ -180,7 +180,7 @@ pub async fn ingress(
                 let app = Arc::clone(&app);
                 async move {
                     let response =
-                        accepted(&app, &route, verified, bytes, identity, permit, now, base).await;
+                        accepted(&app, &route, verified, bytes, identity, permit, base).await;
                     app.dispatching.fetch_sub(1, Ordering::SeqCst);
                     response
                 }
@@ -269,9 +269,9 @@ async fn accepted(
     body: axum::body::Bytes,
     identity: EventIdentity,
     permit: Permit,
-    now: u64,
     base: Event,
 ) -> Response {
+    let now = base.at_millis;
     let decision_event = |outcome: &str| decided(&base, outcome);
     let adapter = route.adapter();
     let meta = DeliveryMeta {
@@ -302,7 +302,7 @@ async fn accepted(
                 &identity,
                 permit,
                 error,
-                &decision_event,
+                decision_event,
             )
         }
         Err(join) => {
@@ -313,7 +313,7 @@ async fn accepted(
                 &identity,
                 permit,
                 join.to_string(),
-                &decision_event,
+                decision_event,
             )
         }
     };

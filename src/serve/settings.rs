@@ -1,7 +1,7 @@
 //! What `serve` runs with: the validated `[serve]` table and routes with their secrets, the files
 //! it keeps in the home, and its errors.
 
-use super::config::{AdapterKind, DispatchMode, RouteTable, ServeTable};
+use super::config::{AdapterKind, DispatchMode, RouteTable};
 use crate::config::Config;
 use crate::fsutil::FileError;
 use crate::home::Home;
@@ -73,7 +73,7 @@ impl Settings {
     /// From the home's config; `listen` overrides `[serve] listen`; every route's secret is read
     /// from its environment variable now.
     pub fn from_config(config: &Config, listen: Option<&str>) -> Result<Settings, ServeError> {
-        let table = config.serve.clone().unwrap_or_else(ServeTable::default);
+        let table = config.serve.clone().unwrap_or_default();
         let listen = match listen {
             Some(text) => text
                 .parse()

@@ -354,6 +354,8 @@ async fn accepted(
         if watched.permit.settle(Outcome::Dropped) {
             app.events.record(&event);
         }
+        let mut body = body;
+        body["outcome"] = json!(Outcome::Dropped.to_string());
         return interactive_or(route, body, &key);
     }
     match route.dispatch() {

@@ -190,15 +190,11 @@ fn readopt(app: &Arc<App>, paths: &ServePaths) -> Result<usize, ServeError> {
     let state = store
         .load()
         .map_err(|e| ServeError::Config(e.to_string()))?;
-    let mut keys: Vec<(TurnKey, Option<String>)> = state
-        .entries
-        .iter()
-        .map(|e| (e.key.clone(), None))
-        .collect();
+    let mut keys: Vec<TurnKey> = state.entries.iter().map(|e| e.key.clone()).collect();
     for h in &handed {
         let key = TurnKey::new(h.task.clone(), h.turn);
-        if !keys.iter().any(|(k, _)| *k == key) {
-            keys.push((key, Some(h.route.clone())));
+        if !keys.contains(&key) {
+            keys.push(key);
         }
     }
     let route_of = |meta: &DeliveryMeta| {
@@ -209,9 +205,8 @@ fn readopt(app: &Arc<App>, paths: &ServePaths) -> Result<usize, ServeError> {
             .unwrap_or_default()
     };
     let was_handed = |meta: &DeliveryMeta| handed.iter().any(|h| h.delivery.id == meta.id);
-    let now = tasks::now_millis();
     let mut count = 0;
-    for (key, _) in keys {
+    for key in keys {
         let Some(turn) = tasks::load_turn(&app.home, &key)? else {
             continue;
         };
@@ -241,7 +236,10 @@ fn readopt(app: &Arc<App>, paths: &ServePaths) -> Result<usize, ServeError> {
                     permit,
                     key,
                     route: route_of(&meta),
-                    deadline_millis: now.saturating_add(app.settings.detach_timeout_millis),
+                    // The deadline runs from the first admission, not from this restart.
+                    deadline_millis: meta
+                        .admitted_at_millis
+                        .saturating_add(app.settings.detach_timeout_millis),
                     meta,
                     timing_out: false,
                     readopted: true,
@@ -275,16 +273,6 @@ fn outcome_event(meta: &DeliveryMeta, key: &TurnKey, route: String) -> Event {
     }
 }
 
-async fn shutdown_signal() -> std::io::Result<&'static str> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    })
-}
-
 async fn serve(
     app: Arc<App>,
     paths: &ServePaths,
@@ -298,7 +286,14 @@ async fn serve(
         .local_addr()
         .map_err(|source| ServeError::Bind { addr, source })?;
     // Signal handlers before we say we listen, so a SIGTERM right after is never fatal.
-    let signal = shutdown_signal();
+    let handler = |kind| {
+        tokio::signal::unix::signal(kind).map_err(|source| ServeError::Io {
+            what: "installing the signal handlers".into(),
+            source,
+        })
+    };
+    let mut term = handler(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = handler(tokio::signal::unix::SignalKind::interrupt())?;
     let router = axum::Router::new()
         .route("/metrics", axum::routing::get(handler::metrics))
         .fallback(handler::ingress)
@@ -324,10 +319,10 @@ async fn serve(
         app.settings.limits.max_detached()
     );
     on_listening(bound);
-    let which = signal.await.map_err(|source| ServeError::Io {
-        what: "installing the signal handlers".into(),
-        source,
-    })?;
+    let which = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
     let retained = app.gate.begin_shutdown();
     tracing::info!(
         "{which}: admission stopped; draining {retained} retained delivery(ies) for up to {} ms",

@@ -141,7 +141,9 @@ fn load(
                     let mut conn = Conn::open(addr);
                     let mut mine = Vec::new();
                     let mut n = 0;
-                    while Instant::now() < deadline && sent.fetch_add(1, Ordering::Relaxed) < max_requests {
+                    while Instant::now() < deadline
+                        && sent.fetch_add(1, Ordering::Relaxed) < max_requests
+                    {
                         let (path, headers, body) = make(t, n);
                         let began = Instant::now();
                         let status = conn.post(&path, &headers, &body);
@@ -153,7 +155,10 @@ fn load(
                 })
             })
             .collect();
-        handles.into_iter().flat_map(|h| h.join().expect("client")).collect()
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("client"))
+            .collect()
     });
     summarize(latencies, start.elapsed().as_secs_f64())
 }
@@ -178,8 +183,9 @@ fn main() {
     let release = dir.path().join("release");
     std::fs::create_dir_all(&home).expect("home");
     let script = format!(
-        "i=0; while [ ! -e '{}' ] && [ $i -lt 6000 ]; do sleep 0.1; i=$((i+1)); done",
-        release.display()
+        "i=0; while [ ! -e '{}' ] && [ -d '{}' ] && [ $i -lt 6000 ]; do sleep 0.1; i=$((i+1)); done",
+        release.display(),
+        home.display()
     );
     std::fs::write(
         home.join("tollgate.toml"),
@@ -208,10 +214,12 @@ fn main() {
         .expect("listening line")
         .to_string();
     let pid = child.id();
-    let body = br#"{"ref":"refs/heads/main","after":"0000000000000000000000000000000000000000"}"#.to_vec();
+    let body =
+        br#"{"ref":"refs/heads/main","after":"0000000000000000000000000000000000000000"}"#.to_vec();
 
+    // The baseline sends no body: a 404 does not read one, and an unread body ends the keep-alive.
     let baseline = load(&addr, threads, secs, u64::MAX, 404, |_, _| {
-        ("/nowhere".into(), Vec::new(), body.clone())
+        ("/nowhere".into(), Vec::new(), Vec::new())
     });
     let rss_before = rss_kib(pid);
     let accept = load(&addr, threads, 600, retained, 200, |t, n| {
@@ -240,7 +248,7 @@ fn main() {
     println!("| path | requests | req/s | p50 (µs) | p99 (µs) | req/s vs baseline |");
     println!("|---|---|---|---|---|---|");
     for (name, f) in [
-        ("baseline: unknown route (404)", &baseline),
+        ("baseline: unknown route, empty body (404)", &baseline),
         ("refusal: at capacity (503 + Retry-After)", &refuse),
         ("refusal: bad signature (401)", &bad_signature),
         ("accept: durable turn, then 200", &accept),
@@ -254,7 +262,8 @@ fn main() {
             f.rps() / baseline.rps()
         );
     }
-    let per = (rss_after.saturating_sub(rss_before) as f64 * 1024.0) / accept.requests.max(1) as f64;
+    let per =
+        (rss_after.saturating_sub(rss_before) as f64 * 1024.0) / accept.requests.max(1) as f64;
     println!(
         "memory: serve RSS {rss_before} KiB before, {rss_after} KiB with {} retained deliveries: {:.0} bytes per retained delivery",
         accept.requests, per

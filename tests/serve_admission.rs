@@ -1,5 +1,6 @@
 //! `tollgate serve` under a flood (spec/ingress.md; A1, A2, A5): the cap holds, refusals are honest
 //! (503 with Retry-After, never marked), and duplicates never run twice.
+#![cfg(feature = "serve")]
 
 mod serve_support;
 

@@ -1,5 +1,6 @@
 //! `tollgate serve` dispatch: the payload reaches the turn, a sync route answers with the turn's
 //! outcome, a deferred delivery past `detach_timeout` is cancelled and ends timed-out (A3, A5).
+#![cfg(feature = "serve")]
 
 mod serve_support;
 

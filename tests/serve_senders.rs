@@ -1,5 +1,6 @@
 //! `tollgate serve`: senders are verified before anything else, and each adapter's shape gets its
 //! own overload answer (spec/ingress.md; A2).
+#![cfg(feature = "serve")]
 
 mod serve_support;
 

@@ -2,6 +2,7 @@
 //! stops admission, drains, records every still-retained delivery as handed off with its turn; a
 //! restarted `serve` re-adopts them, counts them against the cap, and logs their ends. One serve
 //! per home.
+#![cfg(feature = "serve")]
 
 mod serve_support;
 

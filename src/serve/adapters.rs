@@ -260,10 +260,19 @@ fn slack_commands(
             "team_id" => team = Some(value.into_owned()),
             "channel_id" => channel = Some(value.into_owned()),
             "command" => command = Some(value.into_owned()),
+            // Interactivity (buttons, shortcuts, modals) sends its fields as JSON in `payload`.
+            "payload" => {
+                let payload: Value = serde_json::from_str(&value)
+                    .map_err(|e| Refusal::BadBody(format!("payload: {e}")))?;
+                let text = |v: &Value| v.as_str().map(str::to_string);
+                trigger = trigger.or_else(|| text(&payload["trigger_id"]));
+                team = team.or_else(|| text(&payload["team"]["id"]));
+                channel = channel.or_else(|| text(&payload["channel"]["id"]));
+                command = command.or_else(|| text(&payload["type"]));
+            }
             _ => {}
         }
     }
-    // Interactivity payloads carry their fields in a JSON `payload` form field.
     let trigger = trigger.ok_or(Refusal::MissingIdentity("trigger_id"))?;
     Ok(Verified {
         identity: bounded_identity(&trigger, "trigger_id")?,
@@ -335,6 +344,29 @@ mod tests {
             verify(AdapterKind::SlackEvents, b"k", &h, body, 1000 + 301),
             Err(Refusal::StaleTimestamp)
         );
+    }
+
+    #[test]
+    fn slack_interactivity_payloads_give_their_trigger_team_and_channel() {
+        let json = r#"{"type":"block_actions","trigger_id":"tr-7","team":{"id":"T7"},"channel":{"id":"C7"}}"#;
+        let body: String = form_urlencoded::Serializer::new(String::new())
+            .append_pair("payload", json)
+            .finish();
+        let sig = format!("v0={}", sign(b"k", &[b"v0:50:", body.as_bytes()]));
+        let h = headers(&[
+            ("x-slack-signature", sig),
+            ("x-slack-request-timestamp", "50".into()),
+        ]);
+        let v = verify(AdapterKind::SlackCommands, b"k", &h, body.as_bytes(), 50).expect("ok");
+        assert_eq!(
+            (
+                v.identity.as_str(),
+                v.installation.as_str(),
+                v.scope.as_deref()
+            ),
+            ("tr-7", "T7", Some("C7"))
+        );
+        assert_eq!(v.event.as_deref(), Some("block_actions"));
     }
 
     #[test]

@@ -3,7 +3,9 @@
 
 use crate::dispatch::DispatchError;
 use crate::process::ProcLiveness;
-use crate::protocol::slots::{cancel_task, Liveness, Observation, ProcessIdentity, TurnKey};
+use crate::protocol::slots::{
+    cancel_task, cancel_turn as cancel_turn_row, Liveness, Observation, ProcessIdentity, TurnKey,
+};
 use crate::runtime::Runtime;
 use crate::tasks::{self, TurnOutcome};
 use nix::sys::signal::{kill, Signal};
@@ -29,6 +31,26 @@ pub fn cancel<L: Liveness>(rt: &Runtime<L>, task: &str) -> Result<CancelReport, 
         }
         Ok::<_, DispatchError>(plan)
     })?;
+    Ok(signal_executors(plan))
+}
+
+/// Cancels one turn of a task (a delivery that ran out of time): removed if nobody runs it yet
+/// (it ends as cancelled), else its live executor is asked to stop.
+pub fn cancel_turn<L: Liveness>(
+    rt: &Runtime<L>,
+    key: &TurnKey,
+) -> Result<CancelReport, DispatchError> {
+    let plan = rt.store.transact(|state| {
+        let plan = cancel_turn_row(state, key, &rt.liveness);
+        for key in &plan.removed {
+            tasks::end_unrun(&rt.home, key, TurnOutcome::Cancelled, tasks::now_millis())?;
+        }
+        Ok::<_, DispatchError>(plan)
+    })?;
+    Ok(signal_executors(plan))
+}
+
+fn signal_executors(plan: crate::protocol::slots::CancelPlan) -> CancelReport {
     let mut report = CancelReport {
         removed: plan.removed,
         signalled: Vec::new(),
@@ -42,5 +64,5 @@ pub fn cancel<L: Liveness>(rt: &Runtime<L>, task: &str) -> Result<CancelReport, 
             }
         }
     }
-    Ok(report)
+    report
 }

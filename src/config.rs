@@ -2,6 +2,7 @@
 //! (and line) at fault; a config that does not load changes nothing.
 
 use crate::fsutil::{self, FileError};
+use crate::serve::config::{RouteTable, ServeTable};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
@@ -31,6 +32,12 @@ pub struct Config {
     /// How long a command waits for `queue.lock` before giving up (humantime, e.g. "10s").
     #[serde(default = "default_lock_timeout")]
     pub lock_timeout: String,
+    /// `[serve]`: the webhook ingress (`tollgate serve`); defaults when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serve: Option<ServeTable>,
+    /// `[[route]]`: one per webhook path `tollgate serve` answers.
+    #[serde(default, rename = "route", skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<RouteTable>,
 }
 
 impl Default for Config {
@@ -39,6 +46,8 @@ impl Default for Config {
             version: CONFIG_FORMAT_VERSION,
             workers: default_workers(),
             lock_timeout: default_lock_timeout(),
+            serve: None,
+            routes: Vec::new(),
         }
     }
 }
@@ -83,6 +92,7 @@ impl Config {
         }
         humantime::parse_duration(&self.lock_timeout)
             .map_err(|e| invalid(format!("key `lock_timeout`: {:?}: {e}", self.lock_timeout)))?;
+        crate::serve::config::validate_routes(&self.routes).map_err(invalid)?;
         Ok(())
     }
 
@@ -129,8 +139,11 @@ pub fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
                 .map(|(key, _)| key.trim())
                 .filter(|key| !key.is_empty() && !key.starts_with('#'));
             match key {
-                Some(key) => format!("line {line}, key `{key}`: {message}"),
-                None => format!("line {line}: {message}"),
+                // Name the key unless the message already does.
+                Some(key) if !message.contains(&format!("`{key}`")) => {
+                    format!("line {line}, key `{key}`: {message}")
+                }
+                _ => format!("line {line}: {message}"),
             }
         }
         None => message,

@@ -110,6 +110,26 @@ impl Gate {
         }
     }
 
+    /// Restores a mark a previous instance made at `marked_at_millis` (from its durable dedupe
+    /// log), so a redelivery after a restart is still answered as a duplicate.
+    pub fn restore_mark(&self, identity: &EventIdentity, marked_at_millis: u64) {
+        let mut state = lock(&self.state);
+        let ttl = state.dedupe_ttl_millis;
+        state.dedupe.mark_if_absent(identity, marked_at_millis, ttl);
+    }
+
+    /// Counts a deferred delivery a previous instance admitted and left retained (its turn is
+    /// still in the queue) against the limits again, without marking anything: it was marked
+    /// when it was first admitted. Refused like any admit when there is no room.
+    pub fn readopt(&self, tenant: &Tenant) -> Result<Permit, RejectReason> {
+        let id = lock(&self.state).ledger.admit(tenant, Dispatch::Deferred)?;
+        Ok(Permit {
+            gate: self.clone(),
+            id,
+            settled: false,
+        })
+    }
+
     /// Settles `id` with `outcome` unless it was already settled (e.g. handed off at shutdown).
     /// Returns whether this call settled it.
     fn settle(&self, id: DeliveryId, outcome: Outcome) -> bool {
@@ -178,6 +198,23 @@ impl Permit {
     pub fn settle(mut self, outcome: Outcome) -> bool {
         self.settled = true;
         self.gate.settle(self.id, outcome)
+    }
+}
+
+impl Permit {
+    /// For a delivery that was admitted and marked but could not be dispatched, before anything
+    /// was acknowledged: forgets its mark (so the sender's retry is judged afresh, never deduped
+    /// away) and settles it as failed.
+    pub fn withdraw(mut self, identity: &EventIdentity) -> bool {
+        self.settled = true;
+        let mut state = lock(&self.gate.state);
+        state.dedupe.forget(identity);
+        if state.ledger.settle(self.id).is_ok() {
+            state.record(self.id, Outcome::Failed);
+            true
+        } else {
+            false
+        }
     }
 }
 

@@ -23,6 +23,7 @@ pub mod queue;
 pub mod reconcile;
 pub mod runner;
 pub mod runtime;
+pub mod serve;
 pub mod status;
 pub mod submit;
 pub mod sync;

@@ -1,6 +1,7 @@
 //! `tollgate submit`: a new turn, enqueued and started (or parked) under the lock.
 
 use crate::dispatch::{spawn_and_hand_off, DispatchError, Handoff};
+use crate::fsutil::FileError;
 use crate::protocol::admission::Strategy;
 use crate::protocol::scopes::{plan_submit, SubmitPlan};
 use crate::protocol::slots::{
@@ -112,7 +113,19 @@ pub fn submit_detached<L: Liveness>(
     me: ProcessIdentity,
     request: SubmitRequest,
 ) -> Result<Submitted, DispatchError> {
-    let decided = decide_submit(rt, me, &request)?;
+    submit_detached_with(rt, me, request, |_, _| Ok(()))
+}
+
+/// [`submit_detached`], with `prepare` completing the new turn's record (and writing files into its
+/// directory) under the queue lock, before the record is saved again and the row enqueued: what
+/// `serve` uses to attach a delivery's payload and identity durably before it acknowledges.
+pub fn submit_detached_with<L: Liveness>(
+    rt: &Runtime<L>,
+    me: ProcessIdentity,
+    request: SubmitRequest,
+    prepare: impl FnOnce(&crate::home::Home, &mut tasks::TurnRecord) -> Result<(), FileError>,
+) -> Result<Submitted, DispatchError> {
+    let decided = decide_submit(rt, me, &request, prepare)?;
     let placement = match (decided.acquired, decided.placement) {
         (Some((row, token)), _) => Placement::Started(spawn_and_hand_off(
             &rt.store,
@@ -144,12 +157,19 @@ pub fn decide_submit<L: Liveness>(
     rt: &Runtime<L>,
     me: ProcessIdentity,
     request: &SubmitRequest,
+    prepare: impl FnOnce(&crate::home::Home, &mut tasks::TurnRecord) -> Result<(), FileError>,
 ) -> Result<Decided, DispatchError> {
     let task = check_request(request)?;
+    let mut prepare = Some(prepare);
     let cap = rt.cap();
     rt.store.transact(|state| {
         let now = tasks::now_millis();
         let (turn, strategy) = request.create_turn(&rt.home, &task, false, now)?;
+        if let Some(prepare) = prepare.take() {
+            let mut turn = turn.clone();
+            prepare(&rt.home, &mut turn)?;
+            tasks::save_turn(&rt.home, &turn)?;
+        }
         let key = turn.key.clone();
         let plan = plan_submit(state, &key, strategy, now);
         let mut superseded = Vec::new();

@@ -87,6 +87,24 @@ pub struct TurnRecord {
     /// Why the command could not start, when it could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The webhook delivery this turn serves (`tollgate serve`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<DeliveryMeta>,
+}
+
+/// Which delivery a turn serves: what a restarted `serve` needs to re-adopt it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryMeta {
+    /// The serving instance's delivery id (unique per home: a v7 UUID).
+    pub id: String,
+    pub adapter: String,
+    /// The tenant's installation (the adapter is the other half of the tenant).
+    pub tenant: String,
+    /// The event identity it was deduplicated on.
+    pub identity: String,
+    /// When it was admitted (ms since the epoch).
+    #[serde(default)]
+    pub admitted_at_millis: u64,
 }
 
 impl TurnRecord {
@@ -164,6 +182,7 @@ pub fn create_turn_with(
         signal: None,
         outcome: None,
         error: None,
+        delivery: None,
     };
     // The task's counter first: a crash between the two writes then skips a turn number instead
     // of leaving a turn record its task does not list (which the next turn would overwrite).

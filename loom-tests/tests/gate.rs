@@ -101,3 +101,53 @@ fn shutdown_racing_admits_rejects_late_admits_and_loses_nothing() {
         ));
     });
 }
+
+/// A2, A1 (serve): a delivery whose turn could not be created is withdrawn (mark forgotten,
+/// capacity released) while its redelivery races it. The redelivery is refused (cap), a duplicate
+/// (still marked) or accepted; after both, the identity is marked iff some delivery of it is still
+/// accepted, and a re-adopted delivery never pushes retention over the cap.
+#[test]
+fn withdraw_racing_a_redelivery_and_a_readopt_never_loses_the_identity_or_exceeds_the_cap() {
+    loom::model(|| {
+        let gate = Gate::new(Limits::new(1, 0).expect("limits"), 60_000);
+        let e = EventIdentity("e".into());
+        let first = match gate.deliver(&tenant(), &e, Dispatch::Deferred, 0) {
+            GateDecision::Accepted(permit) => permit,
+            _ => panic!("the first delivery fits"),
+        };
+        let g = gate.clone();
+        let withdrawing =
+            thread::spawn(move || assert!(first.withdraw(&EventIdentity("e".into()))));
+        let g2 = gate.clone();
+        let redelivery = thread::spawn(move || {
+            match g2.deliver(&tenant(), &EventIdentity("e".into()), Dispatch::Deferred, 1) {
+                GateDecision::Accepted(permit) => Some(permit),
+                GateDecision::Duplicate | GateDecision::Rejected(_) => None,
+            }
+        });
+        let readopt = thread::spawn(move || {
+            let permit = g.readopt(&tenant()).ok();
+            assert!(g.retained() <= 1, "A1: over the cap");
+            permit
+        });
+        withdrawing.join().expect("withdraw");
+        let again = redelivery.join().expect("redelivery");
+        let readopted = readopt.join().expect("readopt");
+        assert!(gate.retained() <= 1);
+        assert!(
+            again.is_none() || readopted.is_none(),
+            "A1: two held at cap 1"
+        );
+        let accepted_again = again.is_some();
+        drop(again);
+        drop(readopted);
+        assert_eq!(gate.retained(), 0, "A5: capacity leaked");
+        // If the redelivery was not accepted, the withdrawn identity is not left marked.
+        let third = gate.deliver(&tenant(), &e, Dispatch::Deferred, 2);
+        match third {
+            GateDecision::Accepted(_) => assert!(!accepted_again),
+            GateDecision::Duplicate => assert!(accepted_again),
+            GateDecision::Rejected(reason) => panic!("capacity is free: {reason:?}"),
+        }
+    });
+}

@@ -2,6 +2,8 @@
 
 mod commands;
 mod error;
+#[cfg(feature = "serve")]
+mod serve;
 
 pub use error::CliError;
 
@@ -68,6 +70,12 @@ pub enum Command {
     Run(run::RunArgs),
     /// Remove listed worktrees that no live process holds any more.
     Sweep(sweep::SweepArgs),
+    /// Serve webhooks: verify senders, admit under `max_detached`, run each delivery as a turn.
+    #[cfg(feature = "serve")]
+    Serve(serve::ServeArgs),
+    /// List webhook deliveries `serve` refused (`--refused`), for redelivery.
+    #[cfg(feature = "serve")]
+    Deliveries(serve::DeliveriesArgs),
     /// Internal commands run by tollgate itself.
     #[command(subcommand, hide = true)]
     Worker(WorkerCommand),
@@ -183,6 +191,10 @@ pub fn main() -> i32 {
         Command::Logs(args) => commands::logs(home, args),
         Command::Cancel(args) => commands::cancel(home, args),
         Command::Reconcile(args) => commands::reconcile(home, args),
+        #[cfg(feature = "serve")]
+        Command::Serve(args) => serve::serve(home, args),
+        #[cfg(feature = "serve")]
+        Command::Deliveries(args) => serve::deliveries(home, args),
         Command::Worker(WorkerCommand::Runner {
             task,
             turn,

@@ -82,8 +82,22 @@ pub struct CancelPlan {
 /// Cancels every row of `task`. A row with a live executor stays until that executor ends (it
 /// leaves the queue itself, so the slot is freed by the same path as a normal finish).
 pub fn cancel_task(state: &mut QueueState, task: &str, liveness: &impl Liveness) -> CancelPlan {
+    cancel_where(state, |key| key.task == task, liveness)
+}
+
+/// Cancels the one row of `key` (a delivery that ran out of time), by the same rules as
+/// [`cancel_task`]; the task's other turns are untouched.
+pub fn cancel_turn(state: &mut QueueState, key: &TurnKey, liveness: &impl Liveness) -> CancelPlan {
+    cancel_where(state, |k| k == key, liveness)
+}
+
+fn cancel_where(
+    state: &mut QueueState,
+    selected: impl Fn(&TurnKey) -> bool,
+    liveness: &impl Liveness,
+) -> CancelPlan {
     let mut plan = CancelPlan::default();
-    for entry in state.entries.iter().filter(|e| e.key.task == task) {
+    for entry in state.entries.iter().filter(|e| selected(&e.key)) {
         let executor = live_runner_for_turn(state, &entry.key, liveness)
             .or_else(|| acting_queue_holder(entry).filter(|h| liveness.is_live(h)));
         let bound_child = entry

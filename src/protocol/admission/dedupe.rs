@@ -67,6 +67,12 @@ impl Dedupe {
         true
     }
 
+    /// Forgets `identity`: only for a delivery that was marked but could not be dispatched and was
+    /// never acknowledged, so that the sender's retry is judged afresh instead of deduped away.
+    pub fn forget(&mut self, identity: &EventIdentity) {
+        self.marked.remove(identity);
+    }
+
     /// Forgets identities whose time has passed.
     pub fn expire(&mut self, now_millis: u64) {
         self.marked.retain(|_, expires| *expires > now_millis);

@@ -1,0 +1,99 @@
+//! `tollgate serve` and `tollgate deliveries`: the webhook ingress on the command line.
+
+use super::{exit, CliError};
+use crate::home::Home;
+use crate::serve::{load_refused, ServeError, ServePaths};
+use clap::Args;
+use serde_json::json;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Routes and limits come from tollgate.toml ([serve] and [[route]]; see spec/ingress.md).
+On start it prints `listening on http://ADDR` on stdout. SIGTERM or SIGINT stops admission, drains
+for `drain_timeout`, records what is still retained as handed off, and exits 0; the next `serve`
+re-adopts those deliveries. A second `serve` on the same home is refused with exit code 3."
+)]
+pub struct ServeArgs {
+    /// Listen on HOST:PORT instead of `[serve] listen` (port 0 picks a free port).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DeliveriesArgs {
+    /// List deliveries refused at the gate by senders that do not retry (github), oldest first.
+    #[arg(long, required = true)]
+    pub refused: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl From<ServeError> for CliError {
+    fn from(error: ServeError) -> Self {
+        match error {
+            ServeError::Config(_) | ServeError::MissingSecret { .. } => {
+                CliError::Usage(error.to_string())
+            }
+            ServeError::File(e) => e.into(),
+            ServeError::AlreadyServing { .. } | ServeError::Bind { .. } | ServeError::Io { .. } => {
+                CliError::Environment(error.to_string())
+            }
+        }
+    }
+}
+
+pub fn serve(home: Option<PathBuf>, args: ServeArgs) -> Result<i32, CliError> {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOLLGATE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+    let home = Home::resolve(home)?;
+    let summary = crate::serve::run(home, args.listen, |addr| {
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "listening on http://{addr}");
+        let _ = out.flush();
+    })?;
+    eprintln!(
+        "tollgate serve: stopped ({} re-adopted at start, {} handed off at shutdown)",
+        summary.readopted, summary.handed_off
+    );
+    Ok(exit::OK)
+}
+
+pub fn deliveries(home: Option<PathBuf>, args: DeliveriesArgs) -> Result<i32, CliError> {
+    let home = Home::resolve(home)?;
+    let refused = load_refused(&ServePaths::new(&home).refused)?;
+    if args.json {
+        let text = serde_json::to_string_pretty(&json!({ "refused": refused }))
+            .map_err(|e| CliError::Environment(format!("cannot render JSON: {e}")))?;
+        println!("{text}");
+        return Ok(exit::OK);
+    }
+    if refused.is_empty() {
+        println!("no refused deliveries");
+    }
+    for r in &refused {
+        let at = humantime::format_rfc3339_millis(
+            std::time::UNIX_EPOCH + std::time::Duration::from_millis(r.at_millis),
+        );
+        println!(
+            "{at}  {} {}  tenant {}  delivery {}{}  ({})",
+            r.adapter,
+            r.route,
+            r.tenant,
+            r.identity,
+            r.event
+                .as_deref()
+                .map(|e| format!(" event {e}"))
+                .unwrap_or_default(),
+            r.reason
+        );
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,189 @@
+//! The durable copy of the gate's dedupe marks: `<home>/serve/dedupe.jsonl`, one line per accepted
+//! identity (appended and fsynced before the 200 leaves), reloaded at start, expired lines
+//! compacted away. It only ever records identities the gate already marked: it is never asked.
+
+use crate::fsutil::{self, FileError};
+use crate::protocol::admission::MAX_DEDUPE_ENTRIES;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Appended lines between two compactions while serving (beyond the live entries).
+const COMPACT_AFTER_LINES: usize = 4096;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mark {
+    pub identity: String,
+    pub marked_at_millis: u64,
+}
+
+struct Inner {
+    file: File,
+    /// identity → when it was marked; bounded like the gate's set.
+    live: BTreeMap<String, u64>,
+    appended: usize,
+}
+
+pub struct DedupeLog {
+    path: PathBuf,
+    ttl_millis: u64,
+    inner: Mutex<Inner>,
+}
+
+fn open_append(path: &Path) -> Result<File, FileError> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| FileError::io(path, e))
+}
+
+impl DedupeLog {
+    /// Loads the unexpired marks (in the order they were made) and compacts the file to them. A
+    /// torn last line (a crash mid-append) is skipped; any other bad line is an error that keeps
+    /// the file.
+    pub fn open(
+        path: &Path,
+        now_millis: u64,
+        ttl_millis: u64,
+    ) -> Result<(Self, Vec<Mark>), FileError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(FileError::io(path, e)),
+        };
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        let mut live = BTreeMap::new();
+        for (i, line) in lines.iter().enumerate() {
+            match serde_json::from_str::<Mark>(line) {
+                Ok(mark) => {
+                    if mark.marked_at_millis.saturating_add(ttl_millis) > now_millis {
+                        live.insert(mark.identity, mark.marked_at_millis);
+                    }
+                }
+                Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => {}
+                Err(e) => {
+                    return Err(FileError::Corrupt {
+                        path: path.to_path_buf(),
+                        format: "JSON lines",
+                        detail: format!("line {}: {e}", i + 1),
+                    })
+                }
+            }
+        }
+        let mut marks: Vec<Mark> = live
+            .iter()
+            .map(|(identity, at)| Mark {
+                identity: identity.clone(),
+                marked_at_millis: *at,
+            })
+            .collect();
+        marks.sort_by_key(|m| m.marked_at_millis);
+        Self::rewrite(path, &marks)?;
+        let log = DedupeLog {
+            path: path.to_path_buf(),
+            ttl_millis,
+            inner: Mutex::new(Inner {
+                file: open_append(path)?,
+                live,
+                appended: 0,
+            }),
+        };
+        Ok((log, marks))
+    }
+
+    fn rewrite(path: &Path, marks: &[Mark]) -> Result<(), FileError> {
+        let mut body = Vec::new();
+        for mark in marks {
+            let line = serde_json::to_string(mark).map_err(|e| FileError::Corrupt {
+                path: path.to_path_buf(),
+                format: "JSON",
+                detail: e.to_string(),
+            })?;
+            body.extend_from_slice(line.as_bytes());
+            body.push(b'\n');
+        }
+        fsutil::publish_bytes(path, &body)
+    }
+
+    /// Appends one mark and fsyncs it; compacts now and then.
+    pub fn append(&self, identity: &str, marked_at_millis: u64) -> Result<(), FileError> {
+        let mut inner = crate::sync::lock(&self.inner);
+        let line = serde_json::to_string(&Mark {
+            identity: identity.to_string(),
+            marked_at_millis,
+        })
+        .map_err(|e| FileError::Corrupt {
+            path: self.path.clone(),
+            format: "JSON",
+            detail: e.to_string(),
+        })?;
+        let write = |file: &mut File| -> std::io::Result<()> {
+            file.write_all(format!("{line}\n").as_bytes())?;
+            file.sync_data()
+        };
+        write(&mut inner.file).map_err(|e| FileError::io(&self.path, e))?;
+        if inner.live.len() >= MAX_DEDUPE_ENTRIES {
+            let oldest = inner
+                .live
+                .iter()
+                .min_by_key(|(_, at)| **at)
+                .map(|(id, _)| id.clone());
+            if let Some(oldest) = oldest {
+                inner.live.remove(&oldest);
+            }
+        }
+        inner.live.insert(identity.to_string(), marked_at_millis);
+        inner.appended += 1;
+        if inner.appended > COMPACT_AFTER_LINES {
+            let ttl = self.ttl_millis;
+            inner
+                .live
+                .retain(|_, at| at.saturating_add(ttl) > marked_at_millis);
+            let mut marks: Vec<Mark> = inner
+                .live
+                .iter()
+                .map(|(identity, at)| Mark {
+                    identity: identity.clone(),
+                    marked_at_millis: *at,
+                })
+                .collect();
+            marks.sort_by_key(|m| m.marked_at_millis);
+            Self::rewrite(&self.path, &marks)?;
+            inner.file = open_append(&self.path)?;
+            inner.appended = 0;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_survive_a_reopen_and_expired_ones_are_compacted_away() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("dedupe.jsonl");
+        let (log, marks) = DedupeLog::open(&path, 1_000, 100).expect("open");
+        assert!(marks.is_empty());
+        log.append("old", 1_000).expect("append");
+        log.append("new", 1_090).expect("append");
+        drop(log);
+        let (_, marks) = DedupeLog::open(&path, 1_150, 100).expect("reopen");
+        assert_eq!(
+            marks,
+            vec![Mark {
+                identity: "new".into(),
+                marked_at_millis: 1_090
+            }]
+        );
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert_eq!(text.lines().count(), 1, "compacted: {text}");
+    }
+}

@@ -1,0 +1,473 @@
+//! One delivery, in the order spec/ingress.md fixes: route, body limit, verify the sender, admit
+//! and mark (the gate), make the turn durable, acknowledge; the watcher settles it later.
+
+use super::adapters::{self, Shape, Verified};
+use super::config::DispatchMode;
+use super::dedupe_log::DedupeLog;
+use super::events::{Event, EventLog};
+use super::metrics::{self, Counters};
+use super::refused::{RefusedDelivery, RefusedLog};
+use super::settings::{Route, Settings};
+use super::watcher::{Watched, Watcher};
+use crate::config::Config;
+use crate::gate::{Gate, GateDecision, Permit};
+use crate::home::Home;
+use crate::protocol::admission::{Dispatch, EventIdentity, Outcome, RejectReason, Tenant};
+use crate::protocol::slots::ProcessIdentity;
+use crate::submit::{submit_detached_with, Placement, SubmitRequest, Submitted};
+use crate::tasks::{self, DeliveryMeta};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What a refused sender is told to wait before retrying, in seconds.
+pub const RETRY_AFTER_SECS: u64 = 5;
+/// The file a delivery's body is written to, in its turn's directory.
+pub const PAYLOAD_FILE: &str = "payload";
+
+/// Everything a request needs; shared by every request of one `serve`.
+pub struct App {
+    pub settings: Settings,
+    pub gate: Gate,
+    pub watcher: Arc<Watcher>,
+    pub events: Arc<EventLog>,
+    pub dedupe: DedupeLog,
+    pub refused: RefusedLog,
+    pub counters: Counters,
+    pub home: Home,
+    pub config: Config,
+    pub me: ProcessIdentity,
+    pub cwd: PathBuf,
+    /// The environment turns run with: serve's own, without the routes' secrets.
+    pub base_env: BTreeMap<String, String>,
+    /// Serialises this process's submits (and runner reaping, see the watcher).
+    pub spawn_lock: Arc<Mutex<()>>,
+    /// Admitted deliveries between the gate and the watcher (shutdown waits for them).
+    pub dispatching: AtomicUsize,
+}
+
+/// The event identity the gate deduplicates on: per adapter and installation.
+pub fn dedupe_key(adapter: &str, installation: &str, identity: &str) -> EventIdentity {
+    EventIdentity(format!("{adapter}/{installation}/{identity}"))
+}
+
+fn answer(status: StatusCode, body: Value) -> Response {
+    (status, axum::Json(body)).into_response()
+}
+
+fn retry_later(body: Value) -> Response {
+    let mut response = answer(StatusCode::SERVICE_UNAVAILABLE, body);
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+    response
+}
+
+pub async fn metrics(State(app): State<Arc<App>>) -> Response {
+    let text = metrics::render(
+        &app.gate.stats(),
+        &app.counters,
+        app.settings.limits.max_detached(),
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// The fallback handler: every path that is not `/metrics`.
+pub async fn ingress(
+    State(app): State<Arc<App>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let Some(route) = app.settings.routes.get(uri.path()).cloned() else {
+        return answer(
+            StatusCode::NOT_FOUND,
+            json!({"error": format!("no route for {}", uri.path())}),
+        );
+    };
+    if method != Method::POST {
+        return answer(
+            StatusCode::METHOD_NOT_ALLOWED,
+            json!({"error": "deliveries are POSTed"}),
+        );
+    }
+    let limit = app.settings.body_limit_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let too_large = || {
+        Counters::bump(&app.counters.too_large);
+        answer(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            json!({"error": format!("the body is over the limit of {limit} bytes")}),
+        )
+    };
+    if declared.is_some_and(|n| n > limit as u64) {
+        return too_large();
+    }
+    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
+        return too_large();
+    };
+    let now = tasks::now_millis();
+    let adapter = route.adapter();
+    let verified = match adapters::verify(adapter, &route.secret, &headers, &bytes, now / 1000) {
+        Ok(verified) => verified,
+        Err(refusal) => {
+            Counters::bump(&app.counters.refused_senders);
+            app.events.record(&Event {
+                at_millis: now,
+                kind: "decision",
+                route: route.table.path.clone(),
+                adapter: adapter.name().to_string(),
+                outcome: "refused-sender".into(),
+                reason: Some(refusal.to_string()),
+                status: Some(refusal.status()),
+                ..Event::default()
+            });
+            let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::UNAUTHORIZED);
+            return answer(status, json!({"error": refusal.to_string()}));
+        }
+    };
+    if let Some(challenge) = verified.challenge {
+        return answer(StatusCode::OK, json!({"challenge": challenge}));
+    }
+    let tenant = Tenant::new(adapter.name(), verified.installation.clone());
+    let identity = dedupe_key(adapter.name(), &verified.installation, &verified.identity);
+    let dispatch = match route.dispatch() {
+        DispatchMode::Deferred => Dispatch::Deferred,
+        DispatchMode::Sync => Dispatch::Sync,
+    };
+    let base = Event {
+        at_millis: now,
+        kind: "decision",
+        route: route.table.path.clone(),
+        adapter: adapter.name().to_string(),
+        tenant: verified.installation.clone(),
+        identity: verified.identity.clone(),
+        retry: verified.retry.clone(),
+        ..Event::default()
+    };
+    let decision_event = |outcome: &str| decided(&base, outcome);
+    match app.gate.deliver(&tenant, &identity, dispatch, now) {
+        GateDecision::Rejected(reason) => {
+            let mut event = decision_event("rejected");
+            event.reason = Some(reason_name(reason).to_string());
+            overloaded(&app, &route, &verified, reason, event)
+        }
+        GateDecision::Duplicate => {
+            let mut event = decision_event("duplicate");
+            event.status = Some(200);
+            app.events.record(&event);
+            let mut body = json!({"status": "duplicate", "identity": verified.identity});
+            if adapters::shape(adapter) == Shape::Interactive {
+                body = json!({"response_type": "ephemeral", "text": "Already received; it is being handled."});
+            }
+            answer(StatusCode::OK, body)
+        }
+        GateDecision::Accepted(permit) => {
+            // From here the delivery holds capacity: its dispatch runs in its own task, so a
+            // client that goes away mid-request cannot cut it between the gate and the watcher.
+            app.dispatching.fetch_add(1, Ordering::SeqCst);
+            let task = tokio::spawn({
+                let app = Arc::clone(&app);
+                async move {
+                    let response =
+                        accepted(&app, &route, verified, bytes, identity, permit, base).await;
+                    app.dispatching.fetch_sub(1, Ordering::SeqCst);
+                    response
+                }
+            });
+            match task.await {
+                Ok(response) => response,
+                Err(e) => answer(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    json!({"error": format!("the dispatch task failed: {e}")}),
+                ),
+            }
+        }
+    }
+}
+
+fn decided(base: &Event, outcome: &str) -> Event {
+    Event {
+        outcome: outcome.to_string(),
+        ..base.clone()
+    }
+}
+
+fn reason_name(reason: RejectReason) -> &'static str {
+    match reason {
+        RejectReason::AtCapacity => "at_capacity",
+        RejectReason::TenantAtCapacity => "tenant_at_capacity",
+        RejectReason::ShuttingDown => "shutting_down",
+    }
+}
+
+/// The overload answer of the adapter's shape; nothing was marked or acknowledged.
+fn overloaded(
+    app: &App,
+    route: &Route,
+    verified: &Verified,
+    reason: RejectReason,
+    mut event: Event,
+) -> Response {
+    let reason = reason_name(reason);
+    match adapters::shape(route.adapter()) {
+        Shape::Retried => {
+            event.status = Some(503);
+            app.events.record(&event);
+            retry_later(json!({"status": "rejected", "reason": reason}))
+        }
+        Shape::Recorded => {
+            let refused = RefusedDelivery {
+                at_millis: event.at_millis,
+                route: route.table.path.clone(),
+                adapter: route.adapter().name().to_string(),
+                tenant: verified.installation.clone(),
+                identity: verified.identity.clone(),
+                event: verified.event.clone(),
+                reason: reason.to_string(),
+            };
+            if let Err(e) = app.refused.record(&refused) {
+                tracing::error!("cannot record a refused delivery: {e}");
+            }
+            event.status = Some(503);
+            app.events.record(&event);
+            retry_later(json!({
+                "status": "rejected", "reason": reason,
+                "note": "recorded as refused: `tollgate deliveries --refused` lists it for redelivery",
+            }))
+        }
+        Shape::Interactive => {
+            event.status = Some(200);
+            app.events.record(&event);
+            let what = verified.event.as_deref().unwrap_or("your command");
+            answer(
+                StatusCode::OK,
+                json!({
+                    "response_type": "ephemeral",
+                    "text": format!("tollgate is busy and did not run {what}; please try again in a minute."),
+                }),
+            )
+        }
+    }
+}
+
+/// Admitted and marked: make the turn durable, then acknowledge (deferred) or wait for it (sync).
+async fn accepted(
+    app: &Arc<App>,
+    route: &Arc<Route>,
+    verified: Verified,
+    body: axum::body::Bytes,
+    identity: EventIdentity,
+    permit: Permit,
+    base: Event,
+) -> Response {
+    let now = base.at_millis;
+    let decision_event = |outcome: &str| decided(&base, outcome);
+    let adapter = route.adapter();
+    let meta = DeliveryMeta {
+        id: crate::protocol::slots::SlotToken::generate()
+            .as_uuid()
+            .to_string(),
+        adapter: adapter.name().to_string(),
+        tenant: verified.installation.clone(),
+        identity: verified.identity.clone(),
+        admitted_at_millis: now,
+    };
+    let submitted = {
+        let app = Arc::clone(app);
+        let route = Arc::clone(route);
+        let meta = meta.clone();
+        let scope = verified.scope.clone();
+        let body = body.to_vec();
+        tokio::task::spawn_blocking(move || submit(&app, &route, meta, scope.as_deref(), body))
+            .await
+    };
+    let submitted = match submitted {
+        Ok(Ok(submitted)) => submitted,
+        Ok(Err(error)) => {
+            return withdrawn(
+                app,
+                route,
+                &verified,
+                &identity,
+                permit,
+                error,
+                decision_event,
+            )
+        }
+        Err(join) => {
+            return withdrawn(
+                app,
+                route,
+                &verified,
+                &identity,
+                permit,
+                join.to_string(),
+                decision_event,
+            )
+        }
+    };
+    if let Err(e) = app.dedupe.append(&identity.0, now) {
+        // The turn is durable; without the durable mark a redelivery after a restart may run
+        // again (extra work, never lost work).
+        tracing::warn!("{e}");
+    }
+    let key = submitted.key.clone();
+    let mut event = decision_event("accepted");
+    event.delivery = Some(meta.id.clone());
+    event.task = Some(key.task.clone());
+    event.turn = Some(key.turn);
+    event.status = Some(200);
+    app.events.record(&event);
+    let body = json!({
+        "status": "accepted",
+        "delivery": meta.id,
+        "identity": meta.identity,
+        "task": key.task,
+        "turn": key.turn,
+        "placement": placement_name(&submitted.placement),
+    });
+    let watched = |reply| Watched {
+        permit,
+        key: key.clone(),
+        meta: meta.clone(),
+        route: route.table.path.clone(),
+        deadline_millis: now.saturating_add(app.settings.detach_timeout_millis),
+        timing_out: false,
+        readopted: false,
+        reply,
+    };
+    if let Placement::Dropped { .. } = submitted.placement {
+        // The task's `drop` strategy ended the turn at once: so does the delivery.
+        let watched = watched(None);
+        let event = watched.event("outcome", Outcome::Dropped.to_string());
+        if watched.permit.settle(Outcome::Dropped) {
+            app.events.record(&event);
+        }
+        let mut body = body;
+        body["outcome"] = json!(Outcome::Dropped.to_string());
+        return interactive_or(route, body, &key);
+    }
+    match route.dispatch() {
+        DispatchMode::Deferred => {
+            app.watcher.watch(watched(None));
+            interactive_or(route, body, &key)
+        }
+        DispatchMode::Sync => {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            app.watcher.watch(watched(Some(tx)));
+            match rx.await {
+                Ok(ended) => {
+                    let mut body = body;
+                    body["outcome"] = json!(ended.outcome.to_string());
+                    body["exit_code"] = json!(ended.exit_code);
+                    interactive_or(route, body, &key)
+                }
+                Err(_) => retry_later(json!({
+                    "status": "handed-off-at-shutdown",
+                    "delivery": meta.id, "task": key.task, "turn": key.turn,
+                })),
+            }
+        }
+    }
+}
+
+fn placement_name(placement: &Placement) -> &'static str {
+    match placement {
+        Placement::Started(_) => "started",
+        Placement::Parked => "parked",
+        Placement::Pending => "pending",
+        Placement::Waiting { .. } => "waiting",
+        Placement::Dropped { .. } => "dropped",
+    }
+}
+
+/// Slack's slash commands show `text`; everyone else gets the JSON as it is.
+fn interactive_or(route: &Route, body: Value, key: &crate::protocol::slots::TurnKey) -> Response {
+    if adapters::shape(route.adapter()) == Shape::Interactive {
+        let mut slack = json!({
+            "response_type": "ephemeral",
+            "text": format!("Accepted: task {} turn {}.", key.task, key.turn),
+        });
+        if let (Some(out), Some(map)) = (slack.as_object_mut(), body.as_object()) {
+            for (k, v) in map {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+        return answer(StatusCode::OK, slack);
+    }
+    answer(StatusCode::OK, body)
+}
+
+/// The turn could not be created: nothing was acknowledged, so the mark is withdrawn and the
+/// sender told to retry (or, for a person, told it did not run).
+fn withdrawn(
+    app: &App,
+    route: &Route,
+    verified: &Verified,
+    identity: &EventIdentity,
+    permit: Permit,
+    error: String,
+    decision_event: impl Fn(&str) -> Event,
+) -> Response {
+    Counters::bump(&app.counters.dispatch_errors);
+    tracing::error!("cannot create the turn of a delivery: {error}");
+    permit.withdraw(identity);
+    let mut event = decision_event("withdrawn");
+    event.reason = Some(error.clone());
+    if adapters::shape(route.adapter()) == Shape::Interactive {
+        event.status = Some(200);
+        app.events.record(&event);
+        return answer(
+            StatusCode::OK,
+            json!({"response_type": "ephemeral", "text": format!("tollgate could not start {}; please try again.", verified.event.as_deref().unwrap_or("your command"))}),
+        );
+    }
+    event.status = Some(503);
+    app.events.record(&event);
+    retry_later(json!({"status": "withdrawn", "error": error}))
+}
+
+/// Creates the durable turn: payload file, environment and delivery record are written under the
+/// queue lock before the row is enqueued.
+fn submit(
+    app: &App,
+    route: &Route,
+    meta: DeliveryMeta,
+    scope: Option<&str>,
+    body: Vec<u8>,
+) -> Result<Submitted, String> {
+    let mut env = app.base_env.clone();
+    env.insert("TOLLGATE_DELIVERY".into(), meta.id.clone());
+    env.insert("TOLLGATE_EVENT_ID".into(), meta.identity.clone());
+    env.insert("TOLLGATE_ADAPTER".into(), meta.adapter.clone());
+    env.insert("TOLLGATE_TENANT".into(), meta.tenant.clone());
+    let request = SubmitRequest {
+        task: Some(route.table.task_for(scope)),
+        strategy: route.table.strategy(),
+        argv: route.table.run.clone(),
+        cwd: Some(app.cwd.clone()),
+        env,
+    };
+    let _spawning = crate::sync::lock(&app.spawn_lock);
+    let rt = super::runtime_for(&app.home, &app.config);
+    submit_detached_with(&rt, app.me, request, move |home, turn| {
+        let path = home.turn_dir(&turn.key).join(PAYLOAD_FILE);
+        crate::fsutil::publish_bytes(&path, &body)?;
+        turn.env
+            .insert("TOLLGATE_PAYLOAD".into(), path.display().to_string());
+        turn.delivery = Some(meta);
+        Ok(())
+    })
+    .map_err(|e| e.to_string())
+}

@@ -1,0 +1,380 @@
+//! Start and stop: one `serve` per home (flock on `serve.lock`), re-adoption of the previous
+//! instance's retained deliveries, and the shutdown drain and hand-off.
+
+use super::dedupe_log::DedupeLog;
+use super::events::{Event, EventLog};
+use super::handler::{self, dedupe_key, App};
+use super::metrics::Counters;
+use super::refused::RefusedLog;
+use super::settings::{ServeError, ServePaths, Settings};
+use super::watcher::{delivery_outcome, Watched, Watcher, WATCH_POLL_MILLIS};
+use crate::fsutil;
+use crate::gate::Gate;
+use crate::home::Home;
+use crate::protocol::admission::{EventIdentity, Outcome, Tenant};
+use crate::protocol::slots::TurnKey;
+use crate::queue::QueueStore;
+use crate::tasks::{self, DeliveryMeta};
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::fs::{File, OpenOptions};
+use std::future::IntoFuture;
+use std::io::{Read, Seek, Write};
+use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Threads serving requests (the blocking work runs on tokio's bounded blocking pool).
+const WORKER_THREADS: usize = 2;
+/// The most blocking jobs (turn submits, watcher polls) at once.
+const MAX_BLOCKING_THREADS: usize = 64;
+/// How long in-flight requests may take to finish once the hand-off is recorded.
+const CLOSE_GRACE_MILLIS: u64 = 5_000;
+
+/// The exclusive `serve.lock`, held for the life of the instance.
+pub struct ServeLock {
+    _lock: Flock<File>,
+}
+
+impl ServeLock {
+    pub fn acquire(path: &Path) -> Result<ServeLock, ServeError> {
+        let io = |source| ServeError::Io {
+            what: format!("opening {}", path.display()),
+            source,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+            .map_err(io)?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(mut lock) => {
+                let pid = std::process::id();
+                let write = |f: &mut File| -> std::io::Result<()> {
+                    f.set_len(0)?;
+                    f.rewind()?;
+                    f.write_all(format!("{pid}\n").as_bytes())
+                };
+                write(&mut lock).map_err(io)?;
+                Ok(ServeLock { _lock: lock })
+            }
+            Err((mut file, Errno::EWOULDBLOCK)) => {
+                let mut text = String::new();
+                let _ = file.read_to_string(&mut text);
+                let holder = match text.trim() {
+                    "" => String::new(),
+                    pid => format!(" by pid {pid}"),
+                };
+                Err(ServeError::AlreadyServing {
+                    lock: path.to_path_buf(),
+                    holder,
+                })
+            }
+            Err((_, errno)) => Err(ServeError::Io {
+                what: format!("locking {}", path.display()),
+                source: std::io::Error::from(errno),
+            }),
+        }
+    }
+}
+
+/// A delivery recorded as handed off at shutdown, for the next instance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandedOff {
+    pub route: String,
+    pub delivery: DeliveryMeta,
+    pub task: String,
+    pub turn: u32,
+}
+
+/// How a `serve` ended.
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub readopted: usize,
+    pub handed_off: usize,
+}
+
+/// Runs `serve` until SIGTERM or SIGINT. `on_listening` is told the bound address.
+pub fn run(
+    home: Home,
+    listen: Option<String>,
+    on_listening: impl FnOnce(SocketAddr),
+) -> Result<Summary, ServeError> {
+    let config = home.ensure().map_err(|e| match e {
+        crate::home::HomeError::File(f) => ServeError::File(f),
+        other => ServeError::Config(other.to_string()),
+    })?;
+    let settings = Settings::from_config(&config, listen.as_deref())?;
+    let paths = ServePaths::new(&home);
+    fsutil::create_private_dir(&paths.dir)?;
+    let _lock = ServeLock::acquire(&paths.lock)?;
+    let now = tasks::now_millis();
+    let (dedupe, marks) = DedupeLog::open(&paths.dedupe, now, settings.dedupe_ttl_millis)?;
+    let gate = Gate::new(settings.limits, settings.dedupe_ttl_millis);
+    for mark in &marks {
+        gate.restore_mark(&EventIdentity(mark.identity.clone()), mark.marked_at_millis);
+    }
+    let events = Arc::new(EventLog::open(&paths.log)?);
+    let refused = RefusedLog::open(&paths.refused)?;
+    let spawn_lock = Arc::new(Mutex::new(()));
+    let watcher = Arc::new(Watcher::new(
+        home.clone(),
+        config.clone(),
+        Arc::clone(&events),
+        Arc::clone(&spawn_lock),
+    ));
+    let me = crate::process::self_identity().map_err(|source| ServeError::Io {
+        what: "reading this process's identity".into(),
+        source,
+    })?;
+    let cwd = std::env::current_dir().map_err(|source| ServeError::Io {
+        what: "reading the current directory".into(),
+        source,
+    })?;
+    let secrets: BTreeSet<&str> = config
+        .routes
+        .iter()
+        .map(|r| r.secret_env.as_str())
+        .collect();
+    let base_env = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| !secrets.contains(k.as_str()))
+        .collect();
+    let app = Arc::new(App {
+        settings,
+        gate,
+        watcher,
+        events,
+        dedupe,
+        refused,
+        counters: Counters::default(),
+        home,
+        config,
+        me,
+        cwd,
+        base_env,
+        spawn_lock,
+        dispatching: AtomicUsize::new(0),
+    });
+    let readopted = readopt(&app, &paths)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(WORKER_THREADS)
+        .max_blocking_threads(MAX_BLOCKING_THREADS)
+        .enable_all()
+        .build()
+        .map_err(|source| ServeError::Io {
+            what: "starting the async runtime".into(),
+            source,
+        })?;
+    let handed_off = runtime.block_on(serve(Arc::clone(&app), &paths, on_listening))?;
+    Ok(Summary {
+        readopted,
+        handed_off,
+    })
+}
+
+/// Counts the previous instance's retained deliveries (turns with a delivery record still in the
+/// queue, and those it recorded as handed off) against the limits again and watches them; the
+/// outcome of a handed-off one that ended meanwhile is logged now.
+fn readopt(app: &Arc<App>, paths: &ServePaths) -> Result<usize, ServeError> {
+    let handed: Vec<HandedOff> = fsutil::load_json(&paths.handed_off)?.unwrap_or_default();
+    let store = QueueStore::new(app.home.clone(), app.config.lock_timeout());
+    let state = store
+        .load()
+        .map_err(|e| ServeError::Config(e.to_string()))?;
+    let mut keys: Vec<TurnKey> = state.entries.iter().map(|e| e.key.clone()).collect();
+    for h in &handed {
+        let key = TurnKey::new(h.task.clone(), h.turn);
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    let route_of = |meta: &DeliveryMeta| {
+        handed
+            .iter()
+            .find(|h| h.delivery.id == meta.id)
+            .map(|h| h.route.clone())
+            .unwrap_or_default()
+    };
+    let was_handed = |meta: &DeliveryMeta| handed.iter().any(|h| h.delivery.id == meta.id);
+    let mut count = 0;
+    for key in keys {
+        let Some(turn) = tasks::load_turn(&app.home, &key)? else {
+            continue;
+        };
+        let Some(meta) = turn.delivery.clone() else {
+            continue;
+        };
+        app.gate.restore_mark(
+            &dedupe_key(&meta.adapter, &meta.tenant, &meta.identity),
+            meta.admitted_at_millis,
+        );
+        if let Some(outcome) = turn.outcome {
+            if was_handed(&meta) {
+                let mut event = outcome_event(&meta, &key, route_of(&meta));
+                event.outcome = delivery_outcome(outcome, false).to_string();
+                app.events.record(&event);
+            }
+            continue;
+        }
+        match app.gate.readopt(&Tenant::new(meta.adapter.clone(), meta.tenant.clone())) {
+            Ok(permit) => {
+                Counters::bump(&app.counters.readopted);
+                let mut event = outcome_event(&meta, &key, route_of(&meta));
+                event.kind = "decision";
+                event.outcome = "readopted".into();
+                app.events.record(&event);
+                app.watcher.watch(Watched {
+                    permit,
+                    key,
+                    route: route_of(&meta),
+                    // The deadline runs from the first admission, not from this restart.
+                    deadline_millis: meta
+                        .admitted_at_millis
+                        .saturating_add(app.settings.detach_timeout_millis),
+                    meta,
+                    timing_out: false,
+                    readopted: true,
+                    reply: None,
+                });
+                count += 1;
+            }
+            Err(reason) => tracing::warn!(
+                "{key}: cannot re-adopt delivery {} ({reason:?}: max_detached was lowered?); its turn runs on, unwatched",
+                meta.id
+            ),
+        }
+    }
+    fsutil::publish_json(&paths.handed_off, &Vec::<HandedOff>::new())?;
+    Ok(count)
+}
+
+fn outcome_event(meta: &DeliveryMeta, key: &TurnKey, route: String) -> Event {
+    Event {
+        at_millis: tasks::now_millis(),
+        kind: "outcome",
+        route,
+        adapter: meta.adapter.clone(),
+        tenant: meta.tenant.clone(),
+        delivery: Some(meta.id.clone()),
+        identity: meta.identity.clone(),
+        task: Some(key.task.clone()),
+        turn: Some(key.turn),
+        readopted: true,
+        ..Event::default()
+    }
+}
+
+async fn serve(
+    app: Arc<App>,
+    paths: &ServePaths,
+    on_listening: impl FnOnce(SocketAddr),
+) -> Result<usize, ServeError> {
+    let addr = app.settings.listen;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| ServeError::Bind { addr, source })?;
+    // Signal handlers before we say we listen, so a SIGTERM right after is never fatal.
+    let handler = |kind| {
+        tokio::signal::unix::signal(kind).map_err(|source| ServeError::Io {
+            what: "installing the signal handlers".into(),
+            source,
+        })
+    };
+    let mut term = handler(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = handler(tokio::signal::unix::SignalKind::interrupt())?;
+    let router = axum::Router::new()
+        .route("/metrics", axum::routing::get(handler::metrics))
+        .fallback(handler::ingress)
+        .with_state(Arc::clone(&app));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let watcher_task = tokio::spawn(Arc::clone(&app.watcher).run(stop_rx.clone()));
+    let mut close_rx = stop_rx;
+    let server = tokio::spawn(
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                // Closed only after the hand-off is recorded: until then refusals are answered.
+                while close_rx.changed().await.is_ok() {
+                    if *close_rx.borrow() {
+                        return;
+                    }
+                }
+            })
+            .into_future(),
+    );
+    tracing::info!(
+        "serving {} route(s) on http://{bound}, max_detached {}",
+        app.settings.routes.len(),
+        app.settings.limits.max_detached()
+    );
+    on_listening(bound);
+    let which = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    let retained = app.gate.begin_shutdown();
+    tracing::info!(
+        "{which}: admission stopped; draining {retained} retained delivery(ies) for up to {} ms",
+        app.settings.drain_timeout_millis
+    );
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(app.settings.drain_timeout_millis);
+    while (!app.watcher.is_empty() || app.dispatching.load(Ordering::SeqCst) > 0)
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(WATCH_POLL_MILLIS)).await;
+    }
+    // A delivery between the gate and the watcher finishes its submit (bounded by the queue lock
+    // timeout) before the hand-off, so it is handed off with its turn.
+    let submit_deadline = tokio::time::Instant::now() + app.config.lock_timeout();
+    while app.dispatching.load(Ordering::SeqCst) > 0
+        && tokio::time::Instant::now() < submit_deadline
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = stop_tx.send(true);
+    if let Err(e) = watcher_task.await {
+        tracing::error!("the watcher ended badly: {e}");
+    }
+    // One last look, so what ended during the drain's last poll period is not handed off.
+    {
+        let watcher = Arc::clone(&app.watcher);
+        let _ = tokio::task::spawn_blocking(move || watcher.tick()).await;
+    }
+    app.gate.hand_off_remaining();
+    let remaining = app.watcher.take_all();
+    let mut handed: Vec<HandedOff> = Vec::with_capacity(remaining.len());
+    for watched in remaining {
+        app.events
+            .record(&watched.event("outcome", Outcome::HandedOffAtShutdown.to_string()));
+        handed.push(HandedOff {
+            route: watched.route.clone(),
+            delivery: watched.meta.clone(),
+            task: watched.key.task.clone(),
+            turn: watched.key.turn,
+        });
+    }
+    fsutil::publish_json(&paths.handed_off, &handed)?;
+    app.events.sync();
+    tracing::info!("handed off {} delivery(ies) at shutdown", handed.len());
+    match tokio::time::timeout(Duration::from_millis(CLOSE_GRACE_MILLIS), server).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => tracing::warn!("the HTTP server ended with {e}"),
+        Ok(Err(e)) => tracing::warn!("the HTTP server task failed: {e}"),
+        Err(_) => {
+            tracing::warn!("in-flight requests did not finish within {CLOSE_GRACE_MILLIS} ms")
+        }
+    }
+    Ok(handed.len())
+}

@@ -1,0 +1,86 @@
+//! Refused deliveries of senders that do not retry by themselves (github): recorded durably in
+//! `<home>/serve/refused.jsonl` so `tollgate deliveries --refused` can list them for redelivery.
+
+use crate::fsutil::FileError;
+use serde::{Deserialize, Serialize};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// The most refusals `deliveries --refused` reads back (the newest ones).
+pub const MAX_LISTED: usize = 10_000;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedDelivery {
+    pub at_millis: u64,
+    pub route: String,
+    pub adapter: String,
+    pub tenant: String,
+    /// The sender's delivery id (what to redeliver).
+    pub identity: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    pub reason: String,
+}
+
+pub struct RefusedLog {
+    path: PathBuf,
+    file: Mutex<File>,
+}
+
+impl RefusedLog {
+    pub fn open(path: &Path) -> Result<Self, FileError> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| FileError::io(path, e))?;
+        Ok(RefusedLog {
+            path: path.to_path_buf(),
+            file: Mutex::new(file),
+        })
+    }
+
+    /// Appends and fsyncs one refusal (before the 503 is answered).
+    pub fn record(&self, refused: &RefusedDelivery) -> Result<(), FileError> {
+        let line = serde_json::to_string(refused).map_err(|e| FileError::Corrupt {
+            path: self.path.clone(),
+            format: "JSON",
+            detail: e.to_string(),
+        })?;
+        let mut file = crate::sync::lock(&self.file);
+        file.write_all(format!("{line}\n").as_bytes())
+            .and_then(|()| file.sync_data())
+            .map_err(|e| FileError::io(&self.path, e))
+    }
+}
+
+/// Every recorded refusal, oldest first (at most the newest [`MAX_LISTED`]). A torn last line is
+/// skipped.
+pub fn load_refused(path: &Path) -> Result<Vec<RefusedDelivery>, FileError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(FileError::io(path, e)),
+    };
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let skip = lines.len().saturating_sub(MAX_LISTED);
+    let mut out = Vec::with_capacity(lines.len() - skip);
+    for (i, line) in lines.iter().enumerate().skip(skip) {
+        match serde_json::from_str(line) {
+            Ok(refused) => out.push(refused),
+            Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => {}
+            Err(e) => {
+                return Err(FileError::Corrupt {
+                    path: path.to_path_buf(),
+                    format: "JSON lines",
+                    detail: format!("line {}: {e}", i + 1),
+                })
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,137 @@
+//! What `serve` runs with: the validated `[serve]` table and routes with their secrets, the files
+//! it keeps in the home, and its errors.
+
+use super::config::{AdapterKind, DispatchMode, RouteTable};
+use crate::config::Config;
+use crate::fsutil::FileError;
+use crate::home::Home;
+use crate::protocol::admission::{AdmissionError, Limits};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The config (or an argument) is wrong; nothing was started.
+    #[error("{0}")]
+    Config(String),
+    #[error("[[route]] {path}: key `secret_env`: the environment variable {var} is not set (or empty); export the route's shared secret in it")]
+    MissingSecret { path: String, var: String },
+    #[error("another `tollgate serve` already serves this home ({lock} is held{holder}); stop it first or use another --home")]
+    AlreadyServing { lock: PathBuf, holder: String },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    File(#[from] FileError),
+}
+
+impl From<AdmissionError> for ServeError {
+    fn from(error: AdmissionError) -> Self {
+        ServeError::Config(format!("[serve] key `max_detached`: {error}"))
+    }
+}
+
+/// One route, ready to serve.
+pub struct Route {
+    pub table: RouteTable,
+    pub secret: Vec<u8>,
+}
+
+impl Route {
+    pub fn adapter(&self) -> AdapterKind {
+        self.table.adapter
+    }
+    pub fn dispatch(&self) -> DispatchMode {
+        self.table.dispatch
+    }
+}
+
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub limits: Limits,
+    pub detach_timeout_millis: u64,
+    pub dedupe_ttl_millis: u64,
+    pub drain_timeout_millis: u64,
+    pub body_limit_bytes: usize,
+    pub routes: HashMap<String, Arc<Route>>,
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Settings {
+    /// From the home's config; `listen` overrides `[serve] listen`; every route's secret is read
+    /// from its environment variable now.
+    pub fn from_config(config: &Config, listen: Option<&str>) -> Result<Settings, ServeError> {
+        let table = config.serve.clone().unwrap_or_default();
+        let listen = match listen {
+            Some(text) => text
+                .parse()
+                .map_err(|e| ServeError::Config(format!("--listen {text:?}: {e}")))?,
+            None => table
+                .listen_addr()
+                .map_err(|e| ServeError::Config(format!("[serve] key `listen`: {e}")))?,
+        };
+        let limits = Limits::new(table.max_detached, table.max_detached_per_tenant)?;
+        let mut routes = HashMap::new();
+        for route in &config.routes {
+            let secret = std::env::var(&route.secret_env)
+                .ok()
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| ServeError::MissingSecret {
+                    path: route.path.clone(),
+                    var: route.secret_env.clone(),
+                })?;
+            routes.insert(
+                route.path.clone(),
+                Arc::new(Route {
+                    table: route.clone(),
+                    secret: secret.into_bytes(),
+                }),
+            );
+        }
+        Ok(Settings {
+            listen,
+            limits,
+            detach_timeout_millis: millis(table.detach_timeout()),
+            dedupe_ttl_millis: millis(table.dedupe_ttl()),
+            drain_timeout_millis: millis(table.drain_timeout()),
+            body_limit_bytes: table.body_limit,
+            routes,
+        })
+    }
+}
+
+/// Where `serve` keeps its files in the home.
+pub struct ServePaths {
+    pub dir: PathBuf,
+    pub lock: PathBuf,
+    pub log: PathBuf,
+    pub dedupe: PathBuf,
+    pub refused: PathBuf,
+    pub handed_off: PathBuf,
+}
+
+impl ServePaths {
+    pub fn new(home: &Home) -> Self {
+        let dir = home.root().join("serve");
+        ServePaths {
+            lock: home.root().join("serve.lock"),
+            log: home.root().join("serve.log.jsonl"),
+            dedupe: dir.join("dedupe.jsonl"),
+            refused: dir.join("refused.jsonl"),
+            handed_off: dir.join("handed-off.json"),
+            dir,
+        }
+    }
+}

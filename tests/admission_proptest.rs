@@ -46,16 +46,17 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (0u8..2, 0u8..6, 0u8..4, prop::bool::weighted(0.15)).prop_map(
+        30 => (0u8..2, 0u8..20, 0u8..4, prop::bool::weighted(0.15)).prop_map(
             |(tenant, identity, scope, sync)| Op::Deliver { tenant, identity, scope, sync }
         ),
-        3 => any::<u8>().prop_map(Op::Retry),
-        2 => any::<u8>().prop_map(Op::Redeliver),
-        5 => any::<u8>().prop_map(Op::Complete),
-        2 => (1u8..5).prop_map(Op::Tick),
-        1 => any::<u8>().prop_map(Op::SettleAgain),
-        1 => Just(Op::Shutdown),
-        1 => Just(Op::Drain),
+        15 => any::<u8>().prop_map(Op::Retry),
+        10 => any::<u8>().prop_map(Op::Redeliver),
+        25 => any::<u8>().prop_map(Op::Complete),
+        10 => (1u8..5).prop_map(Op::Tick),
+        5 => any::<u8>().prop_map(Op::SettleAgain),
+        // Rare, so that most runs do plenty of work before (or without) shutting down.
+        2 => Just(Op::Shutdown),
+        2 => Just(Op::Drain),
     ]
 }
 

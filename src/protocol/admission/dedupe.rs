@@ -83,3 +83,20 @@ impl Dedupe {
         self.marked.get(identity).is_some_and(|e| *e > now_millis)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mark_expires_and_then_marks_again() {
+        let mut dedupe = Dedupe::new();
+        let a = EventIdentity("a".into());
+        assert!(dedupe.mark_if_absent(&a, 0, 10));
+        assert!(!dedupe.mark_if_absent(&a, 9, 10));
+        assert!(dedupe.contains(&a, 9));
+        assert!(!dedupe.contains(&a, 10));
+        assert!(dedupe.mark_if_absent(&a, 10, 10));
+        assert_eq!((dedupe.len(), dedupe.evicted()), (1, 0));
+    }
+}

@@ -36,3 +36,70 @@ pub fn decide_delivery(
         DeliveryDecision::Duplicate
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::admission::Limits;
+
+    const TTL: u64 = 60_000;
+
+    fn deliver(
+        ledger: &mut Ledger,
+        dedupe: &mut Dedupe,
+        tenant: u8,
+        event: &str,
+    ) -> DeliveryDecision {
+        decide_delivery(
+            ledger,
+            dedupe,
+            &Tenant::new("platform", format!("t{tenant}")),
+            &EventIdentity(event.into()),
+            Dispatch::Deferred,
+            0,
+            TTL,
+        )
+    }
+
+    #[test]
+    fn a_rejected_delivery_is_not_marked_so_its_retry_is_admitted() {
+        let mut ledger = Ledger::new(Limits::new(1, 0).unwrap());
+        let mut dedupe = Dedupe::new();
+        let DeliveryDecision::Accepted { id } = deliver(&mut ledger, &mut dedupe, 0, "a") else {
+            panic!("the first delivery is admitted");
+        };
+        assert!(matches!(
+            deliver(&mut ledger, &mut dedupe, 1, "b"),
+            DeliveryDecision::Rejected {
+                reason: RejectReason::AtCapacity
+            }
+        ));
+        assert!(!dedupe.contains(&EventIdentity("b".into()), 0));
+        ledger.settle(id).unwrap();
+        assert!(matches!(
+            deliver(&mut ledger, &mut dedupe, 1, "b"),
+            DeliveryDecision::Accepted { .. }
+        ));
+    }
+
+    #[test]
+    fn a_duplicate_at_the_cap_is_refused_then_answered_as_a_duplicate() {
+        let mut ledger = Ledger::new(Limits::new(1, 0).unwrap());
+        let mut dedupe = Dedupe::new();
+        let DeliveryDecision::Accepted { id } = deliver(&mut ledger, &mut dedupe, 0, "a") else {
+            panic!("the first delivery is admitted");
+        };
+        assert!(matches!(
+            deliver(&mut ledger, &mut dedupe, 0, "a"),
+            DeliveryDecision::Rejected { .. }
+        ));
+        ledger.settle(id).unwrap();
+        assert_eq!(
+            deliver(&mut ledger, &mut dedupe, 0, "a"),
+            DeliveryDecision::Duplicate
+        );
+        // The duplicate's capacity came back at once.
+        assert_eq!(ledger.retained(), 0);
+        assert!(ledger.held().is_empty());
+    }
+}

@@ -206,3 +206,58 @@ impl Ledger {
         self.held()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tenant(n: u8) -> Tenant {
+        Tenant::new("platform", format!("t{n}"))
+    }
+
+    #[test]
+    fn a_zero_cap_is_refused() {
+        assert_eq!(Limits::new(0, 0), Err(AdmissionError::ZeroMaxDetached));
+    }
+
+    #[test]
+    fn the_cap_and_the_tenant_ceiling_refuse_until_capacity_is_settled() {
+        let mut ledger = Ledger::new(Limits::new(2, 1).unwrap());
+        let a = ledger.admit(&tenant(0), Dispatch::Deferred).unwrap();
+        assert_eq!(
+            ledger.admit(&tenant(0), Dispatch::Deferred),
+            Err(RejectReason::TenantAtCapacity)
+        );
+        let b = ledger.admit(&tenant(1), Dispatch::Deferred).unwrap();
+        assert_eq!(
+            ledger.admit(&tenant(2), Dispatch::Deferred),
+            Err(RejectReason::AtCapacity)
+        );
+        // Sync work is held but not capped.
+        let s = ledger.admit(&tenant(0), Dispatch::Sync).unwrap();
+        assert_eq!((ledger.retained(), ledger.retained_by(&tenant(0))), (2, 1));
+        assert_eq!(ledger.settle(a), Ok(()));
+        assert_eq!(ledger.settle(a), Err(AdmissionError::UnknownDelivery(a)));
+        assert_eq!((ledger.retained(), ledger.retained_by(&tenant(0))), (1, 0));
+        assert!(ledger.admit(&tenant(0), Dispatch::Deferred).is_ok());
+        assert_eq!(ledger.settle(s), Ok(()));
+        assert!(ledger.is_held(b));
+    }
+
+    #[test]
+    fn shutdown_refuses_every_dispatch_and_lists_what_is_held() {
+        let mut ledger = Ledger::new(Limits::default());
+        let a = ledger.admit(&tenant(0), Dispatch::Deferred).unwrap();
+        let s = ledger.admit(&tenant(0), Dispatch::Sync).unwrap();
+        assert_eq!(ledger.begin_shutdown(), vec![a, s]);
+        for dispatch in [Dispatch::Deferred, Dispatch::Sync] {
+            assert_eq!(
+                ledger.admit(&tenant(1), dispatch),
+                Err(RejectReason::ShuttingDown)
+            );
+        }
+        assert_eq!(ledger.settle(a), Ok(()));
+        assert_eq!(ledger.settle(s), Ok(()));
+        assert_eq!(ledger.retained(), 0);
+    }
+}

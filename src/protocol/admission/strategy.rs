@@ -12,7 +12,7 @@ use std::time::Duration;
 pub const MAX_CONCURRENT: u32 = 1024;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(tag = "kind", rename_all = "snake_case", try_from = "StrategyFields")]
 pub enum Strategy {
     /// A busy scope drops the newcomer, observably.
     Drop,
@@ -22,6 +22,43 @@ pub enum Strategy {
     Debounce { quiet_millis: u64 },
     /// Up to `max` running; the rest wait in line, in arrival order.
     Concurrent { max: u32 },
+}
+
+/// The stored shape of a [`Strategy`], checked on the way in: a file must not hold a strategy the
+/// text form refuses. `concurrent` with `max: 0` would line up every arrival and never start one
+/// (admitted work held until shutdown), and a zero quiet period is refused for the same reason as
+/// on the command line.
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum StrategyFields {
+    Drop,
+    Queue,
+    Debounce { quiet_millis: u64 },
+    Concurrent { max: u32 },
+}
+
+impl TryFrom<StrategyFields> for Strategy {
+    type Error = StrategyParseError;
+
+    fn try_from(fields: StrategyFields) -> Result<Self, Self::Error> {
+        let strategy = match fields {
+            StrategyFields::Drop => Strategy::Drop,
+            StrategyFields::Queue => Strategy::Queue,
+            StrategyFields::Debounce { quiet_millis } => Strategy::Debounce { quiet_millis },
+            StrategyFields::Concurrent { max } => Strategy::Concurrent { max },
+        };
+        let reason = match strategy {
+            Strategy::Debounce { quiet_millis: 0 } => "the quiet period must be positive".into(),
+            Strategy::Concurrent { max } if max == 0 || max > MAX_CONCURRENT => {
+                format!("N must be in 1..={MAX_CONCURRENT}")
+            }
+            _ => return Ok(strategy),
+        };
+        Err(StrategyParseError {
+            given: strategy.to_string(),
+            reason,
+        })
+    }
 }
 
 impl Default for Strategy {
@@ -223,5 +260,124 @@ impl<T: Clone + PartialEq> Scope<T> {
             }
         }
         started
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_strategies_are_checked_like_typed_ones() {
+        let round_trip = |s: Strategy| {
+            let json = serde_json::to_string(&s).unwrap();
+            assert_eq!(serde_json::from_str::<Strategy>(&json).unwrap(), s);
+        };
+        round_trip(Strategy::Drop);
+        round_trip(Strategy::Queue);
+        round_trip(Strategy::Debounce { quiet_millis: 250 });
+        round_trip(Strategy::Concurrent { max: 3 });
+        for bad in [
+            r#"{"kind":"concurrent","max":0}"#,
+            r#"{"kind":"concurrent","max":1025}"#,
+            r#"{"kind":"debounce","quiet_millis":0}"#,
+        ] {
+            assert!(serde_json::from_str::<Strategy>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn text_form_refuses_what_cannot_run() {
+        assert_eq!("drop".parse(), Ok(Strategy::Drop));
+        assert_eq!(
+            "debounce=2s".parse(),
+            Ok(Strategy::Debounce { quiet_millis: 2000 })
+        );
+        for bad in [
+            "concurrent=0",
+            "concurrent=1025",
+            "debounce=0s",
+            "burst",
+            "queue=1",
+        ] {
+            assert!(bad.parse::<Strategy>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn queue_keeps_the_newest_waiter_and_supersedes_the_old() {
+        let mut scope = Scope::default();
+        assert_eq!(scope.arrive(Strategy::Queue, 1, 0), Arrival::Start(1));
+        assert!(matches!(
+            scope.arrive(Strategy::Queue, 2, 0),
+            Arrival::Park {
+                superseded: None,
+                ..
+            }
+        ));
+        assert!(matches!(
+            scope.arrive(Strategy::Queue, 3, 0),
+            Arrival::Park {
+                superseded: Some(2),
+                ..
+            }
+        ));
+        assert_eq!(scope.retained(), 2);
+        assert_eq!(scope.finish(Strategy::Queue, &1, 0), vec![3]);
+        assert_eq!(scope.finish(Strategy::Queue, &3, 0), Vec::<u32>::new());
+        assert_eq!(scope.retained(), 0);
+    }
+
+    #[test]
+    fn debounce_starts_the_last_arrival_after_the_quiet_period() {
+        let s = Strategy::Debounce { quiet_millis: 10 };
+        let mut scope = Scope::default();
+        assert!(matches!(
+            scope.arrive(s, 1, 0),
+            Arrival::Park {
+                ready_at_millis: 10,
+                superseded: None,
+                ..
+            }
+        ));
+        // A newer arrival replaces the waiter and moves the deadline.
+        assert!(matches!(
+            scope.arrive(s, 2, 5),
+            Arrival::Park {
+                ready_at_millis: 15,
+                superseded: Some(1),
+                ..
+            }
+        ));
+        assert!(scope.start_due(s, 14).is_empty());
+        assert_eq!(scope.start_due(s, 15), vec![2]);
+        // A due waiter behind running work starts when that work ends.
+        scope.arrive(s, 3, 20);
+        assert!(scope.start_due(s, 40).is_empty());
+        assert_eq!(scope.finish(s, &2, 40), vec![3]);
+    }
+
+    #[test]
+    fn drop_refuses_a_busy_scope_and_concurrent_lines_up_in_order() {
+        let mut scope = Scope::default();
+        assert_eq!(scope.arrive(Strategy::Drop, 1, 0), Arrival::Start(1));
+        assert_eq!(
+            scope.arrive(Strategy::Drop, 2, 0),
+            Arrival::Dropped {
+                dropped: 2,
+                running: 1
+            }
+        );
+        assert_eq!(scope.retained(), 1);
+
+        let c = Strategy::Concurrent { max: 2 };
+        let mut scope = Scope::default();
+        assert_eq!(scope.arrive(c, 1, 0), Arrival::Start(1));
+        assert_eq!(scope.arrive(c, 2, 0), Arrival::Start(2));
+        assert_eq!(scope.arrive(c, 3, 0), Arrival::LineUp(3));
+        assert_eq!(scope.arrive(c, 4, 0), Arrival::LineUp(4));
+        assert_eq!(scope.finish(c, &2, 0), vec![3]);
+        assert_eq!(scope.finish(c, &1, 0), vec![4]);
+        assert_eq!(scope.retained(), 2);
     }
 }

@@ -2,7 +2,7 @@
 //! the only way to ask "seen?" is to mark, and only an admitted delivery may mark.
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The bound on remembered identities; past it the entry closest to expiry is forgotten first
 /// (a later duplicate of it may then run again: extra work, never lost work).
@@ -11,11 +11,14 @@ pub const MAX_DEDUPE_ENTRIES: usize = 65_536;
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct EventIdentity(pub String);
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Marked identities with their expiry, indexed both ways so that marking, expiring and evicting
+/// cost O(log n) even at the bound.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Dedupe {
     /// identity → expiry time in millis.
     marked: BTreeMap<EventIdentity, u64>,
-    #[serde(default)]
+    /// (expiry, identity): the same entries in expiry order.
+    by_expiry: BTreeSet<(u64, EventIdentity)>,
     evicted: u64,
 }
 
@@ -25,6 +28,7 @@ impl Dedupe {
     }
 
     pub fn len(&self) -> usize {
+        debug_assert_eq!(self.marked.len(), self.by_expiry.len());
         self.marked.len()
     }
 
@@ -52,30 +56,36 @@ impl Dedupe {
         }
         self.expire(now_millis);
         if self.marked.len() >= MAX_DEDUPE_ENTRIES {
-            let soonest = self
-                .marked
-                .iter()
-                .min_by_key(|(_, expires)| **expires)
-                .map(|(id, _)| id.clone());
-            if let Some(id) = soonest {
-                self.marked.remove(&id);
+            if let Some((_, soonest)) = self.by_expiry.pop_first() {
+                self.marked.remove(&soonest);
                 self.evicted += 1;
             }
         }
-        self.marked
-            .insert(identity.clone(), now_millis.saturating_add(ttl_millis));
+        let expires = now_millis.saturating_add(ttl_millis);
+        self.marked.insert(identity.clone(), expires);
+        self.by_expiry.insert((expires, identity.clone()));
+        debug_assert!(self.marked.len() <= MAX_DEDUPE_ENTRIES);
         true
     }
 
     /// Forgets `identity`: only for a delivery that was marked but could not be dispatched and was
     /// never acknowledged, so that the sender's retry is judged afresh instead of deduped away.
     pub fn forget(&mut self, identity: &EventIdentity) {
-        self.marked.remove(identity);
+        if let Some(expires) = self.marked.remove(identity) {
+            self.by_expiry.remove(&(expires, identity.clone()));
+        }
     }
 
     /// Forgets identities whose time has passed.
     pub fn expire(&mut self, now_millis: u64) {
-        self.marked.retain(|_, expires| *expires > now_millis);
+        while let Some((expires, _)) = self.by_expiry.first() {
+            if *expires > now_millis {
+                break;
+            }
+            if let Some((_, identity)) = self.by_expiry.pop_first() {
+                self.marked.remove(&identity);
+            }
+        }
     }
 
     /// Whether `identity` is marked (for tests and status only; never part of a decision).
@@ -98,5 +108,24 @@ mod tests {
         assert!(!dedupe.contains(&a, 10));
         assert!(dedupe.mark_if_absent(&a, 10, 10));
         assert_eq!((dedupe.len(), dedupe.evicted()), (1, 0));
+    }
+
+    #[test]
+    fn at_the_bound_the_entry_closest_to_expiry_is_forgotten_first() {
+        let mut dedupe = Dedupe::new();
+        for i in 0..MAX_DEDUPE_ENTRIES as u64 {
+            // Later identities expire later: entry 0 is the closest to expiry.
+            assert!(dedupe.mark_if_absent(&EventIdentity(format!("e{i}")), i, 1_000_000));
+        }
+        assert_eq!(dedupe.len(), MAX_DEDUPE_ENTRIES);
+        let now = MAX_DEDUPE_ENTRIES as u64;
+        assert!(dedupe.mark_if_absent(&EventIdentity("new".into()), now, 1_000_000));
+        assert_eq!((dedupe.len(), dedupe.evicted()), (MAX_DEDUPE_ENTRIES, 1));
+        assert!(!dedupe.contains(&EventIdentity("e0".into()), now));
+        assert!(dedupe.contains(&EventIdentity("e1".into()), now));
+        // The forgotten identity may mark again (extra work, never lost work).
+        assert!(dedupe.mark_if_absent(&EventIdentity("e0".into()), now, 1_000_000));
+        dedupe.forget(&EventIdentity("e0".into()));
+        assert!(!dedupe.contains(&EventIdentity("e0".into()), now));
     }
 }

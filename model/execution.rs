@@ -421,12 +421,12 @@ mod tests {
     fn check(model: ExecutionModel, label: &str) -> impl Checker<ExecutionModel> {
         let started = std::time::Instant::now();
         let checker = model.checker().spawn_bfs().join();
-        println!(
+        crate::model::report(&format!(
             "execution model {label}: {} unique states ({} total) in {:?}",
             checker.unique_state_count(),
             checker.state_count(),
             started.elapsed()
-        );
+        ));
         checker
     }
 

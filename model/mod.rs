@@ -4,3 +4,19 @@
 
 pub mod admission;
 pub mod execution;
+
+/// Records one line of a model check (configuration, unique states, time) on stderr and in
+/// `target/model-report.txt`, which `.ci/run` prints after the tests: the test harness captures
+/// the output of passing tests, and a reviewer wants the state counts of every run.
+pub fn report(line: &str) {
+    use std::io::Write;
+    eprintln!("{line}");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/target/model-report.txt");
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(file, "{line}");
+    }
+}

@@ -16,12 +16,12 @@ fn check(cfg: AdmissionConfig) {
         .checker()
         .spawn_dfs()
         .join();
-    eprintln!(
-        "{cfg}: {} unique states, depth {}, {:.1?}",
+    tollgate::model::report(&format!(
+        "admission {cfg}: {} unique states, depth {}, {:.1?}",
         checker.unique_state_count(),
         checker.max_depth(),
         started.elapsed()
-    );
+    ));
     checker.assert_properties();
 }
 
@@ -152,12 +152,12 @@ fn expect_caught(cfg: AdmissionConfig, variant: Variant) {
             .expect("a counterexample trail holds a violating state");
         trail.truncate(first_bad + 1);
         trail[first_bad].1 = None;
-        eprintln!(
-            "{variant:?} caught by {property:?} after {} unique states, {:.1?}; trail:\n{}",
+        tollgate::model::report(&format!(
+            "admission teeth: {variant:?} caught by {property:?} after {} unique states, {:.1?}",
             checker.unique_state_count(),
             started.elapsed(),
-            describe(&model, &trail)
-        );
+        ));
+        eprintln!("trail:\n{}", describe(&model, &trail));
     }
 }
 

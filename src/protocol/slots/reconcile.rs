@@ -6,10 +6,11 @@
 
 use super::occupancy::live_runner_for_turn;
 use super::reserve::{
-    adopt_row, park, reserve_runner_slot, start_next_parked, ReserveOutcome, StartNext,
+    adopt_row, park, reserve_runner_slot_with, start_next_parked_with, ReserveOutcome, StartNext,
 };
 use super::{
-    Liveness, ProcessIdentity, QueueEntry, QueueState, RowState, SlotError, SlotToken, TurnKey,
+    Liveness, ProcessIdentity, ProductionRules, QueueEntry, QueueState, RowState, SlotError,
+    SlotRules, SlotToken, TurnKey,
 };
 
 /// The one thing a reconcile step did.
@@ -51,6 +52,28 @@ pub fn reconcile_step(
     liveness: &impl Liveness,
     is_settled: &impl Fn(&TurnKey) -> bool,
 ) -> Result<ReconcileStep, SlotError> {
+    reconcile_step_with(
+        &ProductionRules,
+        state,
+        reconciler,
+        cap,
+        fresh_token,
+        liveness,
+        is_settled,
+    )
+}
+
+/// [`reconcile_step`] under explicit [`SlotRules`]: the seam the model's broken variants use.
+pub fn reconcile_step_with(
+    rules: &impl SlotRules,
+    state: &mut QueueState,
+    reconciler: ProcessIdentity,
+    cap: usize,
+    fresh_token: SlotToken,
+    liveness: &impl Liveness,
+    is_settled: &impl Fn(&TurnKey) -> bool,
+) -> Result<ReconcileStep, SlotError> {
+    let exclude_reserver = rules.reconcile_exclude_reserver(reconciler);
     // Runner records of rows that left, whose process is gone, are dropped silently: they count
     // for nothing, and keeping them would grow the document without bound.
     let QueueState {
@@ -109,7 +132,16 @@ pub fn reconcile_step(
         }
         let before = state.row(&key).cloned();
         adopt_row(state, &key, reconciler)?;
-        match reserve_runner_slot(state, &key, reconciler, None, cap, fresh_token, liveness)? {
+        match reserve_runner_slot_with(
+            rules,
+            state,
+            &key,
+            reconciler,
+            exclude_reserver,
+            cap,
+            fresh_token,
+            liveness,
+        )? {
             ReserveOutcome::Acquired { token, .. } => {
                 return Ok(ReconcileStep::Spawn {
                     key,
@@ -131,7 +163,15 @@ pub fn reconcile_step(
     }
 
     // 4. Start the oldest parked row if a slot is free. The reconciler does not exclude itself.
-    match start_next_parked(state, reconciler, None, cap, fresh_token, liveness)? {
+    match start_next_parked_with(
+        rules,
+        state,
+        reconciler,
+        exclude_reserver,
+        cap,
+        fresh_token,
+        liveness,
+    )? {
         StartNext::Acquired { key, token } => Ok(ReconcileStep::Spawn {
             key,
             token,

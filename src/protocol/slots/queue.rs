@@ -43,15 +43,10 @@ pub fn validate_task_name(name: &str) -> Result<(), SlotError> {
         ))
     } else if name.starts_with('.') {
         Some(format!("{name:?} starts with '.'"))
-    } else if let Some(bad) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-    {
-        Some(format!(
-            "{name:?} contains {bad:?}; use letters, digits, '.', '_' or '-'"
-        ))
     } else {
-        None
+        name.chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+            .map(|bad| format!("{name:?} contains {bad:?}; use letters, digits, '.', '_' or '-'"))
     };
     match reason {
         Some(reason) => Err(SlotError::InvalidTaskName { reason }),

@@ -226,6 +226,13 @@ pub enum Pc {
         snapshot: QueueEntry,
         then: Then,
     },
+    /// The spawn failed from the reserver's point of view: give the slot back (a separate
+    /// section, so a child that did start may take over first).
+    Release {
+        key: TurnKey,
+        token: SlotToken,
+        then: Then,
+    },
     /// First publish of the handoff (L2).
     Bind {
         key: TurnKey,
@@ -315,6 +322,9 @@ pub struct SlotState {
     /// Handoffs whose reserver died between the two publishes: the row (`queue_id`), its token
     /// and the bound child (S5).
     pub orphaned_handoffs: Vec<(u64, SlotToken, ProcessIdentity)>,
+    /// Turns (bit `turn - 1`) that wrote a result at least once: a later duplicate submission of
+    /// such a turn is dropped before the queue (the shell's dedupe knows the turn has ended).
+    pub finished_turns: u8,
     pub crashes_left: u8,
     pub reuses_left: u8,
     pub reconciles_left: u8,
@@ -495,7 +505,7 @@ fn take_over_unconditionally(
         .ok_or_else(|| SlotError::UnknownRow { key: key.clone() })?
         .slot_reservation
         .as_ref()
-        .is_none_or(|r| !liveness.is_live(&r.reserver));
+        .map_or(true, |r| !liveness.is_live(&r.reserver));
     let row = state.row_mut(key)?;
     row.state = RowState::Dispatching { dispatch_owner: me };
     if reserver_dead {
@@ -512,6 +522,10 @@ fn take_over_unconditionally(
 // ---------------------------------------------------------------------------------------------
 // Transitions.
 // ---------------------------------------------------------------------------------------------
+
+fn turn_bit(key: &TurnKey) -> u8 {
+    1u8.checked_shl(key.turn.saturating_sub(1)).unwrap_or(0)
+}
 
 fn identities_of(entry: &QueueEntry) -> Vec<ProcessIdentity> {
     let mut ids = match entry.state {
@@ -698,6 +712,10 @@ impl SlotModel {
     /// L1 of a detached submit.
     fn submit(&self, st: &mut SlotState, role: usize, submitter: usize, key: TurnKey, then: Then) {
         let me = st.me(role);
+        if st.finished_turns & turn_bit(&key) != 0 {
+            st.finish_role(role, then);
+            return;
+        }
         let before = st.queue.clone();
         match enqueue(&mut st.queue, &key, me, self.cfg.clock_millis(submitter)) {
             Ok(EnqueueOutcome::AlreadyQueued { .. }) if st.queue != before => {
@@ -867,6 +885,10 @@ impl SlotModel {
                     then,
                 };
             }
+            Pc::Release { key, token, then } => {
+                self.release(st, &key, token, me);
+                st.finish_role(role, then);
+            }
             Pc::Bind {
                 key,
                 token,
@@ -909,6 +931,7 @@ impl SlotModel {
                 if let Err(at) = st.settled.binary_search(&queue_id) {
                     st.settled.insert(at, queue_id);
                 }
+                st.finished_turns |= turn_bit(&key);
                 st.roles[role].pc = Pc::Written { key };
             }
             Pc::Written { key } => {
@@ -1026,11 +1049,7 @@ impl SlotModel {
                 else {
                     unreachable!("spawn faults are only offered to roles holding a slot");
                 };
-                let me = st.me(role);
-                self.release(&mut st, &key, token, me);
-                st.finish_role(role, then);
-                let proc = st.roles[role].proc;
-                st.reap(proc);
+                st.roles[role].pc = Pc::Release { key, token, then };
             }
             SlotAction::SpawnOnReusedPid {
                 role,
@@ -1205,7 +1224,7 @@ impl SlotModel {
                     referenced.insert(*child);
                     referenced.extend(identities_of(snapshot));
                 }
-                Pc::TakeOver { token, .. } => {
+                Pc::TakeOver { token, .. } | Pc::Release { token, .. } => {
                     held.insert(*token);
                 }
                 _ => {}
@@ -1245,6 +1264,7 @@ impl SlotModel {
             retired: Vec::new(),
             settled: Vec::new(),
             orphaned_handoffs: Vec::new(),
+            finished_turns: 0,
             crashes_left: self.cfg.crash_budget,
             reuses_left: self.cfg.reuse_budget,
             reconciles_left: self.cfg.reconcile_budget,
@@ -1324,23 +1344,38 @@ fn s3_retired_token(_: &SlotModel, st: &SlotState) -> bool {
     st.violations & violation::RETIRED_TOKEN_ACTED == 0
 }
 
-fn s4_bound_child(_: &SlotModel, st: &SlotState) -> bool {
+fn s4_bound_child(model: &SlotModel, st: &SlotState) -> bool {
     if st.violations & violation::BOUND_CHILD_DROPPED != 0 {
         return false;
     }
-    // A reservation whose bound child lives is counted: occupancy covers every such reservation.
+    // A reservation whose bound child lives is counted, one each, under every exclusion the shell
+    // passes (none, or a runner's own pid): taking it away lowers the occupancy by exactly one.
+    let rules = model.rules();
     let table = ProcTable(&st.procs);
-    let bound_live = st
-        .queue
-        .entries
-        .iter()
-        .filter_map(|e| e.slot_reservation.as_ref())
-        .filter(|r| {
-            r.child
-                .is_some_and(|c| table.observe(&c) == Observation::Matching)
+    let excludes: Vec<Option<u32>> = std::iter::once(None)
+        .chain(
+            st.procs
+                .iter()
+                .filter(|p| p.alive && p.kind == ProcKind::Runner)
+                .map(|p| Some(p.id.pid)),
+        )
+        .collect();
+    st.queue.entries.iter().enumerate().all(|(index, e)| {
+        let bound_live = e
+            .slot_reservation
+            .as_ref()
+            .and_then(|r| r.child)
+            .is_some_and(|c| table.observe(&c) == Observation::Matching);
+        if !bound_live {
+            return true;
+        }
+        let mut without = st.queue.clone();
+        without.entries[index].slot_reservation = None;
+        excludes.iter().all(|&exclude| {
+            rules.occupied_runner_slots(&st.queue, &table, exclude, None)
+                == rules.occupied_runner_slots(&without, &table, exclude, None) + 1
         })
-        .count();
-    occupied_runner_slots(&st.queue, &table, None, None) >= bound_live
+    })
 }
 
 fn s5_crash_between_publishes(_: &SlotModel, st: &SlotState) -> bool {
@@ -1442,6 +1477,11 @@ impl Model for SlotModel {
     }
 
     fn actions(&self, st: &SlotState, actions: &mut Vec<SlotAction>) {
+        // A state that already breaks a safety property ends its path, so the trail the checker
+        // reports stops at the first violation instead of running on past it.
+        if st.violations != 0 || !s1_cap(self, st) || !s2_one_executor(self, st) {
+            return;
+        }
         let free_pids = st.free_pids();
         for (index, role) in st.roles.iter().enumerate() {
             if !st.role_live(index) {
@@ -1683,6 +1723,9 @@ pub fn describe_action(before: &SlotState, action: &SlotAction) -> String {
                     token_number(token)
                 )
             }
+            Pc::Release { key, token, .. } => {
+                format!("L: release_runner_slot({key}, #{})", token_number(token))
+            }
             Pc::Bind {
                 key, token, child, ..
             } => format!(
@@ -1770,6 +1813,9 @@ pub fn render_trail(path: Vec<(SlotState, Option<SlotAction>)>) -> Vec<String> {
         }
         for row in describe_queue(&state.queue) {
             lines.push(format!("       {row}"));
+        }
+        if state.violations != 0 {
+            lines.push(format!("       violations seen: {:#b}", state.violations));
         }
         if let Some(action) = action {
             previous = Some((state, action));

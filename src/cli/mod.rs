@@ -3,6 +3,9 @@
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
+#[cfg(feature = "model-check")]
+pub mod model;
+
 /// Exit codes every subcommand shares (also listed in `--help` and the README).
 pub mod exit {
     /// Success.
@@ -35,10 +38,17 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Check the protocol models exhaustively, or explore one in a browser (reviewers' tools).
+    #[cfg(feature = "model-check")]
+    Model(model::ModelArgs),
+}
 
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
-    match cli.command {}
+    match cli.command {
+        #[cfg(feature = "model-check")]
+        Command::Model(args) => model::run(args),
+    }
 }

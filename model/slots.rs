@@ -27,10 +27,25 @@
 //!   budget); observations of the old identity on a reused pid then come back either `Gone` or
 //!   `Ambiguous` (chosen once at reuse time; ambiguous counts as live).
 //!
+//! Submissions: every submitter submits every turn once, in rotated order, so submitters contend
+//! on the same turns (duplicate enqueues, pending outcomes, steals). A duplicate of a turn that
+//! already wrote its result is dropped before the queue, as the shell's dedupe drops a late retry
+//! of an ended turn; without that a late duplicate would re-run a finished turn as a new row.
+//!
 //! Bounds: the submissions (submitters × turns), the crash, reuse and reconcile budgets. Spawns
 //! need no budget of their own: every spawn follows a reservation of a row that needs a runner,
 //! rows are created only by submissions, and a row needs another runner only after a crash or a
 //! spawn fault, both of which spend the crash budget.
+//!
+//! Reductions (all sound for the properties checked): a submitter is not crashed between two
+//! submissions (it holds nothing there; that only means fewer submissions, which smaller
+//! configurations cover); an unrelated process reusing a pid is only modelled with ambiguous
+//! observations (observed `Gone` it is indistinguishable from no reuse); after each step the state
+//! forgets finished roles, dead processes nothing refers to, retired tokens no role holds and
+//! results of rows that left ([`SlotModel`]'s `normalize`). A state that already breaks a safety
+//! property ends its path, so reported trails stop at the first violation. No symmetry reduction:
+//! submitters differ (clocks that run behind, rotated scripts), so the state has no cheap
+//! permutation symmetry to exploit.
 
 use crate::protocol::slots::{
     complete_runner_spawn_first, complete_runner_spawn_second, enqueue, finish_turn,
@@ -85,7 +100,7 @@ pub struct SlotConfig {
     /// Submitting processes.
     pub submitters: usize,
     /// Turns: each submitter submits every turn once (rotated, so submitters contend), which makes
-    /// duplicate enqueues and the pending outcomes reachable.
+    /// duplicate enqueues and the pending outcomes reachable. At most 8 (a bit set tracks them).
     pub turns: u32,
     /// Worker slots (`workers`).
     pub cap: usize,

@@ -101,13 +101,18 @@ pub fn reconcile_step_with(
     }
 
     // 2. A waiting row whose owner died (and whose reservation, if any, is dead too) is parked.
-    let orphaned_waiter = state.entries.iter().find(|e| match e.state {
-        RowState::Waiting { owner, .. } => {
-            !liveness.is_live(&owner)
-                && reservation_is_dead(e, liveness)
-                && live_runner_for_turn(state, &e.key, liveness).is_none()
-        }
-        _ => false,
+    //    So is a parked row holding a dead reservation (a submitter took the parked row and died
+    //    before its spawn): the dead reservation would otherwise count against the cap forever,
+    //    and step 4 stops at the first saturated parked row before ever reaching it to steal.
+    let orphaned_waiter = state.entries.iter().find(|e| {
+        let abandoned = match e.state {
+            RowState::Waiting { owner, .. } => !liveness.is_live(&owner),
+            RowState::Parked => e.slot_reservation.is_some(),
+            RowState::Dispatching { .. } => false,
+        };
+        abandoned
+            && reservation_is_dead(e, liveness)
+            && live_runner_for_turn(state, &e.key, liveness).is_none()
     });
     if let Some(entry) = orphaned_waiter {
         let key = entry.key.clone();

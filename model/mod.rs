@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod execution;
+pub mod slots;
 
 /// Records one line of a model check (configuration, unique states, time) on stderr and in
 /// `target/model-report.txt`, which `.ci/run` prints after the tests: the test harness captures

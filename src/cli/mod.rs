@@ -10,6 +10,8 @@ pub use error::CliError;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
+#[cfg(feature = "model-check")]
+pub mod model;
 pub mod run;
 pub mod sweep;
 
@@ -76,6 +78,9 @@ pub enum Command {
     /// List webhook deliveries `serve` refused (`--refused`), for redelivery.
     #[cfg(feature = "serve")]
     Deliveries(serve::DeliveriesArgs),
+    /// Check the protocol models exhaustively, or explore one in a browser (reviewers' tools).
+    #[cfg(feature = "model-check")]
+    Model(model::ModelArgs),
     /// Internal commands run by tollgate itself.
     #[command(subcommand, hide = true)]
     Worker(WorkerCommand),
@@ -203,6 +208,8 @@ pub fn main() -> i32 {
         Command::Worker(WorkerCommand::Wake { at }) => commands::worker_wake(home, at),
         Command::Run(args) => Ok(run::run(args, home.as_deref())),
         Command::Sweep(args) => Ok(sweep::run(args, home.as_deref())),
+        #[cfg(feature = "model-check")]
+        Command::Model(args) => Ok(model::run(args)),
     };
     match result {
         Ok(code) => code,

@@ -10,6 +10,7 @@ mod occupancy;
 mod queue;
 mod reconcile;
 mod reserve;
+mod rules;
 mod takeover;
 mod token;
 
@@ -19,12 +20,14 @@ pub use queue::{
     enqueue, validate_task_name, EnqueueOutcome, QueueEntry, QueueState, RowState, RunnerRecord,
     RunnerSlotReservation, TurnKey, MAX_QUEUE_ROWS, MAX_TASK_NAME_BYTES, QUEUE_FORMAT_VERSION,
 };
-pub use reconcile::{reconcile_step, reconcile_step_where, ReconcileStep};
+pub use reconcile::{reconcile_step, reconcile_step_where, reconcile_step_with, ReconcileStep};
 pub use reserve::{
     adopt_row, bind_runner_slot_child, complete_runner_spawn_first, complete_runner_spawn_second,
-    park, release_runner_slot, reserve_runner_slot, set_ready_at, start_next_parked,
-    start_next_parked_where, token_fenced_row_after_bind, ReserveOutcome, StartNext,
+    park, release_runner_slot, reserve_runner_slot, reserve_runner_slot_with, set_ready_at,
+    start_next_parked, start_next_parked_where, start_next_parked_with,
+    token_fenced_row_after_bind, ReserveOutcome, StartNext,
 };
+pub use rules::{ProductionRules, SlotRules};
 pub use takeover::{finish_turn, take_over_reserved_slot, TakeOver};
 pub use token::SlotToken;
 

@@ -5,11 +5,13 @@
 //! changes at most one row, so every intermediate queue is a state the model also explores.
 
 use super::occupancy::live_runner_for_turn;
+use super::reserve::every_row;
 use super::reserve::{
-    adopt_row, park, reserve_runner_slot, start_next_parked_where, ReserveOutcome, StartNext,
+    adopt_row, park, reserve_runner_slot_with, start_next_parked_general, ReserveOutcome, StartNext,
 };
 use super::{
-    Liveness, ProcessIdentity, QueueEntry, QueueState, RowState, SlotError, SlotToken, TurnKey,
+    Liveness, ProcessIdentity, ProductionRules, QueueEntry, QueueState, RowState, SlotError,
+    SlotRules, SlotToken, TurnKey,
 };
 
 /// The one thing a reconcile step did.
@@ -36,9 +38,11 @@ pub enum ReconcileStep {
 
 /// A reservation no live process stands behind (reserver and bound child both gone).
 fn reservation_is_dead(entry: &QueueEntry, liveness: &impl Liveness) -> bool {
-    entry.slot_reservation.as_ref().is_none_or(|r| {
-        !liveness.is_live(&r.reserver) && !r.child.is_some_and(|c| liveness.is_live(&c))
-    })
+    // (`Option::is_none_or` would read better but is newer than the crate's MSRV.)
+    match entry.slot_reservation.as_ref() {
+        None => true,
+        Some(r) => !liveness.is_live(&r.reserver) && !r.child.is_some_and(|c| liveness.is_live(&c)),
+    }
 }
 
 /// One reconcile decision by `reconciler`. `is_settled` says whether a turn already has its
@@ -51,14 +55,15 @@ pub fn reconcile_step(
     liveness: &impl Liveness,
     is_settled: &impl Fn(&TurnKey) -> bool,
 ) -> Result<ReconcileStep, SlotError> {
-    reconcile_step_where(
+    reconcile_step_general(
+        &ProductionRules,
         state,
         reconciler,
         cap,
         fresh_token,
         liveness,
         is_settled,
-        &|_: &QueueState, _: &QueueEntry| true,
+        &every_row,
     )
 }
 
@@ -74,6 +79,53 @@ pub fn reconcile_step_where(
     is_settled: &impl Fn(&TurnKey) -> bool,
     eligible: &impl Fn(&QueueState, &QueueEntry) -> bool,
 ) -> Result<ReconcileStep, SlotError> {
+    reconcile_step_general(
+        &ProductionRules,
+        state,
+        reconciler,
+        cap,
+        fresh_token,
+        liveness,
+        is_settled,
+        eligible,
+    )
+}
+
+/// [`reconcile_step`] under explicit [`SlotRules`]: the seam the model's broken variants use.
+pub fn reconcile_step_with(
+    rules: &impl SlotRules,
+    state: &mut QueueState,
+    reconciler: ProcessIdentity,
+    cap: usize,
+    fresh_token: SlotToken,
+    liveness: &impl Liveness,
+    is_settled: &impl Fn(&TurnKey) -> bool,
+) -> Result<ReconcileStep, SlotError> {
+    reconcile_step_general(
+        rules,
+        state,
+        reconciler,
+        cap,
+        fresh_token,
+        liveness,
+        is_settled,
+        &every_row,
+    )
+}
+
+/// The one implementation behind the three entry points above.
+#[allow(clippy::too_many_arguments)]
+fn reconcile_step_general(
+    rules: &impl SlotRules,
+    state: &mut QueueState,
+    reconciler: ProcessIdentity,
+    cap: usize,
+    fresh_token: SlotToken,
+    liveness: &impl Liveness,
+    is_settled: &impl Fn(&TurnKey) -> bool,
+    eligible: &impl Fn(&QueueState, &QueueEntry) -> bool,
+) -> Result<ReconcileStep, SlotError> {
+    let exclude_reserver = rules.reconcile_exclude_reserver(reconciler);
     // Runner records of rows that left, whose process is gone, are dropped silently: they count
     // for nothing, and keeping them would grow the document without bound.
     let QueueState {
@@ -99,13 +151,18 @@ pub fn reconcile_step_where(
     }
 
     // 2. A waiting row whose owner died (and whose reservation, if any, is dead too) is parked.
-    let orphaned_waiter = state.entries.iter().find(|e| match e.state {
-        RowState::Waiting { owner, .. } => {
-            !liveness.is_live(&owner)
-                && reservation_is_dead(e, liveness)
-                && live_runner_for_turn(state, &e.key, liveness).is_none()
-        }
-        _ => false,
+    //    So is a parked row holding a dead reservation (a submitter took the parked row and died
+    //    before its spawn): the dead reservation would otherwise count against the cap forever,
+    //    and step 4 stops at the first saturated parked row before ever reaching it to steal.
+    let orphaned_waiter = state.entries.iter().find(|e| {
+        let abandoned = match e.state {
+            RowState::Waiting { owner, .. } => !liveness.is_live(&owner),
+            RowState::Parked => e.slot_reservation.is_some(),
+            RowState::Dispatching { .. } => false,
+        };
+        abandoned
+            && reservation_is_dead(e, liveness)
+            && live_runner_for_turn(state, &e.key, liveness).is_none()
     });
     if let Some(entry) = orphaned_waiter {
         let key = entry.key.clone();
@@ -132,7 +189,16 @@ pub fn reconcile_step_where(
         }
         let before = state.row(&key).cloned();
         adopt_row(state, &key, reconciler)?;
-        match reserve_runner_slot(state, &key, reconciler, None, cap, fresh_token, liveness)? {
+        match reserve_runner_slot_with(
+            rules,
+            state,
+            &key,
+            reconciler,
+            exclude_reserver,
+            cap,
+            fresh_token,
+            liveness,
+        )? {
             ReserveOutcome::Acquired { token, .. } => {
                 return Ok(ReconcileStep::Spawn {
                     key,
@@ -154,10 +220,11 @@ pub fn reconcile_step_where(
     }
 
     // 4. Start the oldest parked row if a slot is free. The reconciler does not exclude itself.
-    match start_next_parked_where(
+    match start_next_parked_general(
+        rules,
         state,
         reconciler,
-        None,
+        exclude_reserver,
         cap,
         fresh_token,
         liveness,

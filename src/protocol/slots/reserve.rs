@@ -6,10 +6,10 @@
 //! [`complete_runner_spawn_second`] (the runner is recorded and the token cleared), the second
 //! fenced against the row the reserver expects.
 
-use super::occupancy::{acting_queue_holder, live_runner_for_turn, occupied_runner_slots};
+use super::occupancy::{acting_queue_holder, live_runner_for_turn};
 use super::{
-    Liveness, ProcessIdentity, QueueEntry, QueueState, Reserving, RowState, RunnerSlotReservation,
-    SlotError, SlotToken, TurnKey,
+    Liveness, ProcessIdentity, ProductionRules, QueueEntry, QueueState, Reserving, RowState,
+    RunnerSlotReservation, SlotError, SlotRules, SlotToken, TurnKey,
 };
 
 /// What [`reserve_runner_slot`] decided.
@@ -35,6 +35,30 @@ pub enum ReserveOutcome {
 /// no token; occupancy at `cap` saturates; otherwise a new reservation is installed.
 #[allow(clippy::too_many_arguments)]
 pub fn reserve_runner_slot(
+    state: &mut QueueState,
+    key: &TurnKey,
+    reserver: ProcessIdentity,
+    exclude_reserver: Option<u32>,
+    cap: usize,
+    fresh_token: SlotToken,
+    liveness: &impl Liveness,
+) -> Result<ReserveOutcome, SlotError> {
+    reserve_runner_slot_with(
+        &ProductionRules,
+        state,
+        key,
+        reserver,
+        exclude_reserver,
+        cap,
+        fresh_token,
+        liveness,
+    )
+}
+
+/// [`reserve_runner_slot`] under explicit [`SlotRules`]: the seam the model's broken variants use.
+#[allow(clippy::too_many_arguments)]
+pub fn reserve_runner_slot_with(
+    rules: &impl SlotRules,
     state: &mut QueueState,
     key: &TurnKey,
     reserver: ProcessIdentity,
@@ -79,7 +103,7 @@ pub fn reserve_runner_slot(
     if same_turn_runner.is_some() || foreign_holder.is_some() {
         return Ok(ReserveOutcome::Pending { token: None });
     }
-    let occupied = occupied_runner_slots(
+    let occupied = rules.occupied_runner_slots(
         state,
         liveness,
         exclude_reserver,
@@ -255,21 +279,73 @@ pub fn start_next_parked(
     fresh_token: SlotToken,
     liveness: &impl Liveness,
 ) -> Result<StartNext, SlotError> {
-    start_next_parked_where(
+    start_next_parked_general(
+        &ProductionRules,
         state,
         reserver,
         exclude_reserver,
         cap,
         fresh_token,
         liveness,
-        &|_: &QueueState, _: &QueueEntry| true,
+        &every_row,
     )
+}
+
+/// Every parked row may start (no scope strategy applies).
+pub(crate) fn every_row(_: &QueueState, _: &QueueEntry) -> bool {
+    true
 }
 
 /// [`start_next_parked`] restricted to rows `eligible` says may start now (the scope strategies
 /// of `crate::protocol::scopes` decide that: per-task concurrency, debounce deadlines).
 #[allow(clippy::too_many_arguments)]
 pub fn start_next_parked_where(
+    state: &mut QueueState,
+    reserver: ProcessIdentity,
+    exclude_reserver: Option<u32>,
+    cap: usize,
+    fresh_token: SlotToken,
+    liveness: &impl Liveness,
+    eligible: &impl Fn(&QueueState, &QueueEntry) -> bool,
+) -> Result<StartNext, SlotError> {
+    start_next_parked_general(
+        &ProductionRules,
+        state,
+        reserver,
+        exclude_reserver,
+        cap,
+        fresh_token,
+        liveness,
+        eligible,
+    )
+}
+
+/// [`start_next_parked`] under explicit [`SlotRules`]: the seam the model's broken variants use.
+pub fn start_next_parked_with(
+    rules: &impl SlotRules,
+    state: &mut QueueState,
+    reserver: ProcessIdentity,
+    exclude_reserver: Option<u32>,
+    cap: usize,
+    fresh_token: SlotToken,
+    liveness: &impl Liveness,
+) -> Result<StartNext, SlotError> {
+    start_next_parked_general(
+        rules,
+        state,
+        reserver,
+        exclude_reserver,
+        cap,
+        fresh_token,
+        liveness,
+        &every_row,
+    )
+}
+
+/// The one implementation behind the three entry points above.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn start_next_parked_general(
+    rules: &impl SlotRules,
     state: &mut QueueState,
     reserver: ProcessIdentity,
     exclude_reserver: Option<u32>,
@@ -290,7 +366,8 @@ pub fn start_next_parked_where(
     for key in parked {
         let before = state.row(&key).cloned();
         adopt_row(state, &key, reserver)?;
-        let outcome = reserve_runner_slot(
+        let outcome = reserve_runner_slot_with(
+            rules,
             state,
             &key,
             reserver,

@@ -528,7 +528,7 @@ fn take_over_unconditionally(
         .ok_or_else(|| SlotError::UnknownRow { key: key.clone() })?
         .slot_reservation
         .as_ref()
-        .map_or(true, |r| !liveness.is_live(&r.reserver));
+        .is_none_or(|r| !liveness.is_live(&r.reserver));
     let row = state.row_mut(key)?;
     row.state = RowState::Dispatching { dispatch_owner: me };
     if reserver_dead {

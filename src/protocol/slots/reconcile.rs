@@ -38,11 +38,9 @@ pub enum ReconcileStep {
 
 /// A reservation no live process stands behind (reserver and bound child both gone).
 fn reservation_is_dead(entry: &QueueEntry, liveness: &impl Liveness) -> bool {
-    // (`Option::is_none_or` would read better but is newer than the crate's MSRV.)
-    match entry.slot_reservation.as_ref() {
-        None => true,
-        Some(r) => !liveness.is_live(&r.reserver) && !r.child.is_some_and(|c| liveness.is_live(&c)),
-    }
+    entry.slot_reservation.as_ref().is_none_or(|r| {
+        !liveness.is_live(&r.reserver) && !r.child.is_some_and(|c| liveness.is_live(&c))
+    })
 }
 
 /// One reconcile decision by `reconciler`. `is_settled` says whether a turn already has its

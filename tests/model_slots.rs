@@ -27,13 +27,13 @@ fn check_safety(cfg: SlotConfig) {
 fn check(cfg: SlotConfig, require_examples: bool) {
     let started = Instant::now();
     let checker = SlotModel::new(cfg.clone()).checker().spawn_dfs().join();
-    eprintln!(
+    tollgate::model::report(&format!(
         "slot model {cfg}: {} unique states ({} generated), max depth {}, {:.1?}",
         checker.unique_state_count(),
         checker.state_count(),
         checker.max_depth(),
         started.elapsed()
-    );
+    ));
     assert!(checker.is_done(), "the check of {cfg} did not complete");
     for property in checker.model().properties() {
         let found = checker.discovery(property.name);
@@ -122,13 +122,13 @@ fn expect_counterexample(cfg: SlotConfig, property: &'static str) {
             checker.unique_state_count()
         )
     });
-    eprintln!(
-        "{cfg}: caught, \"{property}\" broken after {} steps ({} states, {:.1?}):\n{}",
+    tollgate::model::report(&format!(
+        "slot teeth: {cfg}: caught, \"{property}\" broken after {} steps ({} states, {:.1?})",
         path.clone().into_actions().len(),
         checker.unique_state_count(),
         started.elapsed(),
-        render_trail(path.into_vec()).join("\n")
-    );
+    ));
+    eprintln!("{}", render_trail(path.into_vec()).join("\n"));
 }
 
 #[test]

@@ -443,40 +443,10 @@ fn broken_occupied_runner_slots(
     exclude_reserver: Option<u32>,
     reserving: Option<Reserving<'_>>,
 ) -> usize {
-    use crate::protocol::slots::{acting_queue_holder, live_runner_for_turn};
-    use std::collections::BTreeMap;
-    // As production: identities seen only on reserved rows are represented by the reservations.
+    // The identity half is production's; only the reservation count is broken.
+    let identities =
+        crate::protocol::slots::counted_identities(state, liveness, exclude_reserver, reserving);
     let excluded = |id: &ProcessIdentity| exclude_reserver == Some(id.pid);
-    let reserved = |key: &TurnKey| {
-        state
-            .row(key)
-            .is_some_and(|row| row.slot_reservation.is_some())
-    };
-    let mut seen: BTreeMap<ProcessIdentity, bool> = BTreeMap::new();
-    for record in &state.runners {
-        if !excluded(&record.identity) && liveness.is_live(&record.identity) {
-            *seen.entry(record.identity).or_insert(false) |= !reserved(&record.key);
-        }
-    }
-    for entry in &state.entries {
-        let Some(holder) = acting_queue_holder(entry) else {
-            continue;
-        };
-        if excluded(&holder) || !liveness.is_live(&holder) {
-            continue;
-        }
-        if let Some(r) = reserving {
-            if &entry.key == r.key
-                && holder == r.reserver
-                && entry.slot_reservation.is_none()
-                && live_runner_for_turn(state, &entry.key, liveness).is_none()
-            {
-                continue;
-            }
-        }
-        *seen.entry(holder).or_insert(false) |= entry.slot_reservation.is_none();
-    }
-    let identities = seen.values().filter(|unreserved| **unreserved).count();
     let reservations = state
         .entries
         .iter()

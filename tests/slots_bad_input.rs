@@ -3,10 +3,13 @@
 //!
 //! Invariants touched: S3 (a non-current token never acts), S8 (a nil token is never installed,
 //! not even by loading a queue file that holds one).
+mod common;
+
+use common::{describe, tollgate};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 use tollgate::dispatch::DispatchError;
 use tollgate::home::Home;
@@ -17,27 +20,7 @@ use tollgate::protocol::slots::{
 use tollgate::queue::QueueStore;
 use tollgate::tasks;
 
-const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
 const USAGE: i32 = 2;
-
-fn tollgate(home: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tollgate")
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
 
 /// Asserts exit 2 and that stderr mentions every one of `needles`.
 fn assert_usage_error(output: &Output, what: &str, needles: &[&str]) {

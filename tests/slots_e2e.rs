@@ -22,6 +22,9 @@
 //! first sighting precedes every second one, all confirmed candidates were alive together at the
 //! end of the first pass. The confirmed count is therefore a sound lower bound of the real
 //! simultaneous count: a value above `workers` is a real S1 violation, not a sampling artefact.
+mod common;
+
+use common::{describe, tollgate, BIN};
 
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -33,7 +36,6 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
 const WORKERS: usize = 2;
 const SUBMITTERS: usize = 40;
 /// Bound on waiting for the queue to drain (only reached on failure).
@@ -53,25 +55,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 // ---------------------------------------------------------------------------------------------
 // Running the binary
-
-fn tollgate(home: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tollgate")
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
 
 fn init_home(home: &Path) {
     let out = tollgate(home, &["init", "--workers", &WORKERS.to_string()]);

@@ -15,7 +15,9 @@ mod takeover;
 mod token;
 
 pub use identity::{Liveness, Observation, ProcessIdentity};
-pub use occupancy::{acting_queue_holder, live_runner_for_turn, occupied_runner_slots, Reserving};
+pub use occupancy::{
+    acting_queue_holder, counted_identities, live_runner_for_turn, occupied_runner_slots, Reserving,
+};
 pub use queue::{
     enqueue, validate_task_name, EnqueueOutcome, QueueEntry, QueueState, RowState, RunnerRecord,
     RunnerSlotReservation, TurnKey, MAX_QUEUE_ROWS, MAX_TASK_NAME_BYTES, QUEUE_FORMAT_VERSION,

@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use tollgate::protocol::slots::{Liveness, Observation, ProcessIdentity, SlotToken};
 use uuid::Uuid;
 
@@ -58,4 +60,28 @@ pub fn token(n: u64) -> SlotToken {
         0x8000_0000_0000_0000 | n,
     ))
     .expect("non-nil")
+}
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
+
+/// Runs `tollgate --home HOME ARGS…` to completion, with no standard input.
+pub fn tollgate(home: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run tollgate")
+}
+
+/// Exit status and both outputs, for assertion messages.
+pub fn describe(output: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
 }

@@ -52,6 +52,23 @@ pub fn occupied_runner_slots(
     exclude_reserver: Option<u32>,
     reserving: Option<Reserving<'_>>,
 ) -> usize {
+    let reservations = state
+        .entries
+        .iter()
+        .filter(|e| e.slot_reservation.is_some())
+        .count();
+    counted_identities(state, liveness, exclude_reserver, reserving) + reservations
+}
+
+/// The identity half of [`occupied_runner_slots`]: live runner identities and live acting queue
+/// holders, each once, leaving out `exclude_reserver`, the recovered controller of `reserving`, and
+/// identities seen only on reserved rows (their reservations stand for them).
+pub fn counted_identities(
+    state: &QueueState,
+    liveness: &impl Liveness,
+    exclude_reserver: Option<u32>,
+    reserving: Option<Reserving<'_>>,
+) -> usize {
     let excluded = |id: &ProcessIdentity| exclude_reserver == Some(id.pid);
     let reserved = |key: &TurnKey| {
         state
@@ -86,14 +103,8 @@ pub fn occupied_runner_slots(
         }
         *identities.entry(holder).or_insert(false) |= entry.slot_reservation.is_none();
     }
-    let reservations = state
-        .entries
-        .iter()
-        .filter(|e| e.slot_reservation.is_some())
-        .count();
     identities
         .values()
         .filter(|unreserved| **unreserved)
         .count()
-        + reservations
 }

@@ -102,9 +102,9 @@ fn random_walks_of_the_slot_model_round_trip_through_the_real_store() {
         steps += replay(SlotConfig::new(3, 2, 1), seed, 200);
         steps += replay(SlotConfig::new(2, 3, 2), seed, 200);
     }
-    println!(
-        "replayed {steps} steps of {} walks against queue.json",
+    tollgate::model::report(&format!(
+        "slot conformance: replayed {steps} steps of {} seeded walks against queue.json",
         3 * seeds
-    );
+    ));
     assert!(steps > 3 * seeds as usize, "the walks must take steps");
 }

@@ -18,7 +18,6 @@ pub mod fsutil;
 pub mod gate;
 pub mod home;
 pub mod process;
-pub mod protocol;
 pub mod queue;
 pub mod reconcile;
 pub mod runner;
@@ -29,6 +28,9 @@ pub mod submit;
 pub mod sync;
 pub mod tasks;
 
+/// The sans-IO core (crate `tollgate-core`, in `core/`), under the name the shell has always used.
+pub use tollgate_core as protocol;
+
+/// The stateright models (crate `tollgate-model`, in `model/`): they depend on the core alone.
 #[cfg(feature = "model-check")]
-#[path = "../model/mod.rs"]
-pub mod model;
+pub use tollgate_model as model;

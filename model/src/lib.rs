@@ -1,4 +1,4 @@
-//! stateright models over the production core (`src/protocol/`). Compiled only with the
+//! stateright models over the production core (`core/src/`). Compiled only with the
 //! `model-check` feature. Each model calls the same functions production runs; a change of a core
 //! signature breaks this build, which is the drift guard.
 
@@ -12,7 +12,7 @@ pub mod slots;
 pub fn report(line: &str) {
     use std::io::Write;
     eprintln!("{line}");
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/target/model-report.txt");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/model-report.txt");
     if let Ok(mut file) = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

@@ -163,7 +163,8 @@ impl QueueState {
         self.entries.iter().find(|e| &e.key == key)
     }
 
-    pub(crate) fn row_mut(&mut self, key: &TurnKey) -> Result<&mut QueueEntry, SlotError> {
+    /// The row of `key` for changing; what broken model variants use to re-type a decision.
+    pub fn row_mut(&mut self, key: &TurnKey) -> Result<&mut QueueEntry, SlotError> {
         self.entries
             .iter_mut()
             .find(|e| &e.key == key)
@@ -175,7 +176,8 @@ impl QueueState {
         self.runners.iter().find(|r| &r.key == key)
     }
 
-    pub(crate) fn set_runner(&mut self, key: &TurnKey, identity: ProcessIdentity, attached: bool) {
+    /// Records `identity` as the runner of `key`, replacing any earlier record.
+    pub fn set_runner(&mut self, key: &TurnKey, identity: ProcessIdentity, attached: bool) {
         match self.runners.iter_mut().find(|r| &r.key == key) {
             Some(record) => {
                 record.identity = identity;

@@ -297,7 +297,7 @@ pub(crate) fn every_row(_: &QueueState, _: &QueueEntry) -> bool {
 }
 
 /// [`start_next_parked`] restricted to rows `eligible` says may start now (the scope strategies
-/// of `crate::protocol::scopes` decide that: per-task concurrency, debounce deadlines).
+/// of `crate::scopes` decide that: per-task concurrency, debounce deadlines).
 #[allow(clippy::too_many_arguments)]
 pub fn start_next_parked_where(
     state: &mut QueueState,

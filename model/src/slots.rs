@@ -1,5 +1,5 @@
 //! The slot model: every interleaving of submitters, spawned runners and reconcilers, with crashes
-//! and pid reuse, driven through the production slot core (`src/protocol/slots`).
+//! and pid reuse, driven through the production slot core (`core/src/slots`).
 //!
 //! The model owns only what production gets from the world: a process table (which answers the
 //! core's liveness questions), a counter of fresh tokens, the turn result files (`is_settled`), and
@@ -47,7 +47,10 @@
 //! submitters differ (clocks that run behind, rotated scripts), so the state has no cheap
 //! permutation symmetry to exploit.
 
-use crate::protocol::slots::{
+use stateright::{Model, Property};
+use std::collections::BTreeSet;
+use std::fmt;
+use tollgate_core::slots::{
     complete_runner_spawn_first, complete_runner_spawn_second, enqueue, finish_turn,
     occupied_runner_slots, park, reconcile_step_with, release_runner_slot,
     reserve_runner_slot_with, start_next_parked_with, take_over_reserved_slot,
@@ -55,9 +58,6 @@ use crate::protocol::slots::{
     QueueEntry, QueueState, ReconcileStep, ReserveOutcome, Reserving, RowState, SlotError,
     SlotRules, SlotToken, StartNext, TakeOver, TurnKey,
 };
-use stateright::{Model, Property};
-use std::collections::BTreeSet;
-use std::fmt;
 use uuid::Uuid;
 
 /// The one task all turns belong to (the protocol only cares about turn keys).
@@ -445,7 +445,7 @@ fn broken_occupied_runner_slots(
 ) -> usize {
     // The identity half is production's; only the reservation count is broken.
     let identities =
-        crate::protocol::slots::counted_identities(state, liveness, exclude_reserver, reserving);
+        tollgate_core::slots::counted_identities(state, liveness, exclude_reserver, reserving);
     let excluded = |id: &ProcessIdentity| exclude_reserver == Some(id.pid);
     let reservations = state
         .entries

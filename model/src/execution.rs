@@ -1,5 +1,5 @@
 //! stateright model of a batch run (spec/execution.md, invariants D1–D7) over the production core
-//! [`crate::protocol::execution::Execution`].
+//! [`tollgate_core::execution::Execution`].
 //!
 //! The model plays the shell and the world: it starts items when the core hands them out, lets
 //! workers exit (voluntarily, or after a kill that reaches them), advances time to the core's next
@@ -11,11 +11,11 @@
 //! execution protocol replaced, where the worker removes its own worktree when it finally exits and
 //! abandonment lists nothing (D6).
 
-use crate::protocol::execution::{
+use stateright::{Model, Property};
+use tollgate_core::execution::{
     sweep_decision, Action, Execution, ExitStatus, ItemSpec, KillSignal, Lane, Limits, Outcome,
     SweepDecision, WorktreeState, WorktreeStep,
 };
-use stateright::{Model, Property};
 
 /// How an item's process reacts to kills.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -390,7 +390,7 @@ impl Model for ExecutionModel {
                 s.removed_by_sweep.iter().any(|&n| n > 0)
             }),
             Property::sometimes("the ceiling ends the run", |_, s: &ExecState| {
-                s.core.end_reason() == Some(crate::protocol::execution::EndReason::Ceiling)
+                s.core.end_reason() == Some(tollgate_core::execution::EndReason::Ceiling)
             }),
         ]
     }
@@ -421,7 +421,7 @@ mod tests {
     fn check(model: ExecutionModel, label: &str) -> impl Checker<ExecutionModel> {
         let started = std::time::Instant::now();
         let checker = model.checker().spawn_bfs().join();
-        crate::model::report(&format!(
+        crate::report(&format!(
             "execution model {label}: {} unique states ({} total) in {:?}",
             checker.unique_state_count(),
             checker.state_count(),

@@ -40,7 +40,7 @@ pub fn decide_delivery(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::admission::Limits;
+    use crate::admission::Limits;
 
     const TTL: u64 = 60_000;
 

@@ -1,7 +1,7 @@
 //! The admission model: every interleaving of platform deliveries (first deliveries, retries of
 //! rejected ones, redeliveries of accepted ones), completions of running work, a model clock for
 //! debounce, and shutdown with its drain, driven through the production admission core
-//! (`src/protocol/admission`).
+//! (`core/src/admission`).
 //!
 //! The model owns only what production gets from the world: which events the platform still
 //! delivers, a clock, and a record of what the ingress answered each delivery (acknowledged or
@@ -26,12 +26,12 @@
 //! Not modelled: dedupe expiry and eviction (the TTL outlives the model), failures and timeouts
 //! of running work (they settle through the same path as completion), byte sizes.
 
-use crate::protocol::admission::{
+use stateright::{Model, Property};
+use std::fmt;
+use tollgate_core::admission::{
     decide_delivery, Arrival, Dedupe, DeliveryDecision, DeliveryId, Dispatch, EventIdentity,
     Ledger, Limits, Outcome, RejectReason, Scope, Strategy, Tenant,
 };
-use stateright::{Model, Property};
-use std::fmt;
 
 /// How long a mark lasts: longer than any model run, so expiry never plays a part.
 pub const DEDUPE_TTL_MILLIS: u64 = 1_000_000;

@@ -100,7 +100,7 @@ pub fn may_start(
     )
 }
 
-/// The start filter for [`crate::protocol::slots::start_next_parked_where`]: each parked row may
+/// The start filter for [`crate::slots::start_next_parked_where`]: each parked row may
 /// start when its task's strategy (default: one at a time) allows it at `now_millis`.
 pub fn start_filter(
     strategies: &std::collections::BTreeMap<String, Strategy>,

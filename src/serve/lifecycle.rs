@@ -18,7 +18,6 @@ use crate::tasks::{self, DeliveryMeta};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::future::IntoFuture;
 use std::io::{Read, Seek, Write};
@@ -139,14 +138,10 @@ pub fn run(
         what: "reading the current directory".into(),
         source,
     })?;
-    let secrets: BTreeSet<&str> = config
-        .routes
-        .iter()
-        .map(|r| r.secret_env.as_str())
-        .collect();
+    let secrets = super::secret_variables(&config);
     let base_env = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .filter(|(k, _)| !secrets.contains(k.as_str()))
+        .filter(|(k, _)| !secrets.contains(k))
         .collect();
     let app = Arc::new(App {
         settings,

@@ -9,12 +9,17 @@
 //! - `watcher`: settles permits with their turns' outcomes; detach timeout
 //! - `dedupe_log`, `refused`, `events`, `metrics`: durable marks, refused github deliveries, the
 //!   JSON-lines log and `/metrics`
+//! - `conn`: the accept loop and each connection: cap, timeouts, EMFILE back-off
+//! - `conn_config`: the `[serve]` keys of connections and the log (always compiled)
 //! - `lifecycle`: single instance per home, re-adoption at start, drain and hand-off at shutdown
 
 pub mod config;
+pub mod conn_config;
 
 #[cfg(feature = "serve")]
 mod adapters;
+#[cfg(feature = "serve")]
+mod conn;
 #[cfg(feature = "serve")]
 mod dedupe_log;
 #[cfg(feature = "serve")]

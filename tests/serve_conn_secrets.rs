@@ -96,13 +96,14 @@ fn neither_the_runner_nor_the_turn_sees_a_route_secret() {
     for (who, pid) in [("runner", runner), ("turn", turn)] {
         let env = environ(pid);
         assert!(
-            env.iter().any(|v| v.starts_with("TOLLGATE_HOME=")
-                || v.starts_with("TOLLGATE_DELIVERY=")),
+            env.iter()
+                .any(|v| v.starts_with("TOLLGATE_HOME=") || v.starts_with("TOLLGATE_DELIVERY=")),
             "{who}: the environment was read: {env:?}"
         );
         for var in &env {
             assert!(
-                !var.starts_with(&format!("{SECRET_ENV}=")) && !var.starts_with(&format!("{COPY_ENV}=")),
+                !var.starts_with(&format!("{SECRET_ENV}="))
+                    && !var.starts_with(&format!("{COPY_ENV}=")),
                 "{who} (pid {pid}) inherited a route secret: {var}"
             );
             assert!(

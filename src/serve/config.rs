@@ -76,17 +76,35 @@ pub struct ServeTable {
     #[serde(default = "body_limit_default", deserialize_with = "de_body_limit")]
     pub body_limit: usize,
     // Connections and the serve log: defaults and checks in `conn_config`.
-    #[serde(default = "cc::header_timeout_default", deserialize_with = "cc::de_header_timeout")]
+    #[serde(
+        default = "cc::header_timeout_default",
+        deserialize_with = "cc::de_header_timeout"
+    )]
     pub header_timeout: String,
-    #[serde(default = "cc::body_timeout_default", deserialize_with = "cc::de_body_timeout")]
+    #[serde(
+        default = "cc::body_timeout_default",
+        deserialize_with = "cc::de_body_timeout"
+    )]
     pub body_timeout: String,
-    #[serde(default = "cc::idle_timeout_default", deserialize_with = "cc::de_idle_timeout")]
+    #[serde(
+        default = "cc::idle_timeout_default",
+        deserialize_with = "cc::de_idle_timeout"
+    )]
     pub idle_timeout: String,
-    #[serde(default = "cc::max_connections_default", deserialize_with = "cc::de_max_connections")]
+    #[serde(
+        default = "cc::max_connections_default",
+        deserialize_with = "cc::de_max_connections"
+    )]
     pub max_connections: usize,
-    #[serde(default = "cc::log_max_bytes_default", deserialize_with = "cc::de_log_max_bytes")]
+    #[serde(
+        default = "cc::log_max_bytes_default",
+        deserialize_with = "cc::de_log_max_bytes"
+    )]
     pub log_max_bytes: u64,
-    #[serde(default = "cc::log_rotated_files_default", deserialize_with = "cc::de_log_rotated_files")]
+    #[serde(
+        default = "cc::log_rotated_files_default",
+        deserialize_with = "cc::de_log_rotated_files"
+    )]
     pub log_rotated_files: usize,
 }
 

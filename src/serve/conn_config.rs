@@ -88,7 +88,12 @@ fn timeout(text: String) -> Result<String, String> {
     Ok(text)
 }
 
-fn in_range<T: PartialOrd + std::fmt::Display>(n: T, low: T, high: T, unit: &str) -> Result<T, String> {
+fn in_range<T: PartialOrd + std::fmt::Display>(
+    n: T,
+    low: T,
+    high: T,
+    unit: &str,
+) -> Result<T, String> {
     if n < low || n > high {
         Err(format!("{n} is out of range {low}..={high}{unit}"))
     } else {
@@ -144,7 +149,10 @@ mod tests {
         assert_eq!(table.body_timeout(), std::time::Duration::from_secs(30));
         assert_eq!(table.idle_timeout(), std::time::Duration::from_secs(30));
         assert_eq!(table.max_connections, 512);
-        assert_eq!((table.log_max_bytes, table.log_rotated_files), (16 << 20, 2));
+        assert_eq!(
+            (table.log_max_bytes, table.log_rotated_files),
+            (16 << 20, 2)
+        );
         let text = "workers = 1\n[serve]\nheader_timeout = \"2s\"\nbody_timeout = \"3s\"\nidle_timeout = \"4s\"\nmax_connections = 9\nlog_max_bytes = 5000\nlog_rotated_files = 1\n";
         let config = load(text).expect("loads");
         let dir = tempfile::tempdir().expect("tempdir");

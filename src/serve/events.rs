@@ -360,7 +360,10 @@ mod tests {
             }
         }
         let written = lines(&path);
-        let accepted = written.iter().filter(|l| l["outcome"] == "accepted").count();
+        let accepted = written
+            .iter()
+            .filter(|l| l["outcome"] == "accepted")
+            .count();
         assert_eq!(accepted, 3, "every accepted line is written");
         // Per route: one at 0 s, 1 s, 2 s; the rest pending until flushed.
         let refusals: Vec<_> = written

@@ -73,7 +73,9 @@ fn runtime_for(
 /// variable of this process holding the same (non-empty) value, so a secret exported under two
 /// names does not leak through the second.
 #[cfg(feature = "serve")]
-pub(crate) fn secret_variables(config: &crate::config::Config) -> std::collections::BTreeSet<String> {
+pub(crate) fn secret_variables(
+    config: &crate::config::Config,
+) -> std::collections::BTreeSet<String> {
     let mut names: std::collections::BTreeSet<String> =
         config.routes.iter().map(|r| r.secret_env.clone()).collect();
     let values: Vec<std::ffi::OsString> = names

@@ -135,9 +135,13 @@ fn idle_connections_are_closed_after_idle_timeout_fresh_or_kept_alive() {
     let fresh_after = opened.elapsed();
     assert!(read_until_closed(&mut kept).is_empty());
     let kept_after = answered.elapsed();
-    for (what, after) in [("fresh", fresh_after), ("kept-alive", kept_after)] {
+    // The kept-alive one's idle time starts when serve has its answer ready, a little before
+    // the test has read it: a looser lower bound.
+    for (what, after, at_least_millis) in
+        [("fresh", fresh_after, 900), ("kept-alive", kept_after, 500)]
+    {
         assert!(
-            after >= Duration::from_millis(900) && after < Duration::from_secs(15),
+            after >= Duration::from_millis(at_least_millis) && after < Duration::from_secs(15),
             "{what}: closed after {:.2}s, idle_timeout is 1s",
             secs(after)
         );
@@ -197,8 +201,9 @@ fn a_half_sent_body_is_answered_408_and_closed_after_body_timeout() {
         serve.metric("tollgate_connections_timed_out_total{phase=\"body\"}"),
         1
     );
-    // Nothing was admitted for it.
+    // Nothing was admitted for it, and it is not counted as an oversized body.
     assert_eq!(serve.metric("tollgate_admitted_total"), 0);
+    assert_eq!(serve.metric("tollgate_too_large_total"), 0);
 }
 
 #[test]

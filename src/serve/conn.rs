@@ -415,6 +415,10 @@ async fn request(
     };
     let response = if timed_out.load(Ordering::SeqCst) {
         Counters::bump(&app.counters.conn.body_timeouts);
+        // The handler takes any failure to read the body for an oversized one: this was not.
+        if response.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            app.counters.too_large.fetch_sub(1, Ordering::Relaxed);
+        }
         body_timeout_answer(&limits)
     } else {
         response

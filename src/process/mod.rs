@@ -5,4 +5,6 @@ mod identity;
 mod spawn;
 
 pub use identity::{identity_of, self_identity, ProcLiveness};
-pub use spawn::{spawn_detached_runner, DetachedSpawner, RunnerSpawner, SpawnError};
+pub use spawn::{
+    spawn_detached_runner, DetachedSpawner, RunnerSpawner, ScrubbedSpawner, SpawnError,
+};

@@ -2,11 +2,13 @@
 //!
 //! The child gets a new session (it must outlive the submitter and not share its terminal), stdin
 //! from /dev/null, stdout and stderr appended to the turn's `runner.log`, and no inherited
-//! descriptor beyond those three.
+//! descriptor beyond those three. A [`ScrubbedSpawner`] also keeps named variables (serve's route
+//! secrets) out of the environment of everything it starts.
 
 use super::identity::identity_including_zombie;
 use crate::home::Home;
 use crate::protocol::slots::{ProcessIdentity, SlotToken, TurnKey};
+use std::ffi::OsString;
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
@@ -55,38 +57,74 @@ pub struct DetachedSpawner {
     pub executable: Option<PathBuf>,
 }
 
+impl DetachedSpawner {
+    fn executable(&self) -> Result<PathBuf, SpawnError> {
+        match &self.executable {
+            Some(exe) => Ok(exe.clone()),
+            None => std::env::current_exe().map_err(SpawnError::Executable),
+        }
+    }
+}
+
 impl RunnerSpawner for DetachedSpawner {
     fn spawn(&self, key: &TurnKey, token: SlotToken) -> Result<ProcessIdentity, SpawnError> {
-        let exe = match &self.executable {
-            Some(exe) => exe.clone(),
-            None => std::env::current_exe().map_err(SpawnError::Executable)?,
-        };
-        spawn_detached_runner(&exe, &self.home, key, token)
+        spawn_runner(&self.executable()?, &self.home, key, token, &[])
     }
 
     fn spawn_waker(&self, at_millis: u64) -> Result<(), SpawnError> {
-        let exe = match &self.executable {
-            Some(exe) => exe.clone(),
-            None => std::env::current_exe().map_err(SpawnError::Executable)?,
-        };
-        let mut command = Command::new(exe);
-        command
-            .arg("--home")
-            .arg(self.home.root())
-            .args(["worker", "wake", "--at", &at_millis.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // SAFETY: as for the runner: setsid(2) and close_range(2) only, both async-signal-safe.
-        unsafe {
-            command.pre_exec(|| {
-                nix::unistd::setsid().map_err(std::io::Error::from)?;
-                mark_inherited_descriptors_cloexec();
-                Ok(())
-            });
-        }
-        command.spawn().map(drop).map_err(SpawnError::Waker)
+        spawn_waker(self, at_millis, &[])
     }
+}
+
+/// A [`DetachedSpawner`] whose runners and wakers start without the variables in `remove_env`.
+///
+/// `serve` reads its routes' shared secrets from its own environment; a runner that inherited
+/// them would expose them in `/proc/PID/environ` to every process of the user and pass them on to
+/// whatever it starts. The turn itself gets an explicit environment (the runner clears its own);
+/// this keeps them out of the runner (and of the waker, whose reconcile starts runners in turn).
+#[derive(Clone, Debug)]
+pub struct ScrubbedSpawner {
+    pub spawner: DetachedSpawner,
+    /// Variable names never passed to a started process.
+    pub remove_env: Vec<OsString>,
+}
+
+impl RunnerSpawner for ScrubbedSpawner {
+    fn spawn(&self, key: &TurnKey, token: SlotToken) -> Result<ProcessIdentity, SpawnError> {
+        let exe = self.spawner.executable()?;
+        spawn_runner(&exe, &self.spawner.home, key, token, &self.remove_env)
+    }
+
+    fn spawn_waker(&self, at_millis: u64) -> Result<(), SpawnError> {
+        spawn_waker(&self.spawner, at_millis, &self.remove_env)
+    }
+}
+
+fn spawn_waker(
+    spawner: &DetachedSpawner,
+    at_millis: u64,
+    remove_env: &[OsString],
+) -> Result<(), SpawnError> {
+    let mut command = Command::new(spawner.executable()?);
+    command
+        .arg("--home")
+        .arg(spawner.home.root())
+        .args(["worker", "wake", "--at", &at_millis.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for name in remove_env {
+        command.env_remove(name);
+    }
+    // SAFETY: as for the runner: setsid(2) and close_range(2) only, both async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            mark_inherited_descriptors_cloexec();
+            Ok(())
+        });
+    }
+    command.spawn().map(drop).map_err(SpawnError::Waker)
 }
 
 /// Marks every descriptor above stderr close-on-exec, in the child between fork and exec.
@@ -112,6 +150,16 @@ pub fn spawn_detached_runner(
     home: &Home,
     key: &TurnKey,
     token: SlotToken,
+) -> Result<ProcessIdentity, SpawnError> {
+    spawn_runner(exe, home, key, token, &[])
+}
+
+fn spawn_runner(
+    exe: &std::path::Path,
+    home: &Home,
+    key: &TurnKey,
+    token: SlotToken,
+    remove_env: &[OsString],
 ) -> Result<ProcessIdentity, SpawnError> {
     let log_path = home.runner_log(key);
     let log = OpenOptions::new()
@@ -143,6 +191,9 @@ pub fn spawn_detached_runner(
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err);
+    for name in remove_env {
+        command.env_remove(name);
+    }
     // SAFETY: the closure runs in the forked child before exec and only calls setsid(2) and
     // close_range(2), both async-signal-safe; it allocates nothing and takes no lock.
     unsafe {

@@ -4,6 +4,7 @@
 //! every build. Each value is checked while it is parsed, by a function that names its key, so a
 //! bad value is refused with the key and (through toml's span) the line at fault.
 
+use super::conn_config as cc;
 use crate::protocol::admission::Strategy;
 use serde::{Deserialize, Deserializer, Serialize};
 use std::net::SocketAddr;
@@ -74,6 +75,37 @@ pub struct ServeTable {
     /// Largest request body accepted, in bytes; larger ones are answered 413.
     #[serde(default = "body_limit_default", deserialize_with = "de_body_limit")]
     pub body_limit: usize,
+    // Connections and the serve log: defaults and checks in `conn_config`.
+    #[serde(
+        default = "cc::header_timeout_default",
+        deserialize_with = "cc::de_header_timeout"
+    )]
+    pub header_timeout: String,
+    #[serde(
+        default = "cc::body_timeout_default",
+        deserialize_with = "cc::de_body_timeout"
+    )]
+    pub body_timeout: String,
+    #[serde(
+        default = "cc::idle_timeout_default",
+        deserialize_with = "cc::de_idle_timeout"
+    )]
+    pub idle_timeout: String,
+    #[serde(
+        default = "cc::max_connections_default",
+        deserialize_with = "cc::de_max_connections"
+    )]
+    pub max_connections: usize,
+    #[serde(
+        default = "cc::log_max_bytes_default",
+        deserialize_with = "cc::de_log_max_bytes"
+    )]
+    pub log_max_bytes: u64,
+    #[serde(
+        default = "cc::log_rotated_files_default",
+        deserialize_with = "cc::de_log_rotated_files"
+    )]
+    pub log_rotated_files: usize,
 }
 
 impl Default for ServeTable {
@@ -86,6 +118,12 @@ impl Default for ServeTable {
             dedupe_ttl: dedupe_ttl_default(),
             drain_timeout: drain_timeout_default(),
             body_limit: body_limit_default(),
+            header_timeout: cc::header_timeout_default(),
+            body_timeout: cc::body_timeout_default(),
+            idle_timeout: cc::idle_timeout_default(),
+            max_connections: cc::max_connections_default(),
+            log_max_bytes: cc::log_max_bytes_default(),
+            log_rotated_files: cc::log_rotated_files_default(),
         }
     }
 }

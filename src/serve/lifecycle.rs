@@ -18,9 +18,7 @@ use crate::tasks::{self, DeliveryMeta};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
-use std::future::IntoFuture;
 use std::io::{Read, Seek, Write};
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
@@ -122,7 +120,7 @@ pub fn run(
     for mark in &marks {
         gate.restore_mark(&EventIdentity(mark.identity.clone()), mark.marked_at_millis);
     }
-    let events = Arc::new(EventLog::open(&paths.log)?);
+    let events = Arc::new(EventLog::open(&paths.log, &config)?);
     let refused = RefusedLog::open(&paths.refused)?;
     let spawn_lock = Arc::new(Mutex::new(()));
     let watcher = Arc::new(Watcher::new(
@@ -139,23 +137,19 @@ pub fn run(
         what: "reading the current directory".into(),
         source,
     })?;
-    let secrets: BTreeSet<&str> = config
-        .routes
-        .iter()
-        .map(|r| r.secret_env.as_str())
-        .collect();
+    let secrets = super::secret_variables(&config);
     let base_env = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .filter(|(k, _)| !secrets.contains(k.as_str()))
+        .filter(|(k, _)| !secrets.contains(k))
         .collect();
     let app = Arc::new(App {
         settings,
         gate,
         watcher,
+        counters: Counters::for_log(events.stats()),
         events,
         dedupe,
         refused,
-        counters: Counters::default(),
         home,
         config,
         me,
@@ -301,18 +295,19 @@ async fn serve(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let watcher_task = tokio::spawn(Arc::clone(&app.watcher).run(stop_rx.clone()));
     let mut close_rx = stop_rx;
-    let server = tokio::spawn(
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                // Closed only after the hand-off is recorded: until then refusals are answered.
-                while close_rx.changed().await.is_ok() {
-                    if *close_rx.borrow() {
-                        return;
-                    }
+    let server = tokio::spawn(super::conn::serve(
+        listener,
+        router,
+        Arc::clone(&app),
+        async move {
+            // Closed only after the hand-off is recorded: until then refusals are answered.
+            while close_rx.changed().await.is_ok() {
+                if *close_rx.borrow() {
+                    return;
                 }
-            })
-            .into_future(),
-    );
+            }
+        },
+    ));
     tracing::info!(
         "serving {} route(s) on http://{bound}, max_detached {}",
         app.settings.routes.len(),

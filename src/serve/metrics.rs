@@ -1,8 +1,10 @@
 //! `GET /metrics`: the gate's counters and the ingress's own, in Prometheus text format.
 
+use super::events::LogStats;
 use crate::gate::GateStats;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Counters the gate does not keep.
 #[derive(Default)]
@@ -11,9 +13,33 @@ pub struct Counters {
     pub refused_senders: AtomicU64,
     pub too_large: AtomicU64,
     pub dispatch_errors: AtomicU64,
+    pub conn: ConnCounters,
+    /// The serve log's own (shared with the log itself).
+    pub log: Arc<LogStats>,
+}
+
+/// The connection layer's (`conn`): what was accepted, refused, timed out.
+#[derive(Default)]
+pub struct ConnCounters {
+    pub open: AtomicU64,
+    pub max: AtomicU64,
+    pub accepted: AtomicU64,
+    /// Refused at `max_connections` (answered 503, or closed when even that backlog is full).
+    pub refused: AtomicU64,
+    pub accept_errors: AtomicU64,
+    pub idle_timeouts: AtomicU64,
+    pub header_timeouts: AtomicU64,
+    pub body_timeouts: AtomicU64,
 }
 
 impl Counters {
+    pub fn for_log(log: Arc<LogStats>) -> Counters {
+        Counters {
+            log,
+            ..Counters::default()
+        }
+    }
+
     pub fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -85,6 +111,78 @@ pub fn render(stats: &GateStats, counters: &Counters, max_detached: usize) -> St
         "# HELP tollgate_dispatch_errors_total Admitted deliveries whose turn could not be created (withdrawn, answered 503).\n\
          # TYPE tollgate_dispatch_errors_total counter\ntollgate_dispatch_errors_total {}",
         load(&counters.dispatch_errors)
+    );
+    let conn = &counters.conn;
+    let _ = writeln!(
+        out,
+        "# HELP tollgate_connections_open Client connections open now.\n\
+         # TYPE tollgate_connections_open gauge\ntollgate_connections_open {}",
+        load(&conn.open)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tollgate_max_connections The cap on open client connections.\n\
+         # TYPE tollgate_max_connections gauge\ntollgate_max_connections {}",
+        load(&conn.max)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tollgate_connections_total Client connections accepted and served.\n\
+         # TYPE tollgate_connections_total counter\ntollgate_connections_total {}",
+        load(&conn.accepted)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tollgate_connections_refused_total Connections refused at max_connections.\n\
+         # TYPE tollgate_connections_refused_total counter\ntollgate_connections_refused_total {}",
+        load(&conn.refused)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tollgate_accept_errors_total Failed accepts (e.g. EMFILE), each followed by a brief back-off.\n\
+         # TYPE tollgate_accept_errors_total counter\ntollgate_accept_errors_total {}",
+        load(&conn.accept_errors)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tollgate_connections_timed_out_total Connections closed by a timeout, by phase.\n\
+         # TYPE tollgate_connections_timed_out_total counter"
+    );
+    for (phase, counter) in [
+        ("idle", &conn.idle_timeouts),
+        ("header", &conn.header_timeouts),
+        ("body", &conn.body_timeouts),
+    ] {
+        let _ = writeln!(
+            out,
+            "tollgate_connections_timed_out_total{{phase=\"{phase}\"}} {}",
+            load(counter)
+        );
+    }
+    let log = &counters.log;
+    let _ = writeln!(
+        out,
+        "# HELP tollgate_log_lines_total Lines written to serve.log.jsonl.\n\
+         # TYPE tollgate_log_lines_total counter\ntollgate_log_lines_total {}",
+        load(&log.lines)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tollgate_log_lines_suppressed_total Decisions that admitted nothing and were counted into another line instead of written.\n\
+         # TYPE tollgate_log_lines_suppressed_total counter\ntollgate_log_lines_suppressed_total {}",
+        load(&log.suppressed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tollgate_log_rotations_total Rotations of serve.log.jsonl at log_max_bytes.\n\
+         # TYPE tollgate_log_rotations_total counter\ntollgate_log_rotations_total {}",
+        load(&log.rotations)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tollgate_log_write_errors_total Lines that could not be written (disk full, …).\n\
+         # TYPE tollgate_log_write_errors_total counter\ntollgate_log_write_errors_total {}",
+        load(&log.write_errors)
     );
     out
 }

@@ -9,12 +9,17 @@
 //! - `watcher`: settles permits with their turns' outcomes; detach timeout
 //! - `dedupe_log`, `refused`, `events`, `metrics`: durable marks, refused github deliveries, the
 //!   JSON-lines log and `/metrics`
+//! - `conn`: the accept loop and each connection: cap, timeouts, EMFILE back-off
+//! - `conn_config`: the `[serve]` keys of connections and the log (always compiled)
 //! - `lifecycle`: single instance per home, re-adoption at start, drain and hand-off at shutdown
 
 pub mod config;
+pub mod conn_config;
 
 #[cfg(feature = "serve")]
 mod adapters;
+#[cfg(feature = "serve")]
+mod conn;
 #[cfg(feature = "serve")]
 mod dedupe_log;
 #[cfg(feature = "serve")]
@@ -39,7 +44,8 @@ pub use refused::{load_refused, RefusedDelivery};
 #[cfg(feature = "serve")]
 pub use settings::{ServeError, ServePaths};
 
-/// A runtime for this process's shell calls (submit, cancel): no IO to build.
+/// A runtime for this process's shell calls (submit, cancel): no IO to build. Its runners (and
+/// wakers) start without the routes' secrets ([`secret_variables`]).
 #[cfg(feature = "serve")]
 fn runtime_for(
     home: &crate::home::Home,
@@ -49,10 +55,38 @@ fn runtime_for(
         home: home.clone(),
         config: config.clone(),
         store: crate::queue::QueueStore::new(home.clone(), config.lock_timeout()),
-        spawner: Box::new(crate::process::DetachedSpawner {
-            home: home.clone(),
-            executable: None,
+        spawner: Box::new(crate::process::ScrubbedSpawner {
+            spawner: crate::process::DetachedSpawner {
+                home: home.clone(),
+                executable: None,
+            },
+            remove_env: secret_variables(config)
+                .into_iter()
+                .map(std::ffi::OsString::from)
+                .collect(),
         }),
         liveness: crate::process::ProcLiveness,
     }
+}
+
+/// The variables no process `serve` starts may inherit: every route's `secret_env`, and any other
+/// variable of this process holding the same (non-empty) value, so a secret exported under two
+/// names does not leak through the second.
+#[cfg(feature = "serve")]
+pub(crate) fn secret_variables(
+    config: &crate::config::Config,
+) -> std::collections::BTreeSet<String> {
+    let mut names: std::collections::BTreeSet<String> =
+        config.routes.iter().map(|r| r.secret_env.clone()).collect();
+    let values: Vec<std::ffi::OsString> = names
+        .iter()
+        .filter_map(std::env::var_os)
+        .filter(|v| !v.is_empty())
+        .collect();
+    for (name, value) in std::env::vars_os() {
+        if values.contains(&value) {
+            names.insert(name.to_string_lossy().into_owned());
+        }
+    }
+    names
 }

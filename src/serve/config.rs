@@ -429,6 +429,14 @@ pub fn validate_routes(routes: &[RouteTable]) -> Result<(), String> {
                 i + 1
             ));
         }
+        if route.adapter == AdapterKind::Github
+            && (route.replay_window.is_some() || route.clock_skew.is_some())
+        {
+            return Err(format!(
+                "[[route]] #{}: key `replay_window`/`clock_skew`: GitHub sends no timestamp to check",
+                i + 1
+            ));
+        }
         if route.legacy_signature && route.adapter != AdapterKind::Generic {
             return Err(format!(
                 "[[route]] #{}: key `legacy_signature`: only the generic adapter has a legacy signature",
@@ -779,8 +787,9 @@ mod tests {
 
     #[test]
     fn trigger_rules_env_and_windows_parse_match_and_round_trip() {
+        let slack = ROUTE.replace("github", "slack-events");
         let text = format!(
-            "workers = 1\n{ROUTE}cwd = \"sub\"\nreplay_window = \"2m\"\nclock_skew = \"0s\"\n\n[[route.trigger]]\nevent = \"push\"\nmatch = [{{ pointer = \"/ref\", equals = \"refs/heads/main\" }}]\n\n[[route.trigger]]\nevent = [\"release\", \"create\"]\nmatch = [{{ pointer = \"/ref\", glob = \"v1.*\" }}, {{ pointer = \"/n\", equals = \"3\" }}]\n\n[route.env]\nREF = \"/ref\"\n"
+            "workers = 1\n{slack}cwd = \"sub\"\nreplay_window = \"2m\"\nclock_skew = \"0s\"\n\n[[route.trigger]]\nevent = \"push\"\nmatch = [{{ pointer = \"/ref\", equals = \"refs/heads/main\" }}]\n\n[[route.trigger]]\nevent = [\"release\", \"create\"]\nmatch = [{{ pointer = \"/ref\", glob = \"v1.*\" }}, {{ pointer = \"/n\", equals = \"3\" }}]\n\n[route.env]\nREF = \"/ref\"\n"
         );
         let config = load(&text).expect("loads");
         let route = &config.routes[0];
@@ -820,6 +829,7 @@ mod tests {
             ),
             ("[[route.trigger]]\nevent = []\n", "key `event`"),
             ("legacy_signature = true\n", "only the generic adapter"),
+            ("replay_window = \"2m\"\n", "GitHub sends no timestamp"),
         ];
         for (extra, expected) in cases {
             let error = load(&format!("workers = 1\n{ROUTE}{extra}")).expect_err(extra);
@@ -876,6 +886,21 @@ mod tests {
 
         proptest! {
             #![proptest_config(ProptestConfig::with_cases(512))]
+
+            /// Globs never panic; a pattern without wildcards matches exactly itself; `*` + text
+            /// + `*` matches whatever contains the text.
+            #[test]
+            fn globs_are_total_and_agree_with_plain_text(
+                pattern in "[a*?\\u{e9}]{0,12}",
+                text in "[ab\\u{e9}]{0,12}",
+                plain in "[a-c]{0,6}",
+            ) {
+                let _ = super::super::glob_matches(&pattern, &text);
+                prop_assert!(super::super::glob_matches(&plain, &plain));
+                prop_assert_eq!(super::super::glob_matches(&plain, &text), plain == text);
+                let around = format!("*{plain}*");
+                prop_assert_eq!(super::super::glob_matches(&around, &text), text.contains(&plain));
+            }
 
             /// Whatever the scope, the task is a valid name, and two scopes never share one.
             #[test]

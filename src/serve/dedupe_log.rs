@@ -245,4 +245,31 @@ mod tests {
         assert!(log.legacy_marked("github/42/a/b", 1_120));
         assert!(!log.legacy_marked("generic/default/d-1", 1_120));
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Whatever bytes the file holds, opening it answers marks or a corrupt-file error, and
+        /// never panics; a file it refused is left as it was.
+        #[test]
+        fn any_file_content_opens_or_is_refused_without_a_panic(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400),
+            lines in proptest::collection::vec("\\{\"identity\":\"[a-z/\\[\\]\"]{0,12}\",\"marked_at_millis\":[0-9]{1,4}\\}", 0..6),
+        ) {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("dedupe.jsonl");
+            for content in [bytes, lines.join("\n").into_bytes()] {
+                std::fs::write(&path, &content).expect("write");
+                match DedupeLog::open(&path, 5_000, 10_000) {
+                    Ok((log, marks)) => {
+                        proptest::prop_assert!(marks.iter().all(|m| is_current_key(&m.identity)));
+                        let _ = log.legacy_marked("a/b/c", 5_000);
+                    }
+                    Err(_) => {
+                        proptest::prop_assert_eq!(std::fs::read(&path).expect("read"), content);
+                    }
+                }
+            }
+        }
+    }
 }

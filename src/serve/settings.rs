@@ -98,7 +98,7 @@ impl Settings {
                 .replay_window_secs
                 .saturating_add(policy.clock_skew_secs)
                 .saturating_mul(1000);
-            if window_millis > dedupe_ttl_millis {
+            if route.adapter != AdapterKind::Github && window_millis > dedupe_ttl_millis {
                 return Err(ServeError::Config(format!(
                     "[[route]] {}: key `replay_window`: the replay window plus clock_skew ({}s) is longer than [serve] dedupe_ttl ({}s); a request replayed inside it would run again",
                     route.path,
@@ -175,5 +175,51 @@ impl ServePaths {
             handed_off: dir.join("handed-off.json"),
             dir,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VAR: &str = "TOLLGATE_SETTINGS_UNIT_TEST_SECRET";
+
+    fn settings(text: &str) -> Result<Settings, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let path = dir.path().join("tollgate.toml");
+        std::fs::write(&path, text).map_err(|e| e.to_string())?;
+        let config = Config::load(&path)
+            .map_err(|e| e.to_string())?
+            .unwrap_or_default();
+        Settings::from_config(&config, None).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_replay_window_longer_than_the_dedupe_ttl_or_a_missing_cwd_is_refused() {
+        // Only this test reads the variable; nothing else in the process sets it.
+        std::env::set_var(VAR, "s");
+        let route = |adapter: &str, extra: &str| {
+            format!("workers = 1\n[serve]\ndedupe_ttl = \"5m\"\n\n[[route]]\npath = \"/a\"\nadapter = \"{adapter}\"\nsecret_env = \"{VAR}\"\ntask = \"t\"\nrun = [\"x\"]\n{extra}")
+        };
+        let error = settings(&route("generic", "")).err().unwrap_or_default();
+        assert!(
+            error.contains("key `replay_window`") && error.contains("dedupe_ttl"),
+            "{error}"
+        );
+        assert!(settings(&route("generic", "replay_window = \"3m\"\n")).is_ok());
+        assert!(
+            settings(&route("github", "")).is_ok(),
+            "github has no timestamp"
+        );
+        let error = settings(&route(
+            "slack-events",
+            "replay_window = \"3m\"\ncwd = \"/nonexistent/dir\"\n",
+        ))
+        .err()
+        .unwrap_or_default();
+        assert!(
+            error.contains("key `cwd`") && error.contains("/nonexistent/dir"),
+            "{error}"
+        );
     }
 }

@@ -755,10 +755,13 @@ mod tests {
     fn serve_and_routes_round_trip_through_save() {
         let text = "workers = 2\n[serve]\nmax_detached = 7\n\n[[route]]\npath = \"/a\"\nadapter = \"slack-events\"\nsecret_env = \"A_SECRET\"\ntask = \"t-{scope}\"\nstrategy = \"queue\"\nrun = [\"true\"]\n";
         let config = load(text).expect("loads");
-        assert_eq!(config.routes[0].task_for(Some("C1")), "t-C1");
-        assert!(config.routes[0]
-            .task_for(Some("C1/x y"))
-            .starts_with("t-C1-x-y-"));
+        #[cfg(feature = "serve")]
+        {
+            assert_eq!(config.routes[0].task_for(Some("C1")), "t-C1");
+            assert!(config.routes[0]
+                .task_for(Some("C1/x y"))
+                .starts_with("t-C1-x-y-"));
+        }
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("saved.toml");
         config.save(&path).expect("save");
@@ -863,6 +866,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "serve")]
     mod names {
         use super::super::{scope_fragment, RouteTable};
         use proptest::prelude::*;
@@ -886,6 +890,35 @@ mod tests {
 
         proptest! {
             #![proptest_config(ProptestConfig::with_cases(512))]
+
+            /// Any value under any route key loads or is refused with an error naming a line;
+            /// never a panic.
+            #[test]
+            fn arbitrary_route_values_load_or_are_refused(
+                key in prop_oneof![Just("task"), Just("replay_window"), Just("clock_skew"), Just("cwd"), Just("legacy_signature"), Just("path"), Just("adapter")],
+                value in prop_oneof![
+                    "\"[ -~]{0,70}\"".prop_map(|v| v.replace('\\', "")),
+                    "[0-9]{1,20}",
+                    Just("true".to_string()),
+                    Just("[\"a\", 1]".to_string()),
+                ],
+                rule in prop_oneof![
+                    Just(String::new()),
+                    "\"[ -~]{0,20}\"".prop_map(|v| format!("\n[[route.trigger]]\nevent = {}\nmatch = [{{ pointer = {}, glob = \"*\" }}]\n", v.replace('\\', ""), v.replace('\\', ""))),
+                    "\"[ -~]{0,20}\"".prop_map(|v| format!("\n[route.env]\nX = {}\n", v.replace('\\', ""))),
+                ],
+            ) {
+                let base = "path = \"/a\"\nadapter = \"generic\"\nsecret_env = \"S\"\ntask = \"t\"\nrun = [\"x\"]\n";
+                let lines: String = base
+                    .lines()
+                    .filter(|l| !l.starts_with(&format!("{key} ")))
+                    .map(|l| format!("{l}\n"))
+                    .collect();
+                let text = format!("workers = 1\n[[route]]\n{lines}{key} = {value}\n{rule}");
+                if let Err(error) = super::load(&text) {
+                    prop_assert!(!error.is_empty());
+                }
+            }
 
             /// Globs never panic; a pattern without wildcards matches exactly itself; `*` + text
             /// + `*` matches whatever contains the text.

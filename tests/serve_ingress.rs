@@ -104,6 +104,17 @@ fn a_captured_generic_request_cannot_be_replayed_under_another_identity_or_later
     let mut lines = ran(&ran_log);
     lines.sort();
     assert_eq!(lines, ["d-1 acme", "d-5 default"]);
+    // The legacy delivery's log line says how it was signed; the v1 one's does not.
+    let accepted = |id: &str| {
+        home.log()
+            .into_iter()
+            .find(|e| e["outcome"] == "accepted" && e["identity"] == id)
+            .unwrap_or_else(|| panic!("no accepted line for {id}"))
+    };
+    assert!(accepted("d-5")["reason"]
+        .as_str()
+        .is_some_and(|r| r.contains("legacy")));
+    assert!(accepted("d-1").get("reason").is_none());
 }
 
 /// Point 2: the same delivery id on two routes runs on both; tenant `a/b` id `c` and tenant `a`
@@ -169,7 +180,7 @@ fn long_and_non_ascii_scopes_make_valid_distinct_tasks_and_every_lost_github_del
     let home = TestHome::new(
         2,
         &format!(
-            "{}\n{}\n[[route]]\npath = \"/stuck\"\nadapter = \"github\"\nsecret_env = \"{SECRET_ENV}\"\ntask = \"stuck\"\nrun = [\"true\"]\n",
+            "[serve]\nbody_limit = 4096\n\n{}\n{}\n[[route]]\npath = \"/stuck\"\nadapter = \"github\"\nsecret_env = \"{SECRET_ENV}\"\ntask = \"stuck\"\nrun = [\"true\"]\n",
             quick_route("/gh", "github", &ran_log, ""),
             quick_route("/g", "generic", &ran_log, ""),
         ),
@@ -217,6 +228,23 @@ fn long_and_non_ascii_scopes_make_valid_distinct_tasks_and_every_lost_github_del
             .as_str()
             .unwrap()
             .starts_with("withdrawn"),
+        "{listed}"
+    );
+
+    // A GitHub delivery over body_limit (never redelivered by GitHub) is listed too.
+    let big = vec![b' '; 8192];
+    let r = serve.post("/gh", &github_headers("gh-big", "push", &big), &big);
+    assert_eq!(r.status, 413);
+    let out = home.tollgate(&["deliveries", "--refused", "--json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let refused = listed["refused"].as_array().unwrap();
+    assert_eq!(refused.len(), 2, "{listed}");
+    assert_eq!(refused[1]["identity"], "gh-big");
+    assert!(
+        refused[1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("body_limit"),
         "{listed}"
     );
 }

@@ -129,6 +129,7 @@ pub async fn ingress(
         .and_then(|v| v.parse::<u64>().ok());
     let too_large = || {
         Counters::bump(&app.counters.too_large);
+        record_too_large(&app, &route, &headers, limit);
         answer(
             StatusCode::PAYLOAD_TOO_LARGE,
             json!({"error": format!("the body is over the limit of {limit} bytes")}),
@@ -226,6 +227,10 @@ pub async fn ingress(
         tenant: verified.installation.clone(),
         identity: verified.identity.clone(),
         retry: verified.retry.clone(),
+        // Kept on every line of the delivery, so the log shows who still signs the old way.
+        reason: verified
+            .legacy
+            .then(|| "legacy body-only signature (replayable)".to_string()),
         ..Event::default()
     };
     let decision_event = |outcome: &str| decided(&base, outcome);
@@ -328,6 +333,38 @@ fn overloaded(
                 }),
             )
         }
+    }
+}
+
+/// A GitHub delivery over `body_limit` cannot be verified (its body is not read), yet GitHub will
+/// not send it again: it is listed as refused, its id marked unverified. Each line costs the
+/// sender more than `body_limit` bytes of upload, so this cannot be used to fill the disk fast.
+fn record_too_large(app: &App, route: &Route, headers: &HeaderMap, limit: usize) {
+    if adapters::shape(route.adapter()) != Shape::Recorded {
+        return;
+    }
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.chars().take(256).collect::<String>())
+    };
+    let Some(identity) = text("x-github-delivery") else {
+        return;
+    };
+    let refused = RefusedDelivery {
+        at_millis: tasks::now_millis(),
+        route: route.table.path.clone(),
+        adapter: route.adapter().name().to_string(),
+        tenant: text("x-github-hook-installation-target-id").unwrap_or_default(),
+        identity,
+        event: text("x-github-event"),
+        reason: format!(
+            "body over the limit of {limit} bytes (unverified; raise [serve] body_limit)"
+        ),
+    };
+    if let Err(e) = app.refused.record(&refused) {
+        tracing::error!("cannot record a refused delivery: {e}");
     }
 }
 

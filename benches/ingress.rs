@@ -80,15 +80,21 @@ impl Conn {
     }
 }
 
+/// The `tollgate-v1` signature of spec/ingress.md (timestamp, delivery, tenant, scope, body).
 fn signed(id: &str, body: &[u8]) -> Vec<(&'static str, String)> {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
     let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).expect("key");
+    mac.update(format!("tollgate-v1\n{t}\n{id}\n\n{id}\n").as_bytes());
     mac.update(body);
     vec![
         ("X-Tollgate-Delivery", id.to_string()),
         ("X-Tollgate-Scope", id.to_string()),
         (
             "X-Tollgate-Signature",
-            format!("sha256={}", hex::encode(mac.finalize().into_bytes())),
+            format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes())),
         ),
     ]
 }

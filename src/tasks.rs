@@ -105,6 +105,9 @@ pub struct DeliveryMeta {
     /// When it was admitted (ms since the epoch).
     #[serde(default)]
     pub admitted_at_millis: u64,
+    /// The route it came in on (part of its dedupe key); empty in records that predate it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub route: String,
 }
 
 impl TurnRecord {

@@ -82,7 +82,7 @@ fn fifty_deliveries_at_max_detached_five_accept_five_refuse_the_rest_honestly() 
     let marked = identities_in_dedupe_log(&home);
     let expected: BTreeSet<String> = accepted
         .iter()
-        .map(|id| format!("generic/default/{id}"))
+        .map(|id| serde_json::json!(["/hooks/flood", "generic", "default", id]).to_string())
         .collect();
     assert_eq!(marked, expected);
     assert_eq!(serve.metric("tollgate_retained"), 5);

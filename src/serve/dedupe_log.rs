@@ -1,6 +1,9 @@
 //! The durable copy of the gate's dedupe marks: `<home>/serve/dedupe.jsonl`, one line per accepted
 //! identity (appended and fsynced before the 200 leaves), reloaded at start, expired lines
-//! compacted away. It only ever records identities the gate already marked: it is never asked.
+//! compacted away. It only ever records identities the gate already marked: it is never asked,
+//! except for the marks of the legacy key format (`adapter/installation/identity`, written before
+//! keys were JSON arrays with the route): those are kept read-only until they expire and
+//! [`DedupeLog::legacy_marked`] answers for them.
 
 use crate::fsutil::{self, FileError};
 use crate::protocol::admission::MAX_DEDUPE_ENTRIES;
@@ -21,6 +24,12 @@ pub struct Mark {
     pub marked_at_millis: u64,
 }
 
+/// Whether a logged identity is a current key: a JSON array (`["route","adapter",...]`). Old
+/// keys start with the adapter's name, never with `[`.
+pub fn is_current_key(identity: &str) -> bool {
+    identity.starts_with('[')
+}
+
 struct Inner {
     file: File,
     /// identity → when it was marked; bounded like the gate's set.
@@ -32,6 +41,8 @@ pub struct DedupeLog {
     path: PathBuf,
     ttl_millis: u64,
     inner: Mutex<Inner>,
+    /// Marks in the legacy key format found at start: never added to, expire with the TTL.
+    legacy: BTreeMap<String, u64>,
 }
 
 fn open_append(path: &Path) -> Result<File, FileError> {
@@ -46,7 +57,8 @@ fn open_append(path: &Path) -> Result<File, FileError> {
 impl DedupeLog {
     /// Loads the unexpired marks (in the order they were made) and compacts the file to them. A
     /// torn last line (a crash mid-append) is skipped; any other bad line is an error that keeps
-    /// the file.
+    /// the file. The marks returned are the current-format ones (for the gate); legacy ones stay
+    /// in the log (and its file, until they expire).
     pub fn open(
         path: &Path,
         now_millis: u64,
@@ -85,6 +97,13 @@ impl DedupeLog {
             .collect();
         marks.sort_by_key(|m| m.marked_at_millis);
         Self::rewrite(path, &marks)?;
+        let (current, old): (Vec<Mark>, Vec<Mark>) =
+            marks.into_iter().partition(|m| is_current_key(&m.identity));
+        let legacy = old
+            .into_iter()
+            .map(|m| (m.identity, m.marked_at_millis))
+            .collect();
+        live.retain(|identity, _| is_current_key(identity));
         let log = DedupeLog {
             path: path.to_path_buf(),
             ttl_millis,
@@ -93,8 +112,16 @@ impl DedupeLog {
                 live,
                 appended: 0,
             }),
+            legacy,
         };
-        Ok((log, marks))
+        Ok((log, current))
+    }
+
+    /// Whether `legacy_key` was marked by an older instance within the TTL.
+    pub fn legacy_marked(&self, legacy_key: &str, now_millis: u64) -> bool {
+        self.legacy
+            .get(legacy_key)
+            .is_some_and(|at| at.saturating_add(self.ttl_millis) > now_millis)
     }
 
     fn rewrite(path: &Path, marks: &[Mark]) -> Result<(), FileError> {
@@ -145,9 +172,14 @@ impl DedupeLog {
             inner
                 .live
                 .retain(|_, at| at.saturating_add(ttl) > marked_at_millis);
+            let legacy = self
+                .legacy
+                .iter()
+                .filter(|(_, at)| at.saturating_add(ttl) > marked_at_millis);
             let mut marks: Vec<Mark> = inner
                 .live
                 .iter()
+                .chain(legacy)
                 .map(|(identity, at)| Mark {
                     identity: identity.clone(),
                     marked_at_millis: *at,
@@ -172,18 +204,72 @@ mod tests {
         let path = dir.path().join("dedupe.jsonl");
         let (log, marks) = DedupeLog::open(&path, 1_000, 100).expect("open");
         assert!(marks.is_empty());
-        log.append("old", 1_000).expect("append");
-        log.append("new", 1_090).expect("append");
+        log.append("[\"old\"]", 1_000).expect("append");
+        log.append("[\"new\"]", 1_090).expect("append");
         drop(log);
         let (_, marks) = DedupeLog::open(&path, 1_150, 100).expect("reopen");
         assert_eq!(
             marks,
             vec![Mark {
-                identity: "new".into(),
+                identity: "[\"new\"]".into(),
                 marked_at_millis: 1_090
             }]
         );
         let text = std::fs::read_to_string(&path).expect("read");
         assert_eq!(text.lines().count(), 1, "compacted: {text}");
+    }
+
+    /// A log written before keys carried the route (`adapter/installation/identity` lines) is
+    /// still read: its marks are honoured until they expire, and survive compaction.
+    #[test]
+    fn legacy_lines_are_still_honoured_until_they_expire() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("dedupe.jsonl");
+        std::fs::write(
+            &path,
+            "{\"identity\":\"generic/default/d-1\",\"marked_at_millis\":1000}\n\
+             {\"identity\":\"github/42/a/b\",\"marked_at_millis\":1050}\n",
+        )
+        .expect("write");
+        let (log, current) = DedupeLog::open(&path, 1_060, 100).expect("open");
+        assert!(current.is_empty(), "legacy marks are not current keys");
+        assert!(log.legacy_marked("generic/default/d-1", 1_060));
+        assert!(log.legacy_marked("github/42/a/b", 1_060));
+        assert!(!log.legacy_marked("generic/default/d-2", 1_060));
+        assert!(!log.legacy_marked("generic/default/d-1", 1_100), "expired");
+        log.append("[\"/r\",\"generic\",\"default\",\"d-3\"]", 1_070)
+            .expect("append");
+        drop(log);
+        let (log, current) = DedupeLog::open(&path, 1_120, 100).expect("reopen");
+        assert_eq!(current.len(), 1);
+        assert!(log.legacy_marked("github/42/a/b", 1_120));
+        assert!(!log.legacy_marked("generic/default/d-1", 1_120));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Whatever bytes the file holds, opening it answers marks or a corrupt-file error, and
+        /// never panics; a file it refused is left as it was.
+        #[test]
+        fn any_file_content_opens_or_is_refused_without_a_panic(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400),
+            lines in proptest::collection::vec("\\{\"identity\":\"[a-z/\\[\\]\"]{0,12}\",\"marked_at_millis\":[0-9]{1,4}\\}", 0..6),
+        ) {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("dedupe.jsonl");
+            for content in [bytes, lines.join("\n").into_bytes()] {
+                std::fs::write(&path, &content).expect("write");
+                match DedupeLog::open(&path, 5_000, 10_000) {
+                    Ok((log, marks)) => {
+                        proptest::prop_assert!(marks.iter().all(|m| is_current_key(&m.identity)));
+                        let _ = log.legacy_marked("a/b/c", 5_000);
+                    }
+                    Err(_) => {
+                        proptest::prop_assert_eq!(std::fs::read(&path).expect("read"), content);
+                    }
+                }
+            }
+        }
     }
 }

@@ -52,9 +52,33 @@ pub struct App {
     pub dispatching: AtomicUsize,
 }
 
-/// The event identity the gate deduplicates on: per adapter and installation.
-pub fn dedupe_key(adapter: &str, installation: &str, identity: &str) -> EventIdentity {
-    EventIdentity(format!("{adapter}/{installation}/{identity}"))
+/// The most bytes of one payload field put into a turn's environment (`[route.env]`).
+pub const MAX_ENV_VALUE_BYTES: usize = 32 * 1024;
+
+/// The event identity the gate deduplicates on: route, adapter, installation and the sender's
+/// identity, as a JSON array of four strings (unambiguous whatever the parts contain).
+pub fn dedupe_key(route: &str, adapter: &str, installation: &str, identity: &str) -> EventIdentity {
+    EventIdentity(json!([route, adapter, installation, identity]).to_string())
+}
+
+/// The key the previous format used, `adapter/installation/identity` (ambiguous, route-blind):
+/// still honoured for the marks an older instance left in the dedupe log.
+pub fn legacy_dedupe_key(adapter: &str, installation: &str, identity: &str) -> String {
+    format!("{adapter}/{installation}/{identity}")
+}
+
+/// The key a turn's delivery record was deduplicated on (records written before routes were
+/// recorded give the legacy key).
+pub fn dedupe_key_of(meta: &DeliveryMeta) -> EventIdentity {
+    if meta.route.is_empty() {
+        EventIdentity(legacy_dedupe_key(
+            &meta.adapter,
+            &meta.tenant,
+            &meta.identity,
+        ))
+    } else {
+        dedupe_key(&meta.route, &meta.adapter, &meta.tenant, &meta.identity)
+    }
 }
 
 fn answer(status: StatusCode, body: Value) -> Response {
@@ -105,6 +129,7 @@ pub async fn ingress(
         .and_then(|v| v.parse::<u64>().ok());
     let too_large = || {
         Counters::bump(&app.counters.too_large);
+        record_too_large(&app, &route, &headers, limit);
         answer(
             StatusCode::PAYLOAD_TOO_LARGE,
             json!({"error": format!("the body is over the limit of {limit} bytes")}),
@@ -118,7 +143,14 @@ pub async fn ingress(
     };
     let now = tasks::now_millis();
     let adapter = route.adapter();
-    let verified = match adapters::verify(adapter, &route.secret, &headers, &bytes, now / 1000) {
+    let verified = match adapters::verify(
+        adapter,
+        &route.secret,
+        &route.policy,
+        &headers,
+        &bytes,
+        now / 1000,
+    ) {
         Ok(verified) => verified,
         Err(refusal) => {
             Counters::bump(&app.counters.refused_senders);
@@ -139,8 +171,50 @@ pub async fn ingress(
     if let Some(challenge) = verified.challenge {
         return answer(StatusCode::OK, json!({"challenge": challenge}));
     }
+    if verified.legacy {
+        tracing::warn!(
+            route = %route.table.path,
+            identity = %verified.identity,
+            "accepted a legacy body-only signature: it can be replayed with another delivery id, tenant or scope; move the sender to t=,v1= (spec/ingress.md) and drop legacy_signature"
+        );
+    }
+    let payload = if route.table.trigger.is_empty() && route.table.env.is_empty() {
+        Value::Null
+    } else {
+        adapters::payload_view(adapter, &bytes)
+    };
+    if !route.table.triggered(verified.event.as_deref(), &payload) {
+        // Verified, but no trigger rule wants it: nothing is admitted, marked or run.
+        app.events.record(&Event {
+            at_millis: now,
+            kind: "decision",
+            route: route.table.path.clone(),
+            adapter: adapter.name().to_string(),
+            tenant: verified.installation.clone(),
+            identity: verified.identity.clone(),
+            outcome: "ignored".into(),
+            reason: Some(match &verified.event {
+                Some(event) => format!("no trigger rule matches this {event} event"),
+                None => "no trigger rule matches".to_string(),
+            }),
+            status: Some(200),
+            ..Event::default()
+        });
+        let mut body = json!({"status": "ignored", "identity": verified.identity});
+        if adapters::shape(adapter) == Shape::Interactive {
+            body["response_type"] = json!("ephemeral");
+            body["text"] = json!("Not handled here: no rule of this route matches it.");
+        }
+        return answer(StatusCode::OK, body);
+    }
     let tenant = Tenant::new(adapter.name(), verified.installation.clone());
-    let identity = dedupe_key(adapter.name(), &verified.installation, &verified.identity);
+    let identity = dedupe_key(
+        &route.table.path,
+        adapter.name(),
+        &verified.installation,
+        &verified.identity,
+    );
+    let legacy_key = legacy_dedupe_key(adapter.name(), &verified.installation, &verified.identity);
     let dispatch = match route.dispatch() {
         DispatchMode::Deferred => Dispatch::Deferred,
         DispatchMode::Sync => Dispatch::Sync,
@@ -153,10 +227,20 @@ pub async fn ingress(
         tenant: verified.installation.clone(),
         identity: verified.identity.clone(),
         retry: verified.retry.clone(),
+        // Kept on every line of the delivery, so the log shows who still signs the old way.
+        reason: verified
+            .legacy
+            .then(|| "legacy body-only signature (replayable)".to_string()),
         ..Event::default()
     };
     let decision_event = |outcome: &str| decided(&base, outcome);
-    match app.gate.deliver(&tenant, &identity, dispatch, now) {
+    // A mark an older instance left under the legacy key still makes this a duplicate.
+    let decision = if app.dedupe.legacy_marked(&legacy_key, now) {
+        GateDecision::Duplicate
+    } else {
+        app.gate.deliver(&tenant, &identity, dispatch, now)
+    };
+    match decision {
         GateDecision::Rejected(reason) => {
             let mut event = decision_event("rejected");
             event.reason = Some(reason_name(reason).to_string());
@@ -179,8 +263,10 @@ pub async fn ingress(
             let task = tokio::spawn({
                 let app = Arc::clone(&app);
                 async move {
-                    let response =
-                        accepted(&app, &route, verified, bytes, identity, permit, base).await;
+                    let response = accepted(
+                        &app, &route, verified, bytes, payload, identity, permit, base,
+                    )
+                    .await;
                     app.dispatching.fetch_sub(1, Ordering::SeqCst);
                     response
                 }
@@ -227,18 +313,7 @@ fn overloaded(
             retry_later(json!({"status": "rejected", "reason": reason}))
         }
         Shape::Recorded => {
-            let refused = RefusedDelivery {
-                at_millis: event.at_millis,
-                route: route.table.path.clone(),
-                adapter: route.adapter().name().to_string(),
-                tenant: verified.installation.clone(),
-                identity: verified.identity.clone(),
-                event: verified.event.clone(),
-                reason: reason.to_string(),
-            };
-            if let Err(e) = app.refused.record(&refused) {
-                tracing::error!("cannot record a refused delivery: {e}");
-            }
+            record_refused(app, route, verified, event.at_millis, reason.to_string());
             event.status = Some(503);
             app.events.record(&event);
             retry_later(json!({
@@ -261,12 +336,66 @@ fn overloaded(
     }
 }
 
+/// A GitHub delivery over `body_limit` cannot be verified (its body is not read), yet GitHub will
+/// not send it again: it is listed as refused, its id marked unverified. Each line costs the
+/// sender more than `body_limit` bytes of upload, so this cannot be used to fill the disk fast.
+fn record_too_large(app: &App, route: &Route, headers: &HeaderMap, limit: usize) {
+    if adapters::shape(route.adapter()) != Shape::Recorded {
+        return;
+    }
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.chars().take(256).collect::<String>())
+    };
+    let Some(identity) = text("x-github-delivery") else {
+        return;
+    };
+    let refused = RefusedDelivery {
+        at_millis: tasks::now_millis(),
+        route: route.table.path.clone(),
+        adapter: route.adapter().name().to_string(),
+        tenant: text("x-github-hook-installation-target-id").unwrap_or_default(),
+        identity,
+        event: text("x-github-event"),
+        reason: format!(
+            "body over the limit of {limit} bytes (unverified; raise [serve] body_limit)"
+        ),
+    };
+    if let Err(e) = app.refused.record(&refused) {
+        tracing::error!("cannot record a refused delivery: {e}");
+    }
+}
+
+/// A verified delivery of a sender that does not redeliver by itself (github) that is not
+/// accepted, for whatever reason: appended to the refused list for a manual redelivery.
+fn record_refused(app: &App, route: &Route, verified: &Verified, at_millis: u64, reason: String) {
+    if adapters::shape(route.adapter()) != Shape::Recorded {
+        return;
+    }
+    let refused = RefusedDelivery {
+        at_millis,
+        route: route.table.path.clone(),
+        adapter: route.adapter().name().to_string(),
+        tenant: verified.installation.clone(),
+        identity: verified.identity.clone(),
+        event: verified.event.clone(),
+        reason,
+    };
+    if let Err(e) = app.refused.record(&refused) {
+        tracing::error!("cannot record a refused delivery: {e}");
+    }
+}
+
 /// Admitted and marked: make the turn durable, then acknowledge (deferred) or wait for it (sync).
+#[allow(clippy::too_many_arguments)]
 async fn accepted(
     app: &Arc<App>,
     route: &Arc<Route>,
     verified: Verified,
     body: axum::body::Bytes,
+    payload: Value,
     identity: EventIdentity,
     permit: Permit,
     base: Event,
@@ -282,14 +411,19 @@ async fn accepted(
         tenant: verified.installation.clone(),
         identity: verified.identity.clone(),
         admitted_at_millis: now,
+        route: route.table.path.clone(),
     };
     let submitted = {
         let app = Arc::clone(app);
         let route = Arc::clone(route);
         let meta = meta.clone();
         let scope = verified.scope.clone();
+        let mut env = route_env(&route, &payload);
+        if let Some(event) = &verified.event {
+            env.insert("TOLLGATE_EVENT_TYPE".into(), event.clone());
+        }
         let body = body.to_vec();
-        tokio::task::spawn_blocking(move || submit(&app, &route, meta, scope.as_deref(), body))
+        tokio::task::spawn_blocking(move || submit(&app, &route, meta, scope.as_deref(), env, body))
             .await
     };
     let submitted = match submitted {
@@ -423,6 +557,13 @@ fn withdrawn(
     Counters::bump(&app.counters.dispatch_errors);
     tracing::error!("cannot create the turn of a delivery: {error}");
     permit.withdraw(identity);
+    record_refused(
+        app,
+        route,
+        verified,
+        tasks::now_millis(),
+        format!("withdrawn: {error}"),
+    );
     let mut event = decision_event("withdrawn");
     event.reason = Some(error.clone());
     if adapters::shape(route.adapter()) == Shape::Interactive {
@@ -438,6 +579,31 @@ fn withdrawn(
     retry_later(json!({"status": "withdrawn", "error": error}))
 }
 
+/// The `[route.env]` variables: each payload field as text (strings as they are, other values as
+/// compact JSON); a missing field is left unset, and so is one over [`MAX_ENV_VALUE_BYTES`] or
+/// holding a NUL (no environment can carry it), with a warning.
+fn route_env(route: &Route, payload: &Value) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    for (name, pointer) in &route.table.env {
+        let Some(value) = payload.pointer(pointer) else {
+            continue;
+        };
+        let text = match value {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        if text.len() > MAX_ENV_VALUE_BYTES || text.contains('\0') {
+            tracing::warn!(
+                route = %route.table.path,
+                "{name} from {pointer} is over {MAX_ENV_VALUE_BYTES} bytes or holds a NUL: left unset"
+            );
+            continue;
+        }
+        env.insert(name.clone(), text);
+    }
+    env
+}
+
 /// Creates the durable turn: payload file, environment and delivery record are written under the
 /// queue lock before the row is enqueued.
 fn submit(
@@ -445,9 +611,11 @@ fn submit(
     route: &Route,
     meta: DeliveryMeta,
     scope: Option<&str>,
+    route_env: BTreeMap<String, String>,
     body: Vec<u8>,
 ) -> Result<Submitted, String> {
     let mut env = app.base_env.clone();
+    env.extend(route_env);
     env.insert("TOLLGATE_DELIVERY".into(), meta.id.clone());
     env.insert("TOLLGATE_EVENT_ID".into(), meta.identity.clone());
     env.insert("TOLLGATE_ADAPTER".into(), meta.adapter.clone());
@@ -456,7 +624,7 @@ fn submit(
         task: Some(route.table.task_for(scope)),
         strategy: route.table.strategy(),
         argv: route.table.run.clone(),
-        cwd: Some(app.cwd.clone()),
+        cwd: Some(route.cwd.clone().unwrap_or_else(|| app.cwd.clone())),
         env,
     };
     let _spawning = crate::sync::lock(&app.spawn_lock);

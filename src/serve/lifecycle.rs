@@ -3,7 +3,7 @@
 
 use super::dedupe_log::DedupeLog;
 use super::events::{Event, EventLog};
-use super::handler::{self, dedupe_key, App};
+use super::handler::{self, dedupe_key_of, App};
 use super::metrics::Counters;
 use super::refused::RefusedLog;
 use super::settings::{ServeError, ServePaths, Settings};
@@ -207,10 +207,8 @@ fn readopt(app: &Arc<App>, paths: &ServePaths) -> Result<usize, ServeError> {
         let Some(meta) = turn.delivery.clone() else {
             continue;
         };
-        app.gate.restore_mark(
-            &dedupe_key(&meta.adapter, &meta.tenant, &meta.identity),
-            meta.admitted_at_millis,
-        );
+        app.gate
+            .restore_mark(&dedupe_key_of(&meta), meta.admitted_at_millis);
         if let Some(outcome) = turn.outcome {
             if was_handed(&meta) {
                 let mut event = outcome_event(&meta, &key, route_of(&meta));

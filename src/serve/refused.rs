@@ -84,3 +84,46 @@ pub fn load_refused(path: &Path) -> Result<Vec<RefusedDelivery>, FileError> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recorded_refusal_reads_back_and_a_torn_last_line_is_skipped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("refused.jsonl");
+        let log = RefusedLog::open(&path).expect("open");
+        let refused = RefusedDelivery {
+            at_millis: 1,
+            route: "/gh".into(),
+            adapter: "github".into(),
+            tenant: "42".into(),
+            identity: "d-1".into(),
+            event: Some("push".into()),
+            reason: "withdrawn: no room".into(),
+        };
+        log.record(&refused).expect("record");
+        drop(log);
+        let mut text = std::fs::read_to_string(&path).expect("read");
+        text.push_str("{\"at_millis\":2,\"rou");
+        std::fs::write(&path, text).expect("write");
+        assert_eq!(load_refused(&path).expect("load"), vec![refused]);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Whatever bytes the file holds, listing answers refusals or a corrupt-file error and
+        /// never panics.
+        #[test]
+        fn any_file_content_lists_or_is_refused_without_a_panic(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400),
+        ) {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("refused.jsonl");
+            std::fs::write(&path, &bytes).expect("write");
+            let _ = load_refused(&path);
+        }
+    }
+}

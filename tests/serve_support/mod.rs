@@ -233,8 +233,60 @@ pub fn hmac_hex(secret: &str, parts: &[&[u8]]) -> String {
     hex::encode(mac.finalize().into_bytes())
 }
 
-/// Headers of a signed generic delivery.
+/// Headers of a generic delivery signed now (scheme `tollgate-v1`), whose scope is its id.
 pub fn generic_headers(id: &str, tenant: Option<&str>, body: &[u8]) -> Vec<(&'static str, String)> {
+    generic_signed(SECRET, now_secs(), id, tenant, Some(id), body)
+}
+
+/// The `v1` signature of spec/ingress.md: HMAC-SHA256 over
+/// `tollgate-v1\n<t>\n<delivery>\n<tenant>\n<scope>\n<body>` (absent headers as empty).
+pub fn generic_signature(
+    secret: &str,
+    t: u64,
+    id: &str,
+    tenant: Option<&str>,
+    scope: Option<&str>,
+    body: &[u8],
+) -> String {
+    let signed = format!(
+        "tollgate-v1\n{t}\n{id}\n{}\n{}\n",
+        tenant.unwrap_or(""),
+        scope.unwrap_or("")
+    );
+    format!("t={t},v1={}", hmac_hex(secret, &[signed.as_bytes(), body]))
+}
+
+/// Headers of a generic delivery signed with `secret` at `t`; the signature is at index 1.
+pub fn generic_signed(
+    secret: &str,
+    t: u64,
+    id: &str,
+    tenant: Option<&str>,
+    scope: Option<&str>,
+    body: &[u8],
+) -> Vec<(&'static str, String)> {
+    let mut headers = vec![
+        ("X-Tollgate-Delivery", id.to_string()),
+        (
+            "X-Tollgate-Signature",
+            generic_signature(secret, t, id, tenant, scope, body),
+        ),
+    ];
+    if let Some(scope) = scope {
+        headers.push(("X-Tollgate-Scope", scope.to_string()));
+    }
+    if let Some(tenant) = tenant {
+        headers.push(("X-Tollgate-Tenant", tenant.to_string()));
+    }
+    headers
+}
+
+/// Headers of a generic delivery with the old body-only `sha256=` signature.
+pub fn legacy_generic_headers(
+    id: &str,
+    tenant: Option<&str>,
+    body: &[u8],
+) -> Vec<(&'static str, String)> {
     let mut headers = vec![
         ("X-Tollgate-Delivery", id.to_string()),
         (
@@ -247,6 +299,18 @@ pub fn generic_headers(id: &str, tenant: Option<&str>, body: &[u8]) -> Vec<(&'st
         headers.push(("X-Tollgate-Tenant", tenant.to_string()));
     }
     headers
+}
+
+/// Headers of a GitHub delivery signed with the test secret.
+pub fn github_headers(delivery: &str, event: &str, body: &[u8]) -> Vec<(&'static str, String)> {
+    vec![
+        ("X-GitHub-Delivery", delivery.to_string()),
+        ("X-GitHub-Event", event.to_string()),
+        (
+            "X-Hub-Signature-256",
+            format!("sha256={}", hmac_hex(SECRET, &[body])),
+        ),
+    ]
 }
 
 pub fn now_secs() -> u64 {

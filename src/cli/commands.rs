@@ -237,60 +237,48 @@ fn follow_turn(rt: &Runtime, key: &TurnKey, stream: bool) -> Result<TurnRecord, 
 
 pub fn status(home: Option<PathBuf>, args: StatusArgs) -> Result<i32, CliError> {
     let rt = open(home)?;
-    let view = status_shell::status(&rt, args.task.as_deref())?;
     if args.json {
+        let view = status_shell::status_with(&rt, args.task.as_deref(), args.all)?;
         let value = serde_json::to_value(&view)
             .map_err(|e| CliError::Environment(format!("cannot render JSON: {e}")))?;
         print_json(&value)?;
         return Ok(exit::OK);
     }
-    println!("home:    {}", view.home);
-    println!(
-        "slots:   {} of {} occupied, {} row(s) parked",
-        view.occupied, view.workers, view.parked
-    );
-    if !view.rows.is_empty() {
-        println!("queue:");
-        for row in &view.rows {
-            let owner = row
-                .owner
-                .map(|o| format!(" by pid {}", o.pid))
-                .unwrap_or_default();
-            let token = row
-                .slot_reservation
-                .as_ref()
-                .map(|r| format!(" [reservation {}]", r.token))
-                .unwrap_or_default();
-            println!(
-                "  #{:<6} {} turn {}: {}{owner}{token}",
-                row.queue_id, row.task, row.turn, row.state
-            );
-        }
-    }
-    for runner in &view.runners {
-        println!(
-            "runner:  {} turn {}: pid {} ({}{})",
-            runner.task,
-            runner.turn,
-            runner.identity.pid,
-            runner.observed,
-            if runner.attached { ", attached" } else { "" }
+    let style = super::status_table::TableStyle::detect();
+    if !args.watch {
+        let view = status_shell::status_with(&rt, args.task.as_deref(), args.all)?;
+        print!(
+            "{}",
+            super::status_table::render(&view, tasks::now_millis(), &style)
         );
+        return Ok(exit::OK);
     }
-    for task in &view.tasks {
-        println!("task {} (strategy {}):", task.name, task.strategy);
-        for turn in &task.turns {
-            let code = match (turn.exit_code, turn.signal) {
-                (Some(code), _) => format!(" (exit {code})"),
-                (None, Some(signal)) => format!(" (signal {signal})"),
-                _ => String::new(),
-            };
-            println!(
-                "  turn {:<4} {:<11}{code}  {}",
-                turn.turn,
-                turn.state,
-                turn.argv.join(" ")
-            );
+    let interval = humantime::parse_duration(&args.interval)
+        .ok()
+        .filter(|d| *d >= Duration::from_millis(100) && *d <= Duration::from_secs(3600))
+        .ok_or_else(|| {
+            CliError::Usage(format!(
+                "--interval {:?}: expected a duration from 100ms to 1h (e.g. 500ms, 2s)",
+                args.interval
+            ))
+        })?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, std::sync::Arc::clone(&stop))
+            .map_err(|e| CliError::Environment(format!("installing signal handlers: {e}")))?;
+    }
+    let mut stdout = std::io::stdout();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let view = status_shell::status_with(&rt, args.task.as_deref(), args.all)?;
+        let table = super::status_table::render(&view, tasks::now_millis(), &style);
+        // Home the cursor and clear the screen, then draw: the table refreshes in place.
+        let _ = write!(stdout, "\x1b[H\x1b[2J{table}");
+        let _ = stdout.flush();
+        let deadline = std::time::Instant::now() + interval;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed)
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(50).min(interval));
         }
     }
     Ok(exit::OK)

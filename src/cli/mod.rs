@@ -14,6 +14,7 @@ use std::path::PathBuf;
 #[cfg(feature = "model-check")]
 pub mod model;
 pub mod run;
+mod status_table;
 pub mod sweep;
 
 /// Exit codes every subcommand shares (also listed in `--help` and the README).
@@ -139,10 +140,24 @@ pub struct SubmitArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(
+    after_help = "States: queued (waits for a slot), waiting (waits in its task's line or \
+debounce), starting, running, done, failed, cancelled, spawn-failed, dropped, superseded, \
+orphaned (its submitter or runner died: `tollgate reconcile` repairs it)."
+)]
 pub struct StatusArgs {
     /// Show only this task, with all its turns.
     pub task: Option<String>,
-    /// Print JSON.
+    /// Show every turn of every task (default: the 5 most recent per task).
+    #[arg(long)]
+    pub all: bool,
+    /// Redraw the table in place every `--interval` until interrupted.
+    #[arg(long, conflicts_with = "json")]
+    pub watch: bool,
+    /// Redraw period of `--watch` (e.g. 500ms, 2s).
+    #[arg(long, value_name = "DUR", default_value = "1s", requires = "watch")]
+    pub interval: String,
+    /// Print JSON (the shape of earlier versions, plus `hidden_turns` per task).
     #[arg(long)]
     pub json: bool,
 }

@@ -81,7 +81,8 @@ fn observed(o: Observation) -> &'static str {
     }
 }
 
-fn turn_state(queue: &QueueState, turn: &TurnRecord, liveness: &impl Liveness) -> String {
+/// The state word of a turn (as in [`TurnView::state`]), from its record and the queue.
+pub fn turn_state(queue: &QueueState, turn: &TurnRecord, liveness: &impl Liveness) -> String {
     if let Some(outcome) = turn.outcome {
         return match outcome {
             TurnOutcome::Completed => "completed",

@@ -182,6 +182,9 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
         eprintln!("following {key} until it ends (Ctrl-C stops following; the turn keeps running)");
     }
     let turn = follow_turn(&rt, key, !args.json)?;
+    if let (Some(error), false) = (&turn.error, args.json) {
+        eprintln!("tollgate: {key} could not start: {error}");
+    }
     if args.json {
         print_json(&json!({
             "task": key.task, "turn": key.turn, "queue_id": submitted.queue_id,
@@ -329,13 +332,57 @@ pub fn logs(home: Option<PathBuf>, args: LogsArgs) -> Result<i32, CliError> {
             args.task
         )));
     }
-    if args.follow {
+    let printed = if args.follow {
         follow_turn(&rt, &key, true)?;
+        log_bytes(&rt, &key) > 0
     } else {
-        copy_new(&rt.home.stdout_log(&key), 0, &mut std::io::stdout())?;
-        copy_new(&rt.home.stderr_log(&key), 0, &mut std::io::stderr())?;
+        let out = copy_new(&rt.home.stdout_log(&key), 0, &mut std::io::stdout())?;
+        let err = copy_new(&rt.home.stderr_log(&key), 0, &mut std::io::stderr())?;
+        out + err > 0
+    };
+    if !printed {
+        // An empty answer with exit 0 looks like a turn that printed nothing: say what it is.
+        if let Some(turn) = tasks::load_turn(&rt.home, &key)? {
+            eprintln!(
+                "tollgate: {key} has no output: {}",
+                why_no_output(&rt, &turn)?
+            );
+        }
     }
     Ok(exit::OK)
+}
+
+fn log_bytes(rt: &Runtime, key: &TurnKey) -> u64 {
+    [rt.home.stdout_log(key), rt.home.stderr_log(key)]
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// Why a turn has no output, in the words of `status`.
+fn why_no_output(rt: &Runtime, turn: &TurnRecord) -> Result<String, CliError> {
+    if let Some(error) = &turn.error {
+        return Ok(format!("it could not start: {error}"));
+    }
+    if turn.attached {
+        return Ok(
+            "it ran attached (--attach): its output went to the terminal that ran it".into(),
+        );
+    }
+    let queue = rt.store.load()?;
+    let state = status_shell::turn_state(&queue, turn, &rt.liveness);
+    Ok(match state.as_str() {
+        "parked" => "it is queued: it waits for a free worker slot".to_string(),
+        "waiting" => "it waits its turn in its task's line (strategy)".to_string(),
+        "starting" | "running" => format!("it is {state} and has printed nothing yet"),
+        "unqueued" => {
+            "it is orphaned (its submitter died before queueing it): `tollgate reconcile` starts it"
+                .to_string()
+        }
+        "dropped" | "superseded" | "cancelled" => format!("it never ran ({state})"),
+        _ => format!("it ended ({state}) without printing anything"),
+    })
 }
 
 pub fn cancel(home: Option<PathBuf>, args: CancelArgs) -> Result<i32, CliError> {

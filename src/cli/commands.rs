@@ -107,14 +107,36 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
         cwd: Some(resolve_cwd(args.cwd)?),
         env: parse_env(&args.env)?,
     };
+    let how = How {
+        attach: args.attach,
+        wait: args.wait,
+        json: args.json,
+    };
+    submit_request(home, request, how)
+}
+
+/// How a submit (or a restart) reports and waits.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct How {
+    pub attach: bool,
+    pub wait: bool,
+    pub json: bool,
+}
+
+/// Queues `request` (or runs it attached) and reports it: what `submit` and `restart` share.
+pub(super) fn submit_request(
+    home: Option<PathBuf>,
+    request: SubmitRequest,
+    how: How,
+) -> Result<i32, CliError> {
     let rt = open(home)?;
     let me = me()?;
-    if args.attach {
+    if how.attach {
         let (key, execution) = match submit_attached(&rt, me, request)? {
             Attached::Ran { key, execution } => (key, execution),
-            Attached::Dropped { key, running } => return dropped(&key, &running, args.json),
+            Attached::Dropped { key, running } => return dropped(&key, &running, how.json),
         };
-        if args.json {
+        if how.json {
             print_json(&json!({
                 "task": key.task, "turn": key.turn, "placement": "attached",
                 "outcome": execution.outcome, "exit_code": execution.exit_code,
@@ -128,10 +150,10 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
     let submitted = submit_detached(&rt, me, request)?;
     let key = &submitted.key;
     if let Placement::Dropped { running } = &submitted.placement {
-        return dropped(key, running, args.json);
+        return dropped(key, running, how.json);
     }
     for old in &submitted.superseded {
-        if !args.json {
+        if !how.json {
             eprintln!(
                 "{old}: superseded by turn {} (strategy {})",
                 key.turn, submitted.strategy
@@ -144,13 +166,13 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
         Placement::Waiting { .. } => ("waiting", None),
         Placement::Pending | Placement::Dropped { .. } => ("pending", None),
     };
-    if args.json && !args.wait {
+    if how.json && !how.wait {
         print_json(&json!({
             "task": key.task, "turn": key.turn, "queue_id": submitted.queue_id,
             "placement": placement, "runner": runner, "strategy": submitted.strategy.to_string(),
             "superseded": submitted.superseded.iter().map(|k| k.turn).collect::<Vec<_>>(),
         }))?;
-    } else if !args.json {
+    } else if !how.json {
         let line = match runner {
             Some(runner) => format!(
                 "task {} turn {} started (runner pid {})",
@@ -169,23 +191,23 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
             None => format!("task {} turn {} is {placement}", key.task, key.turn),
         };
         // With --wait, stdout carries the turn's own output; our line goes to stderr.
-        if args.wait {
+        if how.wait {
             eprintln!("{line}");
         } else {
             println!("{line}");
         }
     }
-    if !args.wait {
+    if !how.wait {
         return Ok(exit::OK);
     }
-    if interactive() && !args.json {
+    if interactive() && !how.json {
         eprintln!("following {key} until it ends (Ctrl-C stops following; the turn keeps running)");
     }
-    let turn = follow_turn(&rt, key, !args.json)?;
-    if let (Some(error), false) = (&turn.error, args.json) {
+    let turn = follow_turn(&rt, key, !how.json)?;
+    if let (Some(error), false) = (&turn.error, how.json) {
         eprintln!("tollgate: {key} could not start: {error}");
     }
-    if args.json {
+    if how.json {
         print_json(&json!({
             "task": key.task, "turn": key.turn, "queue_id": submitted.queue_id,
             "placement": placement, "runner": runner, "outcome": turn.outcome,
@@ -318,14 +340,15 @@ fn copy_new(path: &std::path::Path, offset: u64, out: &mut dyn Write) -> Result<
 
 pub fn logs(home: Option<PathBuf>, args: LogsArgs) -> Result<i32, CliError> {
     let rt = open(home)?;
-    let turn = match args.turn {
+    let key = match args.turn {
         Some(turn) => {
             latest_turn(&rt, &args.task)?;
-            turn
+            TurnKey::new(args.task.clone(), turn)
         }
-        None => latest_turn(&rt, &args.task)?,
+        // TASK, TASK:N or `last`.
+        None => super::turnref::resolve(&rt, &args.task)?,
     };
-    let key = TurnKey::new(args.task.clone(), turn);
+    let turn = key.turn;
     if tasks::load_turn(&rt.home, &key)?.is_none() {
         return Err(CliError::Usage(format!(
             "task {:?} has no turn {turn}",

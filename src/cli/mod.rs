@@ -3,8 +3,10 @@
 mod commands;
 pub mod docs;
 mod error;
+mod lifecycle;
 #[cfg(feature = "serve")]
 mod serve;
+mod turnref;
 
 pub use error::CliError;
 
@@ -66,6 +68,12 @@ pub enum Command {
     Status(StatusArgs),
     /// Print the output of a task's turn.
     Logs(LogsArgs),
+    /// Wait until turns end; exit with the turn's exit code (the highest of several).
+    Wait(lifecycle::WaitArgs),
+    /// Queue a new turn with the same command, directory and environment as an earlier one.
+    Restart(lifecycle::RestartArgs),
+    /// Remove ended turns and their logs (never a queued or running one).
+    Clean(lifecycle::CleanArgs),
     /// Cancel a task's queued turns and stop its running ones.
     Cancel(CancelArgs),
     /// Repair after crashes: replace dead runners of active turns, start parked rows on free slots.
@@ -164,6 +172,8 @@ pub struct StatusArgs {
 
 #[derive(Debug, Args)]
 pub struct LogsArgs {
+    /// TASK (its latest turn), TASK:N, or `last` (the turn submitted last in the home).
+    #[arg(value_name = "TURN")]
     pub task: String,
     /// The turn (default: the latest).
     #[arg(long, value_name = "N")]
@@ -284,6 +294,9 @@ pub fn main() -> i32 {
         Command::Status(args) => commands::status(home, args),
         Command::Logs(args) => commands::logs(home, args),
         Command::Cancel(args) => commands::cancel(home, args),
+        Command::Wait(args) => lifecycle::wait(home, args),
+        Command::Restart(args) => lifecycle::restart(home, args),
+        Command::Clean(args) => lifecycle::clean(home, args),
         Command::Reconcile(args) => commands::reconcile(home, args),
         #[cfg(feature = "serve")]
         Command::Serve(args) => serve::serve(home, args),

@@ -216,7 +216,7 @@ pub fn clean(home: Option<PathBuf>, args: CleanArgs) -> Result<i32, CliError> {
                 }
             }
             // Newest first; keep the first `keep`.
-            ended.sort_by(|a, b| b.key.turn.cmp(&a.key.turn));
+            ended.sort_by_key(|t| std::cmp::Reverse(t.key.turn));
             for turn in ended.into_iter().skip(args.keep) {
                 let old_enough =
                     cutoff.is_none_or(|c| turn.ended_at_millis.is_some_and(|e| e <= c));

@@ -50,6 +50,9 @@ pub struct TaskView {
     pub name: String,
     pub strategy: String,
     pub turns: Vec<TurnView>,
+    /// Older turns of this task left out of `turns` (only the most recent are shown unless the
+    /// caller asked for all).
+    pub hidden_turns: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -78,7 +81,8 @@ fn observed(o: Observation) -> &'static str {
     }
 }
 
-fn turn_state(queue: &QueueState, turn: &TurnRecord, liveness: &impl Liveness) -> String {
+/// The state word of a turn (as in [`TurnView::state`]), from its record and the queue.
+pub fn turn_state(queue: &QueueState, turn: &TurnRecord, liveness: &impl Liveness) -> String {
     if let Some(outcome) = turn.outcome {
         return match outcome {
             TurnOutcome::Completed => "completed",
@@ -114,6 +118,46 @@ pub fn status<L: Liveness>(
     rt: &Runtime<L>,
     only: Option<&str>,
 ) -> Result<StatusView, DispatchError> {
+    status_with(rt, only, false)
+}
+
+/// Orders names as people count: `job2` before `job10` (runs of digits compare as numbers).
+pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    fn chunks(s: &str) -> Vec<(bool, &str)> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        let bytes = s.as_bytes();
+        for i in 1..=bytes.len() {
+            let boundary =
+                i == bytes.len() || bytes[i].is_ascii_digit() != bytes[start].is_ascii_digit();
+            if boundary {
+                out.push((bytes[start].is_ascii_digit(), &s[start..i]));
+                start = i;
+            }
+        }
+        out
+    }
+    let (ca, cb) = (chunks(a), chunks(b));
+    for ((da, xa), (db, xb)) in ca.iter().zip(cb.iter()) {
+        let order = if *da && *db {
+            let (ta, tb) = (xa.trim_start_matches('0'), xb.trim_start_matches('0'));
+            ta.len().cmp(&tb.len()).then_with(|| ta.cmp(tb))
+        } else {
+            xa.cmp(xb)
+        };
+        if order != std::cmp::Ordering::Equal {
+            return order;
+        }
+    }
+    ca.len().cmp(&cb.len()).then_with(|| a.cmp(b))
+}
+
+/// [`status`], with `all` showing every turn of every task instead of the most recent ones.
+pub fn status_with<L: Liveness>(
+    rt: &Runtime<L>,
+    only: Option<&str>,
+    all: bool,
+) -> Result<StatusView, DispatchError> {
     let queue = rt.store.load()?;
     let names = match only {
         Some(task) => {
@@ -125,13 +169,19 @@ pub fn status<L: Liveness>(
             }
             vec![task.to_string()]
         }
-        None => tasks::list_tasks(&rt.home)?,
+        None => {
+            let mut names = tasks::list_tasks(&rt.home)?;
+            names.sort_by(|a, b| natural_cmp(a, b));
+            names
+        }
     };
     let mut task_views = Vec::with_capacity(names.len());
     for name in names {
         let mut numbers = tasks::list_turns(&rt.home, &name)?;
-        if only.is_none() && numbers.len() > RECENT_TURNS {
-            numbers.drain(..numbers.len() - RECENT_TURNS);
+        let mut hidden_turns = 0;
+        if only.is_none() && !all && numbers.len() > RECENT_TURNS {
+            hidden_turns = numbers.len() - RECENT_TURNS;
+            numbers.drain(..hidden_turns);
         }
         let mut turns = Vec::with_capacity(numbers.len());
         for n in numbers {
@@ -156,6 +206,7 @@ pub fn status<L: Liveness>(
             name,
             strategy,
             turns,
+            hidden_turns,
         });
     }
     let rows = queue

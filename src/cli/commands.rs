@@ -107,14 +107,36 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
         cwd: Some(resolve_cwd(args.cwd)?),
         env: parse_env(&args.env)?,
     };
+    let how = How {
+        attach: args.attach,
+        wait: args.wait,
+        json: args.json,
+    };
+    submit_request(home, request, how)
+}
+
+/// How a submit (or a restart) reports and waits.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct How {
+    pub attach: bool,
+    pub wait: bool,
+    pub json: bool,
+}
+
+/// Queues `request` (or runs it attached) and reports it: what `submit` and `restart` share.
+pub(super) fn submit_request(
+    home: Option<PathBuf>,
+    request: SubmitRequest,
+    how: How,
+) -> Result<i32, CliError> {
     let rt = open(home)?;
     let me = me()?;
-    if args.attach {
+    if how.attach {
         let (key, execution) = match submit_attached(&rt, me, request)? {
             Attached::Ran { key, execution } => (key, execution),
-            Attached::Dropped { key, running } => return dropped(&key, &running, args.json),
+            Attached::Dropped { key, running } => return dropped(&key, &running, how.json),
         };
-        if args.json {
+        if how.json {
             print_json(&json!({
                 "task": key.task, "turn": key.turn, "placement": "attached",
                 "outcome": execution.outcome, "exit_code": execution.exit_code,
@@ -128,10 +150,10 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
     let submitted = submit_detached(&rt, me, request)?;
     let key = &submitted.key;
     if let Placement::Dropped { running } = &submitted.placement {
-        return dropped(key, running, args.json);
+        return dropped(key, running, how.json);
     }
     for old in &submitted.superseded {
-        if !args.json {
+        if !how.json {
             eprintln!(
                 "{old}: superseded by turn {} (strategy {})",
                 key.turn, submitted.strategy
@@ -144,13 +166,13 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
         Placement::Waiting { .. } => ("waiting", None),
         Placement::Pending | Placement::Dropped { .. } => ("pending", None),
     };
-    if args.json && !args.wait {
+    if how.json && !how.wait {
         print_json(&json!({
             "task": key.task, "turn": key.turn, "queue_id": submitted.queue_id,
             "placement": placement, "runner": runner, "strategy": submitted.strategy.to_string(),
             "superseded": submitted.superseded.iter().map(|k| k.turn).collect::<Vec<_>>(),
         }))?;
-    } else if !args.json {
+    } else if !how.json {
         let line = match runner {
             Some(runner) => format!(
                 "task {} turn {} started (runner pid {})",
@@ -169,20 +191,23 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
             None => format!("task {} turn {} is {placement}", key.task, key.turn),
         };
         // With --wait, stdout carries the turn's own output; our line goes to stderr.
-        if args.wait {
+        if how.wait {
             eprintln!("{line}");
         } else {
             println!("{line}");
         }
     }
-    if !args.wait {
+    if !how.wait {
         return Ok(exit::OK);
     }
-    if interactive() && !args.json {
+    if interactive() && !how.json {
         eprintln!("following {key} until it ends (Ctrl-C stops following; the turn keeps running)");
     }
-    let turn = follow_turn(&rt, key, !args.json)?;
-    if args.json {
+    let turn = follow_turn(&rt, key, !how.json)?;
+    if let (Some(error), false) = (&turn.error, how.json) {
+        eprintln!("tollgate: {key} could not start: {error}");
+    }
+    if how.json {
         print_json(&json!({
             "task": key.task, "turn": key.turn, "queue_id": submitted.queue_id,
             "placement": placement, "runner": runner, "outcome": turn.outcome,
@@ -237,60 +262,48 @@ fn follow_turn(rt: &Runtime, key: &TurnKey, stream: bool) -> Result<TurnRecord, 
 
 pub fn status(home: Option<PathBuf>, args: StatusArgs) -> Result<i32, CliError> {
     let rt = open(home)?;
-    let view = status_shell::status(&rt, args.task.as_deref())?;
     if args.json {
+        let view = status_shell::status_with(&rt, args.task.as_deref(), args.all)?;
         let value = serde_json::to_value(&view)
             .map_err(|e| CliError::Environment(format!("cannot render JSON: {e}")))?;
         print_json(&value)?;
         return Ok(exit::OK);
     }
-    println!("home:    {}", view.home);
-    println!(
-        "slots:   {} of {} occupied, {} row(s) parked",
-        view.occupied, view.workers, view.parked
-    );
-    if !view.rows.is_empty() {
-        println!("queue:");
-        for row in &view.rows {
-            let owner = row
-                .owner
-                .map(|o| format!(" by pid {}", o.pid))
-                .unwrap_or_default();
-            let token = row
-                .slot_reservation
-                .as_ref()
-                .map(|r| format!(" [reservation {}]", r.token))
-                .unwrap_or_default();
-            println!(
-                "  #{:<6} {} turn {}: {}{owner}{token}",
-                row.queue_id, row.task, row.turn, row.state
-            );
-        }
-    }
-    for runner in &view.runners {
-        println!(
-            "runner:  {} turn {}: pid {} ({}{})",
-            runner.task,
-            runner.turn,
-            runner.identity.pid,
-            runner.observed,
-            if runner.attached { ", attached" } else { "" }
+    let style = super::status_table::TableStyle::detect();
+    if !args.watch {
+        let view = status_shell::status_with(&rt, args.task.as_deref(), args.all)?;
+        print!(
+            "{}",
+            super::status_table::render(&view, tasks::now_millis(), &style)
         );
+        return Ok(exit::OK);
     }
-    for task in &view.tasks {
-        println!("task {} (strategy {}):", task.name, task.strategy);
-        for turn in &task.turns {
-            let code = match (turn.exit_code, turn.signal) {
-                (Some(code), _) => format!(" (exit {code})"),
-                (None, Some(signal)) => format!(" (signal {signal})"),
-                _ => String::new(),
-            };
-            println!(
-                "  turn {:<4} {:<11}{code}  {}",
-                turn.turn,
-                turn.state,
-                turn.argv.join(" ")
-            );
+    let interval = humantime::parse_duration(&args.interval)
+        .ok()
+        .filter(|d| *d >= Duration::from_millis(100) && *d <= Duration::from_secs(3600))
+        .ok_or_else(|| {
+            CliError::Usage(format!(
+                "--interval {:?}: expected a duration from 100ms to 1h (e.g. 500ms, 2s)",
+                args.interval
+            ))
+        })?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, std::sync::Arc::clone(&stop))
+            .map_err(|e| CliError::Environment(format!("installing signal handlers: {e}")))?;
+    }
+    let mut stdout = std::io::stdout();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let view = status_shell::status_with(&rt, args.task.as_deref(), args.all)?;
+        let table = super::status_table::render(&view, tasks::now_millis(), &style);
+        // Home the cursor and clear the screen, then draw: the table refreshes in place.
+        let _ = write!(stdout, "\x1b[H\x1b[2J{table}");
+        let _ = stdout.flush();
+        let deadline = std::time::Instant::now() + interval;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed)
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(50).min(interval));
         }
     }
     Ok(exit::OK)
@@ -327,27 +340,72 @@ fn copy_new(path: &std::path::Path, offset: u64, out: &mut dyn Write) -> Result<
 
 pub fn logs(home: Option<PathBuf>, args: LogsArgs) -> Result<i32, CliError> {
     let rt = open(home)?;
-    let turn = match args.turn {
+    let key = match args.turn {
         Some(turn) => {
             latest_turn(&rt, &args.task)?;
-            turn
+            TurnKey::new(args.task.clone(), turn)
         }
-        None => latest_turn(&rt, &args.task)?,
+        // TASK, TASK:N or `last`.
+        None => super::turnref::resolve(&rt, &args.task)?,
     };
-    let key = TurnKey::new(args.task.clone(), turn);
+    let turn = key.turn;
     if tasks::load_turn(&rt.home, &key)?.is_none() {
         return Err(CliError::Usage(format!(
             "task {:?} has no turn {turn}",
             args.task
         )));
     }
-    if args.follow {
+    let printed = if args.follow {
         follow_turn(&rt, &key, true)?;
+        log_bytes(&rt, &key) > 0
     } else {
-        copy_new(&rt.home.stdout_log(&key), 0, &mut std::io::stdout())?;
-        copy_new(&rt.home.stderr_log(&key), 0, &mut std::io::stderr())?;
+        let out = copy_new(&rt.home.stdout_log(&key), 0, &mut std::io::stdout())?;
+        let err = copy_new(&rt.home.stderr_log(&key), 0, &mut std::io::stderr())?;
+        out + err > 0
+    };
+    if !printed {
+        // An empty answer with exit 0 looks like a turn that printed nothing: say what it is.
+        if let Some(turn) = tasks::load_turn(&rt.home, &key)? {
+            eprintln!(
+                "tollgate: {key} has no output: {}",
+                why_no_output(&rt, &turn)?
+            );
+        }
     }
     Ok(exit::OK)
+}
+
+fn log_bytes(rt: &Runtime, key: &TurnKey) -> u64 {
+    [rt.home.stdout_log(key), rt.home.stderr_log(key)]
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// Why a turn has no output, in the words of `status`.
+fn why_no_output(rt: &Runtime, turn: &TurnRecord) -> Result<String, CliError> {
+    if let Some(error) = &turn.error {
+        return Ok(format!("it could not start: {error}"));
+    }
+    if turn.attached {
+        return Ok(
+            "it ran attached (--attach): its output went to the terminal that ran it".into(),
+        );
+    }
+    let queue = rt.store.load()?;
+    let state = status_shell::turn_state(&queue, turn, &rt.liveness);
+    Ok(match state.as_str() {
+        "parked" => "it is queued: it waits for a free worker slot".to_string(),
+        "waiting" => "it waits its turn in its task's line (strategy)".to_string(),
+        "starting" | "running" => format!("it is {state} and has printed nothing yet"),
+        "unqueued" => {
+            "it is orphaned (its submitter died before queueing it): `tollgate reconcile` starts it"
+                .to_string()
+        }
+        "dropped" | "superseded" | "cancelled" => format!("it never ran ({state})"),
+        _ => format!("it ended ({state}) without printing anything"),
+    })
 }
 
 pub fn cancel(home: Option<PathBuf>, args: CancelArgs) -> Result<i32, CliError> {

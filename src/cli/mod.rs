@@ -1,9 +1,12 @@
 //! The command line: clap derive, context-rich errors, documented exit codes.
 
 mod commands;
+pub mod docs;
 mod error;
+mod lifecycle;
 #[cfg(feature = "serve")]
 mod serve;
+mod turnref;
 
 pub use error::CliError;
 
@@ -13,6 +16,7 @@ use std::path::PathBuf;
 #[cfg(feature = "model-check")]
 pub mod model;
 pub mod run;
+mod status_table;
 pub mod sweep;
 
 /// Exit codes every subcommand shares (also listed in `--help` and the README).
@@ -64,6 +68,12 @@ pub enum Command {
     Status(StatusArgs),
     /// Print the output of a task's turn.
     Logs(LogsArgs),
+    /// Wait until turns end; exit with the turn's exit code (the highest of several).
+    Wait(lifecycle::WaitArgs),
+    /// Queue a new turn with the same command, directory and environment as an earlier one.
+    Restart(lifecycle::RestartArgs),
+    /// Remove ended turns and their logs (never a queued or running one).
+    Clean(lifecycle::CleanArgs),
     /// Cancel a task's queued turns and stop its running ones.
     Cancel(CancelArgs),
     /// Repair after crashes: replace dead runners of active turns, start parked rows on free slots.
@@ -81,6 +91,10 @@ pub enum Command {
     /// Check the protocol models exhaustively, or explore one in a browser (reviewers' tools).
     #[cfg(feature = "model-check")]
     Model(model::ModelArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(docs::CompletionsArgs),
+    /// Print the manual page (roff), generated from the same definitions as `--help`.
+    Man(docs::ManArgs),
     /// Internal commands run by tollgate itself.
     #[command(subcommand, hide = true)]
     Worker(WorkerCommand),
@@ -134,16 +148,32 @@ pub struct SubmitArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(
+    after_help = "States: queued (waits for a slot), waiting (waits in its task's line or \
+debounce), starting, running, done, failed, cancelled, spawn-failed, dropped, superseded, \
+orphaned (its submitter or runner died: `tollgate reconcile` repairs it)."
+)]
 pub struct StatusArgs {
     /// Show only this task, with all its turns.
     pub task: Option<String>,
-    /// Print JSON.
+    /// Show every turn of every task (default: the 5 most recent per task).
+    #[arg(long)]
+    pub all: bool,
+    /// Redraw the table in place every `--interval` until interrupted.
+    #[arg(long, conflicts_with = "json")]
+    pub watch: bool,
+    /// Redraw period of `--watch` (e.g. 500ms, 2s).
+    #[arg(long, value_name = "DUR", default_value = "1s", requires = "watch")]
+    pub interval: String,
+    /// Print JSON (the shape of earlier versions, plus `hidden_turns` per task).
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct LogsArgs {
+    /// TASK (its latest turn), TASK:N, or `last` (the turn submitted last in the home).
+    #[arg(value_name = "TURN")]
     pub task: String,
     /// The turn (default: the latest).
     #[arg(long, value_name = "N")]
@@ -185,9 +215,78 @@ pub enum WorkerCommand {
     },
 }
 
+/// Prints a clap error (or `--help`/`--version`), with a hint for the most common slip: a command
+/// given to `submit` without the `--` that separates it from tollgate's own options.
+fn usage_error(error: clap::Error) -> i32 {
+    use clap::error::ErrorKind;
+    let code = if error.use_stderr() {
+        exit::USAGE
+    } else {
+        exit::OK
+    };
+    let _ = error.print();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(hint) = missing_separator_hint(error.kind(), &args) {
+        eprintln!("\n{hint}");
+    }
+    debug_assert!(
+        matches!(
+            error.kind(),
+            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+        ) || code == exit::USAGE
+    );
+    code
+}
+
+/// `tollgate submit echo hi` fails with "unexpected argument 'echo'": say where the `--` goes.
+pub fn missing_separator_hint(kind: clap::error::ErrorKind, args: &[String]) -> Option<String> {
+    use clap::error::ErrorKind;
+    if !matches!(
+        kind,
+        ErrorKind::UnknownArgument | ErrorKind::MissingRequiredArgument
+    ) {
+        return None;
+    }
+    let at = args.iter().position(|a| a == "submit")?;
+    if args.iter().any(|a| a == "--") {
+        return None;
+    }
+    let rest = &args[at + 1..];
+    // Options of `submit` that take a value in the next argument (`--task NAME`).
+    const WITH_VALUE: [&str; 4] = ["--task", "--strategy", "--cwd", "--env"];
+    let mut split = rest.len();
+    let mut i = 0;
+    while i < rest.len() {
+        if WITH_VALUE.contains(&rest[i].as_str()) {
+            i += 2;
+        } else if rest[i].starts_with('-') {
+            i += 1;
+        } else {
+            split = i;
+            break;
+        }
+    }
+    let (options, command) = rest.split_at(split);
+    let mut example = vec!["tollgate".to_string(), "submit".to_string()];
+    example.extend(options.iter().cloned());
+    example.push("--".to_string());
+    if command.is_empty() {
+        example.push("CMD...".to_string());
+    } else {
+        example.extend(command.iter().cloned());
+    }
+    Some(format!(
+        "hint: the command to run goes after `--`, so tollgate does not read its arguments as its own:\n  {}",
+        example.join(" ")
+    ))
+}
+
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> i32 {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return usage_error(error),
+    };
     let home = cli.home;
     let result = match cli.command {
         Command::Init(args) => commands::init(home, args),
@@ -195,6 +294,9 @@ pub fn main() -> i32 {
         Command::Status(args) => commands::status(home, args),
         Command::Logs(args) => commands::logs(home, args),
         Command::Cancel(args) => commands::cancel(home, args),
+        Command::Wait(args) => lifecycle::wait(home, args),
+        Command::Restart(args) => lifecycle::restart(home, args),
+        Command::Clean(args) => lifecycle::clean(home, args),
         Command::Reconcile(args) => commands::reconcile(home, args),
         #[cfg(feature = "serve")]
         Command::Serve(args) => serve::serve(home, args),
@@ -207,6 +309,8 @@ pub fn main() -> i32 {
         }) => commands::worker_runner(home, &task, turn, &slot_token),
         Command::Worker(WorkerCommand::Wake { at }) => commands::worker_wake(home, at),
         Command::Run(args) => Ok(run::run(args, home.as_deref())),
+        Command::Completions(args) => Ok(docs::completions(args)),
+        Command::Man(args) => Ok(docs::man(args)),
         Command::Sweep(args) => Ok(sweep::run(args, home.as_deref())),
         #[cfg(feature = "model-check")]
         Command::Model(args) => Ok(model::run(args)),

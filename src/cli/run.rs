@@ -49,10 +49,39 @@ pub(super) fn resolve_home(home: Option<&Path>) -> Result<PathBuf, String> {
     Ok(home.root().to_path_buf())
 }
 
-/// Human output: plain rows, or a progress bar with rows above it (playbook lane on a terminal).
+/// Human output: plain rows, or on a terminal a progress bar with rows above it, naming the items
+/// still running.
 struct Text {
     bar: Option<ProgressBar>,
     out: io::Stdout,
+    /// Items started and not yet reported settled, in start order: what the bar names.
+    pending: Vec<String>,
+    /// On the scored lane a settled item is reported only once every earlier one is, so the
+    /// names still pending are "running or done, waiting for earlier rows".
+    scored: bool,
+}
+
+impl Text {
+    fn show_pending(&self) {
+        let Some(bar) = &self.bar else { return };
+        let label = if self.scored { "pending" } else { "running" };
+        let mut names = String::new();
+        for (i, name) in self.pending.iter().enumerate() {
+            if names.len() > 60 {
+                names.push_str(&format!(" +{} more", self.pending.len() - i));
+                break;
+            }
+            if i > 0 {
+                names.push_str(", ");
+            }
+            names.push_str(name);
+        }
+        if names.is_empty() {
+            bar.set_message(String::new());
+        } else {
+            bar.set_message(format!("{label}: {names}"));
+        }
+    }
 }
 
 impl EventSink for Text {
@@ -64,9 +93,8 @@ impl EventSink for Text {
                 }
             }
             Event::ItemStarted { item, .. } => {
-                if let Some(bar) = &self.bar {
-                    bar.set_message(item.clone());
-                }
+                self.pending.push(item.clone());
+                self.show_pending();
             }
             Event::ItemSettled(row) => {
                 let status = match (row.exit_code, row.signal) {
@@ -74,13 +102,28 @@ impl EventSink for Text {
                     (None, Some(s)) => format!("signal {s}"),
                     _ => "-".to_string(),
                 };
-                let line = format!(
+                let mut line = format!(
                     "{:<10} {:<30} {:>8} ms  {}",
                     row.outcome.as_str(),
                     row.item,
                     row.duration_millis,
                     status
                 );
+                // A failed item's output tail, indented under its row: the reason is in the
+                // text output, not only in --json.
+                if row.outcome != crate::protocol::execution::Outcome::Passed {
+                    if let Some(tail) = row.output_tail.as_deref().filter(|t| !t.trim().is_empty())
+                    {
+                        for text in tail.trim_end().lines() {
+                            line.push_str("\n    | ");
+                            line.push_str(text);
+                        }
+                    }
+                }
+                if let Some(at) = self.pending.iter().position(|p| p == &row.item) {
+                    self.pending.remove(at);
+                }
+                self.show_pending();
                 match &self.bar {
                     Some(bar) => {
                         bar.println(line);
@@ -148,7 +191,7 @@ pub fn run(args: RunArgs, home: Option<&Path>) -> i32 {
     if args.json {
         sinks.push(Box::new(JsonLines(io::stdout())));
     } else {
-        let live = args.lane == LaneArg::Playbook && io::stdout().is_terminal();
+        let live = io::stdout().is_terminal();
         let bar = live.then(|| {
             // Drawn on stdout, the terminal we checked (indicatif's default is stderr).
             let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stdout());
@@ -163,6 +206,8 @@ pub fn run(args: RunArgs, home: Option<&Path>) -> i32 {
         sinks.push(Box::new(Text {
             bar,
             out: io::stdout(),
+            pending: Vec::new(),
+            scored: args.lane == LaneArg::Scored,
         }));
     }
 

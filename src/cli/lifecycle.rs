@@ -1,0 +1,256 @@
+//! The everyday verbs around turns that already exist: `wait`, `restart`, `clean`.
+
+use super::commands::{submit_request, How};
+use super::turnref;
+use super::{exit, CliError};
+use crate::home::Home;
+use crate::protocol::slots::TurnKey;
+use crate::runtime::Runtime;
+use crate::submit::SubmitRequest;
+use crate::tasks::{self, TurnOutcome, TurnRecord};
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "TURN is TASK (its latest turn), TASK:N (turn N) or `last` (the turn \
+submitted last in the home).
+
+Exit code: with one TURN, its own exit code (128+signal if a signal ended it; 1 if it never ran: \
+cancelled, dropped, superseded; 127 if it could not start); with several, the highest of theirs.
+
+Examples:
+  tollgate wait build            the latest turn of task build
+  tollgate wait build:3 deploy   turn 3 of build and the latest of deploy
+  tollgate wait last"
+)]
+pub struct WaitArgs {
+    /// The turns to wait for.
+    #[arg(required = true, value_name = "TURN")]
+    pub turns: Vec<String>,
+    /// Print each turn's outcome as JSON when all have ended.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "TURN is TASK (its latest turn), TASK:N or `last`. The new turn belongs to \
+the same task and runs the same command in the same directory with the same environment; the \
+old turn is kept as it is."
+)]
+pub struct RestartArgs {
+    /// The turn whose command runs again.
+    #[arg(value_name = "TURN")]
+    pub turn: String,
+    /// Wait for the new turn to end and exit with its exit code.
+    #[arg(long)]
+    pub wait: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Only ended turns are removed (done, failed, cancelled, spawn-failed, \
+dropped, superseded), never a queued, waiting or running one. Each task keeps its strategy and \
+its turn numbering.
+
+Examples:
+  tollgate clean                       remove every ended turn
+  tollgate clean --keep 3              keep the 3 newest ended turns of each task
+  tollgate clean --older-than 7d       remove ended turns that ended over a week ago"
+)]
+pub struct CleanArgs {
+    /// Keep this many of the newest ended turns of each task.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub keep: usize,
+    /// Remove only turns that ended longer ago than this (e.g. 2h, 7d).
+    #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
+    pub older_than: Option<Duration>,
+    /// Only this task.
+    #[arg(long, value_name = "NAME")]
+    pub task: Option<String>,
+    /// Print what would be removed, remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn open(home: Option<PathBuf>) -> Result<Runtime, CliError> {
+    Ok(Runtime::open(Home::resolve(home)?)?)
+}
+
+/// The exit code a settled turn stands for (as `submit --wait` reports it).
+fn exit_code_of(turn: &TurnRecord) -> i32 {
+    match (turn.exit_code, turn.signal, turn.outcome) {
+        (Some(code), _, _) => code,
+        (None, Some(signal), _) => 128 + signal,
+        (None, None, Some(TurnOutcome::Completed)) => exit::OK,
+        _ => exit::FAILED,
+    }
+}
+
+/// Poll period while waiting (the turns' records are written by other processes).
+const WAIT_POLL_MILLIS: u64 = 100;
+
+pub fn wait(home: Option<PathBuf>, args: WaitArgs) -> Result<i32, CliError> {
+    let rt = open(home)?;
+    let keys = args
+        .turns
+        .iter()
+        .map(|r| turnref::resolve(&rt, r))
+        .collect::<Result<Vec<TurnKey>, CliError>>()?;
+    let mut ended: Vec<Option<TurnRecord>> = vec![None; keys.len()];
+    loop {
+        for (key, slot) in keys.iter().zip(ended.iter_mut()) {
+            if slot.is_none() {
+                let turn = tasks::load_turn(&rt.home, key)?.ok_or_else(|| {
+                    CliError::Environment(format!(
+                        "the record of {key} disappeared from {}",
+                        rt.home.turn_file(key).display()
+                    ))
+                })?;
+                if turn.is_settled() {
+                    if !args.json {
+                        eprintln!(
+                            "{key}: {} (exit {})",
+                            turn.outcome
+                                .map_or("ended".into(), |o| format!("{o:?}").to_lowercase()),
+                            exit_code_of(&turn)
+                        );
+                    }
+                    *slot = Some(turn);
+                }
+            }
+        }
+        if ended.iter().all(Option::is_some) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(WAIT_POLL_MILLIS));
+    }
+    let turns: Vec<TurnRecord> = ended.into_iter().flatten().collect();
+    let worst = turns.iter().map(exit_code_of).max().unwrap_or(exit::OK);
+    if args.json {
+        let list: Vec<_> = turns
+            .iter()
+            .map(|t| {
+                json!({"task": t.key.task, "turn": t.key.turn, "outcome": t.outcome,
+                       "exit_code": t.exit_code, "signal": t.signal})
+            })
+            .collect();
+        let text = serde_json::to_string_pretty(&json!({ "turns": list, "exit_code": worst }))
+            .map_err(|e| CliError::Environment(format!("cannot render JSON: {e}")))?;
+        println!("{text}");
+    }
+    Ok(worst)
+}
+
+pub fn restart(home: Option<PathBuf>, args: RestartArgs) -> Result<i32, CliError> {
+    let rt = open(home.clone())?;
+    let key = turnref::resolve(&rt, &args.turn)?;
+    let old = tasks::load_turn(&rt.home, &key)?.ok_or_else(|| {
+        CliError::Usage(format!(
+            "{key} has no record in {}",
+            rt.home.turn_file(&key).display()
+        ))
+    })?;
+    if !args.json {
+        eprintln!("restarting {key}: {}", old.argv.join(" "));
+    }
+    let request = SubmitRequest {
+        task: Some(key.task.clone()),
+        strategy: None,
+        argv: old.argv,
+        cwd: old.cwd,
+        env: old.env,
+    };
+    submit_request(
+        home,
+        request,
+        How {
+            attach: false,
+            wait: args.wait,
+            json: args.json,
+        },
+    )
+}
+
+pub fn clean(home: Option<PathBuf>, args: CleanArgs) -> Result<i32, CliError> {
+    let rt = open(home)?;
+    let now = tasks::now_millis();
+    let cutoff = args
+        .older_than
+        .map(|d| now.saturating_sub(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
+    let names = match &args.task {
+        Some(task) => {
+            if tasks::load_task(&rt.home, task)?.is_none() {
+                return Err(CliError::Usage(format!(
+                    "unknown task {task:?}: no such task in {}",
+                    rt.home.root().display()
+                )));
+            }
+            vec![task.clone()]
+        }
+        None => tasks::list_tasks(&rt.home)?,
+    };
+    // Under the queue lock: a turn with a queue row is never removed, even if its record already
+    // holds an outcome (its runner has not left the queue yet).
+    let removed = rt.store.transact(|queue| {
+        let mut removed = Vec::new();
+        for task in &names {
+            let mut ended = Vec::new();
+            for n in tasks::list_turns(&rt.home, task)? {
+                let key = TurnKey::new(task.clone(), n);
+                if queue.row(&key).is_some() {
+                    continue;
+                }
+                if let Some(turn) = tasks::load_turn(&rt.home, &key)? {
+                    if turn.is_settled() {
+                        ended.push(turn);
+                    }
+                }
+            }
+            // Newest first; keep the first `keep`.
+            ended.sort_by_key(|t| std::cmp::Reverse(t.key.turn));
+            for turn in ended.into_iter().skip(args.keep) {
+                let old_enough =
+                    cutoff.is_none_or(|c| turn.ended_at_millis.is_some_and(|e| e <= c));
+                if !old_enough {
+                    continue;
+                }
+                if !args.dry_run {
+                    let dir = rt.home.turn_dir(&turn.key);
+                    std::fs::remove_dir_all(&dir)
+                        .map_err(|e| crate::fsutil::FileError::io(&dir, e))?;
+                }
+                removed.push(turn.key);
+            }
+        }
+        Ok::<_, CliError>(removed)
+    })?;
+    if args.json {
+        let list: Vec<_> = removed
+            .iter()
+            .map(|k| json!({"task": k.task, "turn": k.turn}))
+            .collect();
+        let text = serde_json::to_string_pretty(&json!({"removed": list, "dry_run": args.dry_run}))
+            .map_err(|e| CliError::Environment(format!("cannot render JSON: {e}")))?;
+        println!("{text}");
+    } else {
+        let verb = if args.dry_run {
+            "would remove"
+        } else {
+            "removed"
+        };
+        for key in &removed {
+            println!("{verb} {key}");
+        }
+        println!("{} ended turn(s) {verb}", removed.len());
+    }
+    Ok(exit::OK)
+}

@@ -58,7 +58,8 @@ pub struct TaskView {
 #[derive(Debug, Serialize)]
 pub struct TurnView {
     pub turn: u32,
-    /// parked, waiting, starting, running, completed, failed, cancelled, unstartable, dropped,
+    /// parked, waiting, starting, running, orphaned (dispatched, but its runner and dispatcher are
+    /// dead: reconcile repairs it), completed, failed, cancelled, unstartable, dropped,
     /// superseded, unqueued.
     pub state: String,
     pub argv: Vec<String>,
@@ -97,14 +98,26 @@ pub fn turn_state(queue: &QueueState, turn: &TurnRecord, liveness: &impl Livenes
     match queue.row(&turn.key).map(|r| &r.state) {
         Some(RowState::Parked) => "parked",
         Some(RowState::Waiting { .. }) => "waiting",
-        Some(RowState::Dispatching { .. }) => {
-            let running = queue
-                .runner(&turn.key)
-                .is_some_and(|r| liveness.is_live(&r.identity));
-            if running {
-                "running"
-            } else {
-                "starting"
+        Some(RowState::Dispatching { dispatch_owner }) => {
+            let row = queue.row(&turn.key);
+            match queue.runner(&turn.key) {
+                Some(r) if liveness.is_live(&r.identity) => "running",
+                // Its runner died: nobody will record its end until reconcile repairs it.
+                Some(_) => "orphaned",
+                None => {
+                    // Not taken over yet: starting while whoever dispatches it is alive.
+                    let reservation = row.and_then(|r| r.slot_reservation.as_ref());
+                    let holders = [
+                        Some(*dispatch_owner),
+                        reservation.map(|r| r.reserver),
+                        reservation.and_then(|r| r.child),
+                    ];
+                    if holders.iter().flatten().any(|h| liveness.is_live(h)) {
+                        "starting"
+                    } else {
+                        "orphaned"
+                    }
+                }
             }
         }
         None => "unqueued",

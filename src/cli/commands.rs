@@ -256,6 +256,18 @@ fn follow_turn(rt: &Runtime, key: &TurnKey, stream: bool) -> Result<TurnRecord, 
         if turn.is_settled() {
             return Ok(turn);
         }
+        // A turn whose runner died never ends by itself: say so instead of following forever.
+        let queue = rt.store.load()?;
+        if status_shell::turn_state(&queue, &turn, &rt.liveness) == "orphaned" {
+            let runner = queue
+                .runner(key)
+                .map(|r| format!(" (pid {})", r.identity.pid))
+                .unwrap_or_default();
+            return Err(CliError::Environment(format!(
+                "{key}: its runner{runner} is gone, so it cannot end by itself; \
+                 `tollgate reconcile` repairs it"
+            )));
+        }
         std::thread::sleep(Duration::from_millis(WATCH_POLL_MILLIS));
     }
 }

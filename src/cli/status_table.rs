@@ -17,7 +17,7 @@ fn human_state(state: &str) -> (&'static str, Colour) {
         "unstartable" => ("spawn-failed", Colour::Red),
         "dropped" => ("dropped", Colour::Plain),
         "superseded" => ("superseded", Colour::Plain),
-        "unqueued" => ("orphaned", Colour::Red),
+        "unqueued" | "orphaned" => ("orphaned", Colour::Red),
         _ => ("unknown", Colour::Plain),
     }
 }
@@ -190,7 +190,7 @@ pub fn render(view: &StatusView, now_millis: u64, style: &TableStyle) -> String 
         .tasks
         .iter()
         .flat_map(|t| &t.turns)
-        .any(|t| t.state == "unqueued")
+        .any(|t| t.state == "unqueued" || t.state == "orphaned")
     {
         let _ = writeln!(
             out,

@@ -55,8 +55,8 @@ pub struct TaskView {
 #[derive(Debug, Serialize)]
 pub struct TurnView {
     pub turn: u32,
-    /// parked, waiting, starting, running, completed, failed, cancelled, unstartable, dropped,
-    /// superseded, unqueued.
+    /// parked, waiting, starting, running, recording (the command ended; its result waits for disk
+    /// space), completed, failed, cancelled, unstartable, dropped, superseded, unqueued.
     pub state: String,
     pub argv: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -78,7 +78,12 @@ fn observed(o: Observation) -> &'static str {
     }
 }
 
-fn turn_state(queue: &QueueState, turn: &TurnRecord, liveness: &impl Liveness) -> String {
+fn turn_state(
+    home: &crate::home::Home,
+    queue: &QueueState,
+    turn: &TurnRecord,
+    liveness: &impl Liveness,
+) -> String {
     if let Some(outcome) = turn.outcome {
         return match outcome {
             TurnOutcome::Completed => "completed",
@@ -97,7 +102,10 @@ fn turn_state(queue: &QueueState, turn: &TurnRecord, liveness: &impl Liveness) -
             let running = queue
                 .runner(&turn.key)
                 .is_some_and(|r| liveness.is_live(&r.identity));
-            if running {
+            if running && tasks::result_pending(home, &turn.key) {
+                // The command ended; its runner waits for disk space to record the result.
+                "recording"
+            } else if running {
                 "running"
             } else {
                 "starting"
@@ -138,7 +146,7 @@ pub fn status<L: Liveness>(
             if let Some(turn) = tasks::load_turn(&rt.home, &TurnKey::new(name.clone(), n))? {
                 turns.push(TurnView {
                     turn: n,
-                    state: turn_state(&queue, &turn, &rt.liveness),
+                    state: turn_state(&rt.home, &queue, &turn, &rt.liveness),
                     argv: turn.argv.clone(),
                     exit_code: turn.exit_code,
                     signal: turn.signal,

@@ -499,3 +499,26 @@ fn sweep_files_and_worktrees_are_private_like_the_rest_of_the_home() {
     assert_eq!(mode(&home.join("sweep.json")), 0o600, "sweep.json");
     assert_eq!(mode(&home.join("sweep.lock")), 0o600, "sweep.lock");
 }
+
+/// Issue 11, point 13 (the flaky `drop_strategy_refuses_a_second_submit_while_busy…`): a turn's
+/// result used to be written before its runner left the queue, so `status` and `submit --wait`
+/// could report it ended while its row still held the task, and the next submit of a `drop` task
+/// was refused with "turn N is running". Recording and leaving are one critical section now: each
+/// submit right after the previous `--wait` returned runs (the old window was short, so this loop
+/// failed only under load; the fix removes the window rather than narrowing it).
+#[test]
+fn a_drop_task_is_free_as_soon_as_submit_wait_reports_its_turn_ended() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path().join("home");
+    let out = tollgate(&home, &["init", "--workers", "2"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    for i in 0..20 {
+        let mut args = vec!["submit", "--task", "d"];
+        if i == 0 {
+            args.extend(["--strategy", "drop"]);
+        }
+        args.extend(["--wait", "--", "true"]);
+        let out = tollgate(&home, &args);
+        assert_eq!(out.status.code(), Some(0), "submit {i}: {}", describe(&out));
+    }
+}

@@ -187,6 +187,9 @@ pub enum WorkerCommand {
 
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> i32 {
+    // Failpoints from `FAILPOINTS` for every subcommand (a detached runner included).
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     let cli = Cli::parse();
     let home = cli.home;
     let result = match cli.command {

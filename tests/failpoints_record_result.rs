@@ -91,6 +91,11 @@ fn failpoint_enospc_three_times_then_the_result_is_recorded_once_and_the_command
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(runs(&marker), 1, "the command ran more than once");
 
+    // `--wait` returns once the result is on disk; the runner has left the queue once it logs
+    // its end (status reads without the lock, so it is asked only then).
+    let log = runner_log_when_ended(&home);
+    assert!(log.contains("the disk is full"), "{log}");
+    assert!(log.contains("after 3 attempt(s)"), "{log}");
     let view = status(&home);
     assert_eq!(turn_state(&view), "completed", "{view:#}");
     assert_eq!(view["tasks"][0]["turns"].as_array().map(Vec::len), Some(1));
@@ -99,9 +104,6 @@ fn failpoint_enospc_three_times_then_the_result_is_recorded_once_and_the_command
         serde_json::json!([]),
         "the row left the queue"
     );
-    let log = runner_log_when_ended(&home);
-    assert!(log.contains("the disk is full"), "{log}");
-    assert!(log.contains("after 3 attempt(s)"), "{log}");
     assert!(!home.join("tasks/r/turns/1/result.pending").exists());
     // Nothing is left for reconcile to repeat.
     let out = tollgate(&home, None, &["reconcile"]);

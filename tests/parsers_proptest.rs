@@ -16,7 +16,7 @@ use tollgate::exec::pack;
 use tollgate::exec::sweep::{self, SweepEntry, SweepList};
 use tollgate::exec::worktree::{Worktree, WorktreeKind};
 use tollgate::home::Home;
-use tollgate::protocol::admission::Strategy;
+use tollgate::protocol::admission::Strategy as TaskStrategy;
 use tollgate::protocol::slots::{enqueue, park, ProcessIdentity, QueueState, TurnKey};
 use tollgate::queue::{parse_queue, QueueStore, StoreError};
 use tollgate::serve::{load_refused, HandedOff, RefusedDelivery};
@@ -75,12 +75,12 @@ fn text() -> impl Strategy<Value = String> {
     ".{0,24}"
 }
 
-fn strategy() -> impl Strategy<Value = Strategy> {
+fn strategy() -> impl Strategy<Value = TaskStrategy> {
     prop_oneof![
-        Just(Strategy::Drop),
-        Just(Strategy::Queue),
-        (1u64..10_000_000).prop_map(|quiet_millis| Strategy::Debounce { quiet_millis }),
-        (1u32..=1024).prop_map(|max| Strategy::Concurrent { max }),
+        Just(TaskStrategy::Drop),
+        Just(TaskStrategy::Queue),
+        (1u64..10_000_000).prop_map(|quiet_millis| TaskStrategy::Debounce { quiet_millis }),
+        (1u32..=1024).prop_map(|max| TaskStrategy::Concurrent { max }),
     ]
 }
 

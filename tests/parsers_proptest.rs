@@ -135,8 +135,11 @@ fn toml_string(s: &str) -> String {
     toml::Value::String(s.to_string()).to_string()
 }
 
-/// Items as (argv or shell line, deadline seconds), with unique names.
-fn valid_pack() -> impl Strategy<Value = Vec<(String, Result<Vec<String>, String>, Option<u64>)>> {
+/// One pack item: its name, its argv (`Ok`) or shell line (`Err`), its deadline in seconds.
+type PackItem = (String, Result<Vec<String>, String>, Option<u64>);
+
+/// Items with unique names.
+fn valid_pack() -> impl Strategy<Value = Vec<PackItem>> {
     vec(
         (
             task_name(),
@@ -157,7 +160,7 @@ fn valid_pack() -> impl Strategy<Value = Vec<(String, Result<Vec<String>, String
     })
 }
 
-fn render_pack(items: &[(String, Result<Vec<String>, String>, Option<u64>)]) -> String {
+fn render_pack(items: &[PackItem]) -> String {
     let mut text = String::from("ceiling = \"10m\"\njobs = 2\n");
     for (name, command, deadline) in items {
         text.push_str(&format!("\n[[item]]\nname = {}\n", toml_string(name)));

@@ -119,7 +119,7 @@ pub fn load(path: &Path) -> Result<Pack, PackError> {
     // Not blocking on a FIFO, refusing devices and directories, bounded in size.
     let bytes = match crate::fsutil::read_state_file(path, "pack", MAX_PACK_BYTES) {
         Ok(Some(bytes)) => bytes,
-        Ok(None) => return Err(read_err(std::io::Error::from(std::io::ErrorKind::NotFound))),
+        Ok(None) => return Err(read_err(std::io::Error::from_raw_os_error(libc::ENOENT))),
         Err(crate::fsutil::FileError::Io { source, .. }) => return Err(read_err(source)),
         Err(crate::fsutil::FileError::TooLarge { .. }) => {
             return Err(invalid_file(format!(

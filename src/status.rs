@@ -78,12 +78,7 @@ fn observed(o: Observation) -> &'static str {
     }
 }
 
-fn turn_state(
-    home: &crate::home::Home,
-    queue: &QueueState,
-    turn: &TurnRecord,
-    liveness: &impl Liveness,
-) -> String {
+fn turn_state(queue: &QueueState, turn: &TurnRecord, liveness: &impl Liveness) -> String {
     if let Some(outcome) = turn.outcome {
         return match outcome {
             TurnOutcome::Completed => "completed",
@@ -102,10 +97,7 @@ fn turn_state(
             let running = queue
                 .runner(&turn.key)
                 .is_some_and(|r| liveness.is_live(&r.identity));
-            if running && tasks::result_pending(home, &turn.key) {
-                // The command ended; its runner waits for disk space to record the result.
-                "recording"
-            } else if running {
+            if running {
                 "running"
             } else {
                 "starting"
@@ -146,7 +138,11 @@ pub fn status<L: Liveness>(
             if let Some(turn) = tasks::load_turn(&rt.home, &TurnKey::new(name.clone(), n))? {
                 turns.push(TurnView {
                     turn: n,
-                    state: turn_state(&rt.home, &queue, &turn, &rt.liveness),
+                    state: tasks::recording_or(
+                        &rt.home,
+                        &turn.key,
+                        turn_state(&queue, &turn, &rt.liveness),
+                    ),
                     argv: turn.argv.clone(),
                     exit_code: turn.exit_code,
                     signal: turn.signal,

@@ -447,6 +447,16 @@ pub fn result_pending(home: &Home, key: &TurnKey) -> bool {
     home.result_pending_marker(key).is_file()
 }
 
+/// `state` (a turn's state word in `status`), or `recording` when the turn shows as running but
+/// its command has ended and its runner waits for disk space to record the result.
+pub fn recording_or(home: &Home, key: &TurnKey, state: String) -> String {
+    if state == "running" && result_pending(home, key) {
+        "recording".to_string()
+    } else {
+        state
+    }
+}
+
 /// Ends a turn that never ran with `outcome` (dropped, superseded, cancelled).
 pub fn end_unrun(
     home: &Home,

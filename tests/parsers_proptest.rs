@@ -348,12 +348,13 @@ fn valid_turn() -> impl Strategy<Value = TurnRecord> {
                     signal: None,
                     outcome: ended.map(|(_, _, outcome)| outcome),
                     error,
-                    delivery: delivery.map(|(id, identity)| DeliveryMeta {
-                        id,
-                        adapter: "generic".to_string(),
-                        tenant: "t".to_string(),
-                        identity,
-                        admitted_at_millis: 1,
+                    // Through serde, so fields added later with defaults keep this compiling.
+                    delivery: delivery.map(|(id, identity)| {
+                        serde_json::from_value::<DeliveryMeta>(serde_json::json!({
+                            "id": id, "adapter": "generic", "tenant": "t",
+                            "identity": identity, "admitted_at_millis": 1,
+                        }))
+                        .expect("a delivery record")
                     }),
                 }
             },

@@ -10,6 +10,8 @@ use std::time::Duration;
 pub const CONFIG_FORMAT_VERSION: u32 = 1;
 /// An upper bound on worker slots; more would only hide a typo.
 pub const MAX_WORKERS: usize = 1024;
+/// The longest `lock_timeout` accepted.
+pub const MAX_LOCK_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 
 fn default_version() -> u32 {
     CONFIG_FORMAT_VERSION
@@ -90,25 +92,59 @@ impl Config {
                 self.workers
             )));
         }
-        humantime::parse_duration(&self.lock_timeout)
+        let lock_timeout = humantime::parse_duration(&self.lock_timeout)
             .map_err(|e| invalid(format!("key `lock_timeout`: {:?}: {e}", self.lock_timeout)))?;
+        // Zero would make every command fail the moment another holds the lock; a huge value
+        // would turn a stuck holder into a hang (and overflow the deadline arithmetic).
+        if lock_timeout.is_zero() || lock_timeout > MAX_LOCK_TIMEOUT {
+            return Err(invalid(format!(
+                "key `lock_timeout`: {:?} is out of range (more than 0s, at most {})",
+                self.lock_timeout,
+                humantime::format_duration(MAX_LOCK_TIMEOUT)
+            )));
+        }
         crate::serve::config::validate_routes(&self.routes).map_err(invalid)?;
         Ok(())
     }
 
     /// Loads and validates `path`; `Ok(None)` if it does not exist.
+    ///
+    /// The file is read through [`fsutil::read_state_file`] (a regular file of at most
+    /// [`fsutil::limits::CONFIG_BYTES`]); see [`Config::parse`] for what it must hold.
     pub fn load(path: &Path) -> Result<Option<Config>, ConfigError> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(FileError::io(path, e).into()),
-        };
-        let config: Config = toml::from_str(&text).map_err(|e| ConfigError::Invalid {
+        match fsutil::read_state_file(path, "config", fsutil::limits::CONFIG_BYTES)? {
+            Some(bytes) => Config::parse(path, &bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Parses and validates config `bytes` read from `path` (named in errors). Refused: invalid
+    /// UTF-8, and an empty (or whitespace-only) file. tollgate never writes an empty config (it
+    /// publishes atomically), so an empty one is a truncation or a failed copy, and reading it as
+    /// "all defaults" would silently change `workers` to this machine's core count. A file of
+    /// comments only is deliberate and means the defaults.
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<Config, ConfigError> {
+        let invalid = |detail: String| ConfigError::Invalid {
             path: path.display().to_string(),
-            detail: describe_toml_error(&text, &e),
+            detail,
+        };
+        let text = std::str::from_utf8(bytes).map_err(|e| {
+            invalid(format!(
+                "not valid UTF-8 (at byte {}); a config is TOML text",
+                e.valid_up_to()
+            ))
         })?;
+        if text.trim().is_empty() {
+            return Err(invalid(
+                "the file is empty; write at least `workers = N` (or delete it and run \
+                 `tollgate init` for a default config)"
+                    .to_string(),
+            ));
+        }
+        let config: Config =
+            toml::from_str(text).map_err(|e| invalid(describe_toml_error(text, &e)))?;
         config.validate(path)?;
-        Ok(Some(config))
+        Ok(config)
     }
 
     pub fn save(&self, path: &Path) -> Result<(), ConfigError> {
@@ -131,7 +167,12 @@ pub fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
     let message = error.message().trim().to_string();
     match error.span() {
         Some(span) => {
-            let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+            let start = span.start.min(text.len());
+            let line = text.as_bytes()[..start]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count()
+                + 1;
             let key = text
                 .lines()
                 .nth(line - 1)

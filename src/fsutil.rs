@@ -3,12 +3,17 @@
 //! Publishing is write-temp, fsync, rename, fsync-directory, so a reader (or a crash) sees the old
 //! document or the new one, never a torn one. Loading never "repairs": a file that does not parse is
 //! an error naming the file, and the file is left exactly as it was.
+//!
+//! Every state and config file is read through [`read_state_file`]: opened without blocking, refused
+//! unless it is a regular file (a FIFO would hang the reader while it holds the queue lock, a
+//! symlink to `/dev/zero` would be read until memory runs out), and read up to a bound per kind of
+//! file ([`limits`]).
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +30,44 @@ pub enum FileError {
         format: &'static str,
         detail: String,
     },
+    /// A FIFO, device, socket or directory where tollgate keeps a regular file.
+    #[error("{path} is {found}, not a regular file; tollgate refuses to read its {kind} from it and left it untouched")]
+    NotRegular {
+        path: PathBuf,
+        kind: &'static str,
+        found: &'static str,
+    },
+    /// A write tollgate refused because its result could not be loaded or would overwrite a
+    /// record (a counter at its end, a document the loader would refuse).
+    #[error("{path}: {detail}; nothing was written")]
+    Refused { path: PathBuf, detail: String },
+    #[error(
+        "{path} holds more than {limit_bytes} bytes, the bound for a {kind}; it was left untouched"
+    )]
+    TooLarge {
+        path: PathBuf,
+        kind: &'static str,
+        limit_bytes: u64,
+    },
+}
+
+/// Read bounds per kind of file, far above what tollgate itself writes (so only a damaged or
+/// planted file reaches them) and small enough that reading one cannot exhaust memory.
+pub mod limits {
+    /// `tollgate.toml`.
+    pub const CONFIG_BYTES: u64 = 1 << 20;
+    /// `queue.json`: up to `MAX_QUEUE_ROWS` (100 000) rows of well under 1 KiB each.
+    pub const QUEUE_BYTES: u64 = 128 << 20;
+    /// `task.json`: a name, a counter and a strategy.
+    pub const TASK_BYTES: u64 = 64 << 10;
+    /// `turn.json`: argv and environment (bounded by the kernel's ARG_MAX, a few MiB) as JSON.
+    pub const TURN_BYTES: u64 = 32 << 20;
+    /// `sweep.json`: up to `MAX_SWEEP_ENTRIES` (10 000) entries.
+    pub const SWEEP_BYTES: u64 = 32 << 20;
+    /// The tail of an append-only log read back (`refused.jsonl`, the dedupe log).
+    pub const LOG_TAIL_BYTES: u64 = 64 << 20;
+    /// Other JSON documents (serve's hand-off list).
+    pub const DOCUMENT_BYTES: u64 = 32 << 20;
 }
 
 impl FileError {
@@ -59,6 +102,8 @@ pub fn publish_bytes(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
             .create(true)
             .truncate(true)
             .mode(0o600)
+            // A planted FIFO or symlink at the temporary name is refused, not waited on.
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
             .open(&temp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
@@ -88,18 +133,174 @@ pub fn publish_json<T: Serialize>(path: &Path, value: &T) -> Result<(), FileErro
     publish_bytes(path, &bytes)
 }
 
-/// Loads JSON from `path`; `Ok(None)` when the file does not exist.
-pub fn load_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, FileError> {
-    let bytes = match fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(FileError::io(path, e)),
+/// What a non-regular file is, for the error that refuses it.
+fn describe_type(file_type: fs::FileType) -> &'static str {
+    if file_type.is_dir() {
+        "a directory"
+    } else if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_char_device() {
+        "a character device"
+    } else if file_type.is_block_device() {
+        "a block device"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_symlink() {
+        "a symbolic link"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Opens `path` without blocking (`O_NONBLOCK`: opening a FIFO neither waits for a writer nor,
+/// for writing, for a reader) and refuses anything but a regular file. Symbolic links are
+/// followed (a symlinked config is common) and the file they reach is what is checked.
+/// `Ok(None)` when the file does not exist.
+fn open_regular(
+    path: &Path,
+    kind: &'static str,
+    options: &mut OpenOptions,
+) -> Result<Option<File>, FileError> {
+    let not_regular = |found| FileError::NotRegular {
+        path: path.to_path_buf(),
+        kind,
+        found,
     };
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|e| FileError::Corrupt {
-            path: path.to_path_buf(),
-            format: "JSON",
-            detail: e.to_string(),
-        })
+    let file = match options.custom_flags(libc::O_NONBLOCK).open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        // A socket (ENXIO) or a FIFO without a reader (opened for writing) cannot be opened at
+        // all: name what is there rather than the errno.
+        Err(e) => {
+            return Err(match fs::metadata(path) {
+                Ok(meta) if !meta.is_file() => not_regular(describe_type(meta.file_type())),
+                _ => FileError::io(path, e),
+            })
+        }
+    };
+    let meta = file.metadata().map_err(|e| FileError::io(path, e))?;
+    if !meta.is_file() {
+        return Err(not_regular(describe_type(meta.file_type())));
+    }
+    Ok(Some(file))
+}
+
+/// Reads the state or config file at `path` (a `kind` such as "queue", named in errors), at most
+/// `limit_bytes` of it: `Ok(None)` when it does not exist; an error naming the path when it is
+/// not a regular file (FIFO, device, socket, directory) or is larger than the bound. Nothing is
+/// changed either way.
+pub fn read_state_file(
+    path: &Path,
+    kind: &'static str,
+    limit_bytes: u64,
+) -> Result<Option<Vec<u8>>, FileError> {
+    let Some(file) = open_regular(path, kind, OpenOptions::new().read(true))? else {
+        return Ok(None);
+    };
+    let too_large = || FileError::TooLarge {
+        path: path.to_path_buf(),
+        kind,
+        limit_bytes,
+    };
+    let len = file.metadata().map_err(|e| FileError::io(path, e))?.len();
+    if len > limit_bytes {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    // One byte past the bound tells a file that grew since the fstat.
+    file.take(limit_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| FileError::io(path, e))?;
+    if bytes.len() as u64 > limit_bytes {
+        return Err(too_large());
+    }
+    Ok(Some(bytes))
+}
+
+/// [`read_state_file`] for an append-only log: its last `tail_bytes` at most, and whether
+/// anything before them was skipped (the first line of a cut tail is then partial).
+pub fn read_state_tail(
+    path: &Path,
+    kind: &'static str,
+    tail_bytes: u64,
+) -> Result<Option<(Vec<u8>, bool)>, FileError> {
+    let Some(mut file) = open_regular(path, kind, OpenOptions::new().read(true))? else {
+        return Ok(None);
+    };
+    let len = file.metadata().map_err(|e| FileError::io(path, e))?.len();
+    let start = len.saturating_sub(tail_bytes);
+    file.seek(SeekFrom::Start(start))
+        .map_err(|e| FileError::io(path, e))?;
+    let mut bytes = Vec::new();
+    file.take(tail_bytes)
+        .read_to_end(&mut bytes)
+        .map_err(|e| FileError::io(path, e))?;
+    Ok(Some((bytes, start > 0)))
+}
+
+/// [`read_state_file`] as UTF-8 text; invalid UTF-8 is a [`FileError::Corrupt`] naming the byte.
+pub fn read_state_text(
+    path: &Path,
+    kind: &'static str,
+    limit_bytes: u64,
+) -> Result<Option<String>, FileError> {
+    match read_state_file(path, kind, limit_bytes)? {
+        Some(bytes) => utf8(path, bytes).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// `bytes` as a `String`, or an error naming `path` and the first bad byte.
+pub fn utf8(path: &Path, bytes: Vec<u8>) -> Result<String, FileError> {
+    String::from_utf8(bytes).map_err(|e| FileError::Corrupt {
+        path: path.to_path_buf(),
+        format: "UTF-8 text",
+        detail: format!("invalid UTF-8 at byte {}", e.utf8_error().valid_up_to()),
+    })
+}
+
+/// Opens (creating, 0600) a file tollgate appends to or locks, without blocking and refusing
+/// anything but a regular file (a FIFO in its place would block the open for good).
+pub fn open_private_file(path: &Path, kind: &'static str, append: bool) -> Result<File, FileError> {
+    let mut options = OpenOptions::new();
+    options.create(true).mode(0o600);
+    if append {
+        options.append(true);
+    } else {
+        options.read(true).write(true).truncate(false);
+    }
+    open_regular(path, kind, &mut options)?.ok_or_else(|| {
+        FileError::io(
+            path,
+            io::Error::new(io::ErrorKind::NotFound, "vanished while being created"),
+        )
+    })
+}
+
+/// Parses JSON `bytes` read from `path` (named in the error).
+pub fn parse_json<T: DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T, FileError> {
+    serde_json::from_slice(bytes).map_err(|e| FileError::Corrupt {
+        path: path.to_path_buf(),
+        format: "JSON",
+        detail: e.to_string(),
+    })
+}
+
+/// Loads a JSON `kind` of file from `path`, read through [`read_state_file`] with `limit_bytes`;
+/// `Ok(None)` when the file does not exist.
+pub fn load_json_bounded<T: DeserializeOwned>(
+    path: &Path,
+    kind: &'static str,
+    limit_bytes: u64,
+) -> Result<Option<T>, FileError> {
+    match read_state_file(path, kind, limit_bytes)? {
+        Some(bytes) => parse_json(path, &bytes).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Loads JSON from `path` (bounded by [`limits::DOCUMENT_BYTES`]); `Ok(None)` when the file does
+/// not exist.
+pub fn load_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, FileError> {
+    load_json_bounded(path, "state file", limits::DOCUMENT_BYTES)
 }

@@ -80,6 +80,10 @@ impl Home {
     pub fn stderr_log(&self, key: &TurnKey) -> PathBuf {
         self.turn_dir(key).join("stderr.log")
     }
+    /// Exists while the turn's runner waits for disk space to record the result of its command.
+    pub fn result_pending_marker(&self, key: &TurnKey) -> PathBuf {
+        self.turn_dir(key).join("result.pending")
+    }
     /// The runner's own diagnostics, kept apart from the command's output.
     pub fn runner_log(&self, key: &TurnKey) -> PathBuf {
         self.turn_dir(key).join("runner.log")

@@ -52,6 +52,8 @@ pub fn reconcile_once<L: Liveness>(
 ) -> Result<(ReconcileStep, Option<QueueEntry>), DispatchError> {
     let cap = rt.cap();
     rt.store.transact(|state| {
+        // A row whose turn has no record (its task folder was deleted) can never run: settle it.
+        tasks::settle_rows_without_records(&rt.home, state)?;
         // Which dispatched turns already have their result on disk: read under the lock.
         let mut settled = HashSet::new();
         for entry in &state.entries {

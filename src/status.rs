@@ -58,9 +58,9 @@ pub struct TaskView {
 #[derive(Debug, Serialize)]
 pub struct TurnView {
     pub turn: u32,
-    /// parked, waiting, starting, running, orphaned (dispatched, but its runner and dispatcher are
-    /// dead: reconcile repairs it), completed, failed, cancelled, unstartable, dropped,
-    /// superseded, unqueued.
+    /// parked, waiting, starting, running, recording (the command ended; its result waits for disk
+    /// space), orphaned (dispatched, but its runner and dispatcher are dead: reconcile repairs it),
+    /// completed, failed, cancelled, unstartable, dropped, superseded, unqueued.
     pub state: String,
     pub argv: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -201,7 +201,11 @@ pub fn status_with<L: Liveness>(
             if let Some(turn) = tasks::load_turn(&rt.home, &TurnKey::new(name.clone(), n))? {
                 turns.push(TurnView {
                     turn: n,
-                    state: turn_state(&queue, &turn, &rt.liveness),
+                    state: tasks::recording_or(
+                        &rt.home,
+                        &turn.key,
+                        turn_state(&queue, &turn, &rt.liveness),
+                    ),
                     argv: turn.argv.clone(),
                     exit_code: turn.exit_code,
                     signal: turn.signal,

@@ -293,8 +293,7 @@ pub fn submit_attached<L: Liveness>(
     let execution = execute_turn(&rt.home, &turn, true);
     let mut turn = turn;
     execution.record(&mut turn, tasks::now_millis());
-    tasks::save_turn(&rt.home, &turn)?;
-    runner::leave_and_start_next(rt, &turn.key, me)?;
+    runner::record_and_start_next(rt, &turn, me)?;
     Ok(Attached::Ran {
         key: turn.key,
         execution,

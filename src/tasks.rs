@@ -2,6 +2,11 @@
 //!
 //! The queue lock guards these files too: a turn number is handed out, its record written and its
 //! row enqueued in one critical section.
+//!
+//! Records are never overwritten by a new turn: a turn's directory is created exclusively, and when
+//! the number `next_turn` names is taken (a deleted `task.json`, a rewound counter) the turn gets the
+//! first number after the highest recorded one instead, with a warning. Counters are checked: a task
+//! whose numbers are used up refuses new turns. Nothing is published that the loader would refuse.
 
 use crate::fsutil::{self, FileError};
 use crate::home::Home;
@@ -9,7 +14,9 @@ use crate::protocol::admission::Strategy;
 use crate::protocol::slots::{ProcessIdentity, TurnKey};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 pub const TASK_FORMAT_VERSION: u32 = 1;
 /// Arguments of one command, bounded so a turn record stays small.
@@ -116,16 +123,118 @@ impl TurnRecord {
     }
 }
 
+fn corrupt(path: &Path, format: &'static str, detail: String) -> FileError {
+    FileError::Corrupt {
+        path: path.to_path_buf(),
+        format,
+        detail,
+    }
+}
+
+/// The loader's checks on a task record.
+fn check_task(record: &TaskRecord) -> Result<(), String> {
+    if record.version > TASK_FORMAT_VERSION {
+        return Err(format!(
+            "format version {} is newer than this tollgate understands ({TASK_FORMAT_VERSION})",
+            record.version
+        ));
+    }
+    if record.next_turn == 0 {
+        return Err("next_turn is 0; turns are numbered from 1".to_string());
+    }
+    Ok(())
+}
+
+/// The loader's checks on a turn record; `expected` is the turn its location names (a record that
+/// names another turn would make the runner write over that turn's record).
+fn check_turn(turn: &TurnRecord, expected: &TurnKey) -> Result<(), String> {
+    if turn.version > TASK_FORMAT_VERSION {
+        return Err(format!(
+            "format version {} is newer than this tollgate understands ({TASK_FORMAT_VERSION})",
+            turn.version
+        ));
+    }
+    if &turn.key != expected {
+        return Err(format!(
+            "it names {} but lies where {expected} belongs",
+            turn.key
+        ));
+    }
+    if turn.key.turn == 0 {
+        return Err("turn 0; turns are numbered from 1".to_string());
+    }
+    if turn.argv.len() > MAX_ARGV {
+        return Err(format!("more than {MAX_ARGV} arguments"));
+    }
+    Ok(())
+}
+
+/// Parses and checks a `task.json` read from `path` (named in errors).
+pub fn parse_task(path: &Path, bytes: &[u8]) -> Result<TaskRecord, FileError> {
+    let record: TaskRecord = fsutil::parse_json(path, bytes)?;
+    check_task(&record).map_err(|detail| corrupt(path, "tollgate task record", detail))?;
+    Ok(record)
+}
+
+/// Parses and checks a `turn.json` read from `path`, the record of `expected`.
+pub fn parse_turn(path: &Path, bytes: &[u8], expected: &TurnKey) -> Result<TurnRecord, FileError> {
+    let turn: TurnRecord = fsutil::parse_json(path, bytes)?;
+    check_turn(&turn, expected).map_err(|detail| corrupt(path, "tollgate turn record", detail))?;
+    Ok(turn)
+}
+
 pub fn load_task(home: &Home, task: &str) -> Result<Option<TaskRecord>, FileError> {
-    fsutil::load_json(&home.task_file(task))
+    let path = home.task_file(task);
+    match fsutil::read_state_file(&path, "task record", fsutil::limits::TASK_BYTES)? {
+        Some(bytes) => parse_task(&path, &bytes).map(Some),
+        None => Ok(None),
+    }
 }
 
 pub fn load_turn(home: &Home, key: &TurnKey) -> Result<Option<TurnRecord>, FileError> {
-    fsutil::load_json(&home.turn_file(key))
+    let path = home.turn_file(key);
+    match fsutil::read_state_file(&path, "turn record", fsutil::limits::TURN_BYTES)? {
+        Some(bytes) => parse_turn(&path, &bytes, key).map(Some),
+        None => Ok(None),
+    }
+}
+
+fn save_task(home: &Home, record: &TaskRecord) -> Result<(), FileError> {
+    let path = home.task_file(&record.name);
+    check_task(record).map_err(|detail| FileError::Refused {
+        path: path.clone(),
+        detail: format!("the task record would not load ({detail})"),
+    })?;
+    fsutil::publish_json(&path, record)
 }
 
 pub fn save_turn(home: &Home, turn: &TurnRecord) -> Result<(), FileError> {
-    fsutil::publish_json(&home.turn_file(&turn.key), turn)
+    let path = home.turn_file(&turn.key);
+    check_turn(turn, &turn.key).map_err(|detail| FileError::Refused {
+        path: path.clone(),
+        detail: format!("the turn record would not load ({detail})"),
+    })?;
+    fsutil::publish_json(&path, turn)
+}
+
+/// Saves the result of a turn whose command ran (the write [`retry_while_disk_full`] retries).
+/// With the `failpoints` feature, `tasks::save_result` fails it with ENOSPC: always when the
+/// failpoint has no argument, else while the file its argument names exists.
+pub fn save_result(home: &Home, turn: &TurnRecord) -> Result<(), FileError> {
+    #[cfg(feature = "failpoints")]
+    {
+        let path = home.turn_file(&turn.key);
+        let fail = fail::eval("tasks::save_result", |arg| {
+            arg.is_none_or(|gate| Path::new(&gate).exists())
+        });
+        if fail == Some(true) {
+            return Err(FileError::io(
+                &path,
+                io::Error::from_raw_os_error(libc::ENOSPC),
+            ));
+        }
+    }
+    save_turn(home, turn)
 }
 
 /// Hands out the next turn number of `task` (creating the task) and writes the turn's record.
@@ -167,9 +276,8 @@ pub fn create_turn_with(
     if let Some(strategy) = strategy {
         record.strategy = strategy;
     }
-    let key = TurnKey::new(task, record.next_turn);
-    record.next_turn = record.next_turn.saturating_add(1);
-    fsutil::create_private_dir(&home.turn_dir(&key))?;
+    let key = claim_turn_dir(home, task, record.next_turn)?;
+    record.next_turn = next_turn_after(home, task, key.turn)?;
     let turn = TurnRecord {
         version: TASK_FORMAT_VERSION,
         key,
@@ -188,10 +296,168 @@ pub fn create_turn_with(
         delivery: None,
     };
     // The task's counter first: a crash between the two writes then skips a turn number instead
-    // of leaving a turn record its task does not list (which the next turn would overwrite).
-    fsutil::publish_json(&home.task_file(task), &record)?;
+    // of leaving a turn record its task does not list.
+    save_task(home, &record)?;
     save_turn(home, &turn)?;
     Ok((turn, record.strategy))
+}
+
+/// The counter value after `turn`, or a refusal naming the task file when `turn` is the last
+/// number there is.
+fn next_turn_after(home: &Home, task: &str, turn: u32) -> Result<u32, FileError> {
+    turn.checked_add(1).ok_or_else(|| FileError::Refused {
+        path: home.task_file(task),
+        detail: format!(
+            "task {task:?} has used every turn number up to {}; submit to a new task",
+            u32::MAX
+        ),
+    })
+}
+
+/// Creates the directory of a new turn of `task` exclusively, numbered `wanted` if that is free,
+/// else the first number after the highest recorded turn (a deleted `task.json` or a rewound
+/// `next_turn`: the existing records stay as they are). Call under the queue lock.
+fn claim_turn_dir(home: &Home, task: &str, wanted: u32) -> Result<TurnKey, FileError> {
+    let turns = home.task_dir(task).join("turns");
+    fsutil::create_private_dir(&turns)?;
+    // Refuse a last number before creating anything for it.
+    next_turn_after(home, task, wanted)?;
+    let key = TurnKey::new(task, wanted);
+    if create_exclusive_dir(&home.turn_dir(&key))? {
+        return Ok(key);
+    }
+    let highest = list_turns(home, task)?.last().copied().unwrap_or(0);
+    let free = next_turn_after(home, task, highest.max(wanted))?;
+    next_turn_after(home, task, free)?;
+    let key = TurnKey::new(task, free);
+    let _ = writeln!(
+        io::stderr(),
+        "tollgate: warning: {} already holds turn {wanted} of task {task:?} (its task record was \
+         deleted or its next_turn rewound); the new turn is {free} and the existing records are kept",
+        home.turn_dir(&TurnKey::new(task, wanted)).display()
+    );
+    if create_exclusive_dir(&home.turn_dir(&key))? {
+        Ok(key)
+    } else {
+        Err(FileError::Refused {
+            path: home.turn_dir(&key),
+            detail: "the turn directory exists although no higher turn is recorded".to_string(),
+        })
+    }
+}
+
+/// `mkdir` with mode 0700 that never reuses a directory: `Ok(false)` when `dir` exists.
+fn create_exclusive_dir(dir: &Path) -> Result<bool, FileError> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(FileError::io(dir, e)),
+    }
+}
+
+/// First pause between two tries of recording a turn's result on a full disk.
+pub const RECORD_RETRY_FIRST_MILLIS: u64 = 50;
+/// Longest pause between two tries (the pause doubles up to it).
+pub const RECORD_RETRY_MAX_MILLIS: u64 = 2_000;
+/// How long a runner keeps trying to record a result on a full disk before it gives up: a day,
+/// so an operator has time to free space; meanwhile the turn keeps its slot.
+pub const RECORD_RETRY_LIMIT_MILLIS: u64 = 24 * 60 * 60 * 1000;
+
+/// Whether `error`, or anything in its chain of sources, is ENOSPC or EDQUOT.
+pub fn is_disk_full(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        let io = e
+            .downcast_ref::<io::Error>()
+            .or(match e.downcast_ref::<FileError>() {
+                Some(FileError::Io { source, .. }) => Some(source),
+                _ => None,
+            });
+        if io
+            .and_then(io::Error::raw_os_error)
+            .is_some_and(|code| code == libc::ENOSPC || code == libc::EDQUOT)
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// Runs `attempt` (the write that records the result of `key`'s command, which has already run)
+/// until it succeeds, retrying with doubling pauses while it fails because the disk is full, for at
+/// most [`RECORD_RETRY_LIMIT_MILLIS`]. The result of a command that ran is never dropped for want
+/// of space, and the command never runs again: the runner stays alive, so its row keeps its slot
+/// and reconcile leaves it alone. While it waits, the turn's `result.pending` marker (an empty
+/// file, which a full disk usually still allows) makes `status` show the turn as `recording`.
+/// Any other error is returned at once.
+pub fn retry_while_disk_full<T, E>(
+    home: &Home,
+    key: &TurnKey,
+    mut attempt: impl FnMut() -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: std::error::Error + 'static,
+{
+    let start = Instant::now();
+    let limit = Duration::from_millis(RECORD_RETRY_LIMIT_MILLIS);
+    let mut pause_millis = RECORD_RETRY_FIRST_MILLIS;
+    let mut failures: u64 = 0;
+    let marker = home.result_pending_marker(key);
+    loop {
+        match attempt() {
+            Ok(value) => {
+                if failures > 0 {
+                    let _ = std::fs::remove_file(&marker);
+                    // Best effort: stderr is the runner's log, on the disk that was full.
+                    let _ = writeln!(
+                        io::stderr(),
+                        "tollgate: {key}: result recorded after {failures} attempt(s) failed for want of disk space"
+                    );
+                }
+                return Ok(value);
+            }
+            Err(e) if is_disk_full(&e) && start.elapsed() < limit => {
+                if failures == 0 {
+                    use std::os::unix::fs::OpenOptionsExt;
+                    let _ = std::fs::OpenOptions::new()
+                        .write(true)
+                        .create(true)
+                        .truncate(false)
+                        .mode(0o600)
+                        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+                        .open(&marker);
+                    let _ = writeln!(
+                        io::stderr(),
+                        "tollgate: {key}: the disk is full, recording the result failed ({e}); \
+                         retrying for up to {} h, the slot stays occupied",
+                        RECORD_RETRY_LIMIT_MILLIS / 3_600_000
+                    );
+                }
+                failures += 1;
+                std::thread::sleep(Duration::from_millis(pause_millis));
+                pause_millis = (pause_millis * 2).min(RECORD_RETRY_MAX_MILLIS);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether `key`'s command has ended and its runner is waiting for disk space to record the
+/// result (see [`retry_while_disk_full`]).
+pub fn result_pending(home: &Home, key: &TurnKey) -> bool {
+    home.result_pending_marker(key).is_file()
+}
+
+/// `state` (a turn's state word in `status`), or `recording` when the turn shows as running but
+/// its command has ended and its runner waits for disk space to record the result.
+pub fn recording_or(home: &Home, key: &TurnKey, state: String) -> String {
+    if state == "running" && result_pending(home, key) {
+        "recording".to_string()
+    } else {
+        state
+    }
 }
 
 /// Ends a turn that never ran with `outcome` (dropped, superseded, cancelled).
@@ -209,6 +475,37 @@ pub fn end_unrun(
         }
     }
     Ok(())
+}
+
+/// Settles the queue rows that can never run because their turn has no record (its task folder
+/// or turn folder was deleted): a parked row (no owner) without a reservation or a recorded runner
+/// is removed, with a line on stderr naming it and why. Nothing is written for the turn, since a
+/// record would recreate a task the operator removed. A row someone still acts on is left to its
+/// holder (if that holder dies, reconcile parks the row first and it is settled then). Call under
+/// the queue lock; returns the removed rows.
+pub fn settle_rows_without_records(
+    home: &Home,
+    state: &mut crate::protocol::slots::QueueState,
+) -> Result<Vec<TurnKey>, FileError> {
+    let mut gone = Vec::new();
+    for entry in &state.entries {
+        let idle = matches!(entry.state, crate::protocol::slots::RowState::Parked)
+            && entry.slot_reservation.is_none()
+            && state.runner(&entry.key).is_none();
+        if idle && load_turn(home, &entry.key)?.is_none() {
+            gone.push(entry.key.clone());
+        }
+    }
+    for key in &gone {
+        state.entries.retain(|e| &e.key != key);
+        let _ = writeln!(
+            io::stderr(),
+            "tollgate: {key}: removed its queue row: the turn has no record ({} is missing), so \
+             it can never run",
+            home.turn_file(key).display()
+        );
+    }
+    Ok(gone)
 }
 
 /// The strategies of the tasks that have parked rows in `state` (what deciding a start needs).

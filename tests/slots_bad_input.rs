@@ -354,6 +354,11 @@ fn invalid_config_is_refused_naming_file_and_key_and_left_untouched() {
             "lock_timeout",
         ),
         ("lock_timeout = \"10s\"", "lock_timeout = 5", "lock_timeout"),
+        (
+            "lock_timeout = \"10s\"",
+            "lock_timeout = \"0s\"",
+            "lock_timeout",
+        ),
     ];
     for (good, bad, key) in cases {
         let tmp = tempfile::tempdir().expect("tempdir");

@@ -48,6 +48,8 @@ pub enum SlotError {
     UnknownRow { key: TurnKey },
     #[error("QUEUE_FULL: the queue holds its limit of {limit} rows")]
     QueueFull { limit: usize },
+    #[error("QUEUE_IDS_EXHAUSTED: next_queue_id has reached u64::MAX; no new row can get an id")]
+    QueueIdsExhausted,
     #[error("QUEUE_HANDOFF_FENCED: the row of {key} changed since the spawn; the handoff stops")]
     HandoffFenced { key: TurnKey },
     #[error("QUEUE_NOT_OWNER: {key} is not dispatched by {identity}")]
@@ -69,6 +71,7 @@ impl SlotError {
             SlotError::TokenReused { .. } => "QUEUE_SLOT_TOKEN_REUSED",
             SlotError::UnknownRow { .. } => "QUEUE_ROW_UNKNOWN",
             SlotError::QueueFull { .. } => "QUEUE_FULL",
+            SlotError::QueueIdsExhausted => "QUEUE_IDS_EXHAUSTED",
             SlotError::HandoffFenced { .. } => "QUEUE_HANDOFF_FENCED",
             SlotError::NotOwner { .. } => "QUEUE_NOT_OWNER",
             SlotError::InvalidTaskName { .. } => "TASK_NAME_INVALID",

@@ -29,7 +29,10 @@ impl CliError {
 
 fn file_error(error: &FileError) -> CliError {
     match error {
-        FileError::Corrupt { .. } => CliError::Usage(error.to_string()),
+        FileError::Corrupt { .. }
+        | FileError::NotRegular { .. }
+        | FileError::TooLarge { .. }
+        | FileError::Refused { .. } => CliError::Usage(error.to_string()),
         FileError::Io { .. } => CliError::Environment(error.to_string()),
     }
 }
@@ -63,9 +66,9 @@ impl From<StoreError> for CliError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::File(e) => file_error(&e),
-            StoreError::Lock(LockError::Timeout { .. }) | StoreError::Lock(_) => {
-                CliError::Environment(error.to_string())
-            }
+            StoreError::Lock(LockError::Timeout { .. })
+            | StoreError::Lock(_)
+            | StoreError::Unpublishable { .. } => CliError::Environment(error.to_string()),
         }
     }
 }

@@ -283,6 +283,9 @@ pub fn missing_separator_hint(kind: clap::error::ErrorKind, args: &[String]) -> 
 
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> i32 {
+    // Failpoints from `FAILPOINTS` for every subcommand (a detached runner included).
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => return usage_error(error),

@@ -158,9 +158,6 @@ impl EventSink for Sinks {
 }
 
 pub fn run(args: RunArgs, home: Option<&Path>) -> i32 {
-    #[cfg(feature = "failpoints")]
-    let _failpoints = fail::FailScenario::setup();
-
     let pack = match pack::load(&args.pack) {
         Ok(p) => p,
         Err(e) => {

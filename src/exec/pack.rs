@@ -110,16 +110,30 @@ pub fn load(path: &Path) -> Result<Pack, PackError> {
         path: path.to_path_buf(),
         source,
     };
-    let size = std::fs::metadata(path).map_err(read_err)?.len();
-    if size > MAX_PACK_BYTES {
-        return Err(PackError::Invalid {
-            path: path.to_path_buf(),
-            line: 1,
-            key: "(file)".into(),
-            message: format!("{size} bytes; a pack is at most {MAX_PACK_BYTES}"),
-        });
-    }
-    let text = std::fs::read_to_string(path).map_err(read_err)?;
+    let invalid_file = |message: String| PackError::Invalid {
+        path: path.to_path_buf(),
+        line: 1,
+        key: "(file)".into(),
+        message,
+    };
+    // Not blocking on a FIFO, refusing devices and directories, bounded in size.
+    let bytes = match crate::fsutil::read_state_file(path, "pack", MAX_PACK_BYTES) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Err(read_err(std::io::Error::from_raw_os_error(libc::ENOENT))),
+        Err(crate::fsutil::FileError::Io { source, .. }) => return Err(read_err(source)),
+        Err(crate::fsutil::FileError::TooLarge { .. }) => {
+            return Err(invalid_file(format!(
+                "more than {MAX_PACK_BYTES} bytes; a pack is at most that"
+            )))
+        }
+        Err(other) => return Err(invalid_file(other.to_string())),
+    };
+    let text = String::from_utf8(bytes).map_err(|e| {
+        invalid_file(format!(
+            "not valid UTF-8 (at byte {})",
+            e.utf8_error().valid_up_to()
+        ))
+    })?;
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -282,9 +296,18 @@ fn key_of(text: &str, span: &Range<usize>, message: &str) -> String {
             return name.to_string();
         }
     }
+    // Byte offsets (a span need not fall on a character boundary): a newline byte always does.
     let start = span.start.min(text.len());
-    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
-    let line = text[line_start..].lines().next().unwrap_or("");
+    let line_start = text.as_bytes()[..start]
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    let line = text
+        .get(line_start..)
+        .unwrap_or("")
+        .lines()
+        .next()
+        .unwrap_or("");
     match line.split_once('=') {
         Some((key, _)) => key.trim().to_string(),
         None => line.trim().to_string(),

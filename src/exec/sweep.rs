@@ -4,11 +4,12 @@
 //! publish atomically: temp file, fsync, rename, fsync of the directory.
 
 use super::worktree::{self, Worktree};
+use crate::fsutil::{self, FileError};
 use crate::protocol::execution::{sweep_decision, SweepDecision};
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 pub const SWEEP_FILE: &str = "sweep.json";
@@ -58,24 +59,14 @@ pub struct SweepReport {
     pub failed: Vec<(PathBuf, String)>,
 }
 
-fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SweepError + '_ {
-    move |source| SweepError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
 fn with_lock<T>(
     home: &Path,
     f: impl FnOnce(&mut SweepList) -> Result<T, SweepError>,
 ) -> Result<T, SweepError> {
     let lock_path = home.join(SWEEP_LOCK);
-    let file = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(io_err(&lock_path))?;
+    // 0600 like the rest of the home; a FIFO in its place is refused, not waited on.
+    let file = fsutil::open_private_file(&lock_path, "sweep lock", false)
+        .map_err(|e| file_err(&lock_path, e))?;
     let _guard =
         Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, errno)| SweepError::Io {
             path: lock_path.clone(),
@@ -91,38 +82,50 @@ fn with_lock<T>(
     Ok(out)
 }
 
-/// Reads the list; a missing file is an empty list, an unparsable one is an error (and kept).
-pub fn load(path: &Path) -> Result<SweepList, SweepError> {
-    match fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| SweepError::Unreadable {
+/// A file error as a sweep error: IO stays IO (exit 3); anything about the file's contents or
+/// kind (not a regular file, too large, not JSON) is `Unreadable` (exit 2), and the file is kept.
+fn file_err(path: &Path, error: FileError) -> SweepError {
+    match error {
+        FileError::Io { path, source } => SweepError::Io { path, source },
+        other => SweepError::Unreadable {
             path: path.to_path_buf(),
-            message: e.to_string(),
-        }),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(SweepList {
-            version: SWEEP_FORMAT_VERSION,
-            entries: Vec::new(),
-        }),
-        Err(e) => Err(io_err(path)(e)),
+            message: other.to_string(),
+        },
     }
 }
 
-fn publish(path: &Path, list: &SweepList) -> Result<(), SweepError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(".{SWEEP_FILE}.{}.tmp", std::process::id()));
-    let bytes = serde_json::to_vec_pretty(list).map_err(|e| SweepError::Io {
-        path: path.to_path_buf(),
-        source: io::Error::other(e),
-    })?;
+/// Reads the list; a missing file is an empty list, an unparsable one is an error (and kept).
+pub fn load(path: &Path) -> Result<SweepList, SweepError> {
+    match fsutil::read_state_file(path, "sweep list", fsutil::limits::SWEEP_BYTES)
+        .map_err(|e| file_err(path, e))?
     {
-        let mut file = fs::File::create(&tmp).map_err(io_err(&tmp))?;
-        file.write_all(&bytes).map_err(io_err(&tmp))?;
-        file.sync_all().map_err(io_err(&tmp))?;
+        Some(bytes) => parse(path, &bytes),
+        None => Ok(SweepList {
+            version: SWEEP_FORMAT_VERSION,
+            entries: Vec::new(),
+        }),
     }
-    fs::rename(&tmp, path).map_err(io_err(path))?;
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err(dir))?;
-    Ok(())
+}
+
+/// Parses a sweep list read from `path` (named in errors).
+pub fn parse(path: &Path, bytes: &[u8]) -> Result<SweepList, SweepError> {
+    let unreadable = |message: String| SweepError::Unreadable {
+        path: path.to_path_buf(),
+        message,
+    };
+    let list: SweepList = serde_json::from_slice(bytes).map_err(|e| unreadable(e.to_string()))?;
+    if list.version > SWEEP_FORMAT_VERSION {
+        return Err(unreadable(format!(
+            "format version {} is newer than this tollgate understands ({SWEEP_FORMAT_VERSION})",
+            list.version
+        )));
+    }
+    Ok(list)
+}
+
+/// Publishes the list atomically and durably, 0600 like every file of the home.
+fn publish(path: &Path, list: &SweepList) -> Result<(), SweepError> {
+    fsutil::publish_json(path, list).map_err(|e| file_err(path, e))
 }
 
 /// Adds an entry (durably) under the lock.

@@ -63,7 +63,8 @@ pub fn create(pack_dir: &Path, path: &Path) -> Result<Worktree, WorktreeError> {
     };
     let pack_dir = fs::canonicalize(pack_dir).map_err(|e| fail(e.to_string()))?;
     if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).map_err(|e| fail(e.to_string()))?;
+        // `<home>/worktrees/<run>`: 0700 like the rest of the home.
+        crate::fsutil::create_private_dir(parent).map_err(|e| fail(e.to_string()))?;
     }
     if let Some(repo) = git_toplevel(&pack_dir) {
         let repo = fs::canonicalize(&repo).unwrap_or(repo);

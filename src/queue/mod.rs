@@ -4,4 +4,4 @@ mod lock;
 mod store;
 
 pub use lock::{LockError, QueueLock};
-pub use store::{QueueStore, StoreError};
+pub use store::{parse_queue, QueueStore, StoreError};

@@ -4,6 +4,7 @@ use super::lock::{LockError, QueueLock};
 use crate::fsutil::{self, FileError};
 use crate::home::Home;
 use crate::protocol::slots::{QueueState, QUEUE_FORMAT_VERSION};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
@@ -12,6 +13,33 @@ pub enum StoreError {
     Lock(#[from] LockError),
     #[error(transparent)]
     File(#[from] FileError),
+    /// The changed queue would not pass the loader's checks; it was not published.
+    #[error("refusing to publish {path}: the new queue would not load ({detail}); the file keeps its previous contents")]
+    Unpublishable { path: PathBuf, detail: String },
+}
+
+/// Parses and checks a queue document read from `path` (named in errors): what [`QueueStore::load`]
+/// accepts, and what [`QueueStore::transact`] checks before it publishes.
+pub fn parse_queue(path: &Path, bytes: &[u8]) -> Result<QueueState, FileError> {
+    let state: QueueState = fsutil::parse_json(path, bytes)?;
+    check_queue(&state).map_err(|detail| FileError::Corrupt {
+        path: path.to_path_buf(),
+        format: "tollgate queue",
+        detail,
+    })?;
+    Ok(state)
+}
+
+/// The loader's checks on a queue document: a format version this tollgate understands and the
+/// structural invariants.
+fn check_queue(state: &QueueState) -> Result<(), String> {
+    if state.version > QUEUE_FORMAT_VERSION {
+        return Err(format!(
+            "format version {} is newer than this tollgate understands ({QUEUE_FORMAT_VERSION})",
+            state.version
+        ));
+    }
+    state.check_structure()
 }
 
 #[derive(Clone, Debug)]
@@ -33,21 +61,10 @@ impl QueueStore {
     /// A missing file is the empty queue; a malformed one is an error naming it.
     pub fn load(&self) -> Result<QueueState, StoreError> {
         let path = self.home.queue_path();
-        let state: QueueState = fsutil::load_json(&path)?.unwrap_or_default();
-        let corrupt = |detail: String| FileError::Corrupt {
-            path: path.clone(),
-            format: "tollgate queue",
-            detail,
-        };
-        if state.version > QUEUE_FORMAT_VERSION {
-            return Err(corrupt(format!(
-                "format version {} is newer than this tollgate understands ({QUEUE_FORMAT_VERSION})",
-                state.version
-            ))
-            .into());
+        match fsutil::read_state_file(&path, "queue", fsutil::limits::QUEUE_BYTES)? {
+            Some(bytes) => Ok(parse_queue(&path, &bytes)?),
+            None => Ok(QueueState::default()),
         }
-        state.check_structure().map_err(corrupt)?;
-        Ok(state)
     }
 
     /// Runs `change` on the queue under the lock and publishes the result if it changed.
@@ -67,11 +84,11 @@ impl QueueStore {
         let mut state = original.clone();
         let result = change(&mut state)?;
         if state != original {
-            debug_assert!(
-                state.check_structure().is_ok(),
-                "{:?}",
-                state.check_structure()
-            );
+            // Never publish what the next load would refuse: that would stop every command.
+            check_queue(&state).map_err(|detail| StoreError::Unpublishable {
+                path: self.home.queue_path(),
+                detail,
+            })?;
             fail::fail_point!("queue::before_publish");
             fsutil::publish_json(&self.home.queue_path(), &state).map_err(StoreError::from)?;
         }

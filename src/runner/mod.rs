@@ -16,7 +16,7 @@ use crate::protocol::slots::{
     QueueEntry, SlotError, SlotToken, StartNext, TakeOver, TurnKey,
 };
 use crate::runtime::Runtime;
-use crate::tasks::{self, TurnOutcome};
+use crate::tasks::{self, TurnOutcome, TurnRecord};
 
 /// What a detached runner did, for its exit code and its log line.
 #[derive(Debug)]
@@ -55,9 +55,8 @@ pub fn run_worker<L: Liveness>(
     tasks::save_turn(&rt.home, &turn)?;
     let execution = execute_turn(&rt.home, &turn, false);
     execution.record(&mut turn, tasks::now_millis());
-    tasks::save_turn(&rt.home, &turn)?;
     let outcome = execution.outcome;
-    let next = leave_and_start_next(rt, key, me)?;
+    let next = record_and_start_next(rt, &turn, me)?;
     Ok(WorkerOutcome::Ran { outcome, next })
 }
 
@@ -87,6 +86,26 @@ pub fn leave_and_start_next<L: Liveness>(
     }
 }
 
+/// Records the result of `turn` (whose command has run) and leaves the queue in one critical
+/// section, so nobody sees the turn ended while its row still holds the task's scope (a `drop`
+/// submit after `submit --wait` returned was refused with "turn N is running"). Retried while the
+/// disk is full ([`tasks::retry_while_disk_full`]): the slot stays occupied, nothing runs again.
+pub fn record_and_start_next<L: Liveness>(
+    rt: &Runtime<L>,
+    turn: &TurnRecord,
+    me: ProcessIdentity,
+) -> Result<Option<Handoff>, DispatchError> {
+    let picked = tasks::retry_while_disk_full(&rt.home, &turn.key, || {
+        pick_next(rt, &turn.key, me, Some(turn))
+    })?;
+    match picked {
+        Some((row, token)) => {
+            spawn_and_hand_off(&rt.store, rt.spawner.as_ref(), me, token, &row).map(Some)
+        }
+        None => Ok(None),
+    }
+}
+
 /// The finishing runner's critical section: leave the queue and reserve the next parked row that
 /// may start (excluding itself from identities). Returns that row as published, with its token.
 pub fn leave_and_pick_next<L: Liveness>(
@@ -94,8 +113,21 @@ pub fn leave_and_pick_next<L: Liveness>(
     key: &TurnKey,
     me: ProcessIdentity,
 ) -> Result<Option<(QueueEntry, SlotToken)>, DispatchError> {
+    pick_next(rt, key, me, None)
+}
+
+/// [`leave_and_pick_next`], first saving `result` (the turn's ended record) under the same lock.
+fn pick_next<L: Liveness>(
+    rt: &Runtime<L>,
+    key: &TurnKey,
+    me: ProcessIdentity,
+    result: Option<&TurnRecord>,
+) -> Result<Option<(QueueEntry, SlotToken)>, DispatchError> {
     let cap = rt.cap();
     rt.store.transact(|state| {
+        if let Some(turn) = result {
+            tasks::save_result(&rt.home, turn)?;
+        }
         finish_turn(state, key, me)?;
         let strategies = tasks::parked_strategies(&rt.home, state)?;
         let next = start_next_parked_where(

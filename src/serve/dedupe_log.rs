@@ -9,9 +9,8 @@ use crate::fsutil::{self, FileError};
 use crate::protocol::admission::MAX_DEDUPE_ENTRIES;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -46,12 +45,7 @@ pub struct DedupeLog {
 }
 
 fn open_append(path: &Path) -> Result<File, FileError> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| FileError::io(path, e))
+    crate::fsutil::open_private_file(path, "dedupe log", true)
 }
 
 impl DedupeLog {
@@ -64,11 +58,8 @@ impl DedupeLog {
         now_millis: u64,
         ttl_millis: u64,
     ) -> Result<(Self, Vec<Mark>), FileError> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(e) => return Err(FileError::io(path, e)),
-        };
+        let limit = crate::fsutil::limits::LOG_TAIL_BYTES;
+        let text = crate::fsutil::read_state_text(path, "dedupe log", limit)?.unwrap_or_default();
         let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
         let mut live = BTreeMap::new();
         for (i, line) in lines.iter().enumerate() {

@@ -3,9 +3,8 @@
 
 use crate::fsutil::FileError;
 use serde::{Deserialize, Serialize};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -32,12 +31,7 @@ pub struct RefusedLog {
 
 impl RefusedLog {
     pub fn open(path: &Path) -> Result<Self, FileError> {
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(path)
-            .map_err(|e| FileError::io(path, e))?;
+        let file = crate::fsutil::open_private_file(path, "refused-delivery list", true)?;
         Ok(RefusedLog {
             path: path.to_path_buf(),
             file: Mutex::new(file),
@@ -61,11 +55,21 @@ impl RefusedLog {
 /// Every recorded refusal, oldest first (at most the newest [`MAX_LISTED`]). A torn last line is
 /// skipped.
 pub fn load_refused(path: &Path) -> Result<Vec<RefusedDelivery>, FileError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(FileError::io(path, e)),
+    // The newest part only (a bounded read of a regular file; a cut tail loses its partial line).
+    let kind = "refused-delivery list";
+    let tail = crate::fsutil::limits::LOG_TAIL_BYTES;
+    let Some((mut bytes, cut)) = crate::fsutil::read_state_tail(path, kind, tail)? else {
+        return Ok(Vec::new());
     };
+    if cut {
+        bytes.drain(
+            ..bytes
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(bytes.len(), |i| i + 1),
+        );
+    }
+    let text = crate::fsutil::utf8(path, bytes)?;
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let skip = lines.len().saturating_sub(MAX_LISTED);
     let mut out = Vec::with_capacity(lines.len() - skip);

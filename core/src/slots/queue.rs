@@ -275,9 +275,15 @@ pub fn enqueue(
     }
     let last_millis = state.entries.last().map_or(0, |e| e.enqueued_at_millis);
     // Ids below an existing row's are never handed out, even from a document whose counter is off.
-    let floor = state.entries.last().map_or(0, |e| e.queue_id + 1);
+    let floor = state
+        .entries
+        .last()
+        .map_or(0, |e| e.queue_id.saturating_add(1));
     let queue_id = state.next_queue_id.max(floor).max(1);
-    state.next_queue_id = queue_id + 1;
+    // Ids are never reused, so a counter at its end refuses instead of wrapping.
+    state.next_queue_id = queue_id
+        .checked_add(1)
+        .ok_or(SlotError::QueueIdsExhausted)?;
     state.entries.push(QueueEntry {
         queue_id,
         key: key.clone(),

@@ -11,10 +11,10 @@ mod queue;
 mod reconcile;
 mod reserve;
 mod rules;
+pub mod steps;
 mod takeover;
 mod token;
 mod work;
-pub mod steps;
 
 pub use identity::{Liveness, Observation, ProcessIdentity};
 pub use occupancy::{

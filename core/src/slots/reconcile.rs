@@ -5,11 +5,11 @@
 //! changes at most one row, so every intermediate queue is a state the model also explores.
 
 use super::occupancy::live_runner_for_turn;
+use super::queue::enqueue;
 use super::reserve::every_row;
 use super::reserve::{
     adopt_row, park, reserve_runner_slot_with, start_next_parked_general, ReserveOutcome, StartNext,
 };
-use super::queue::enqueue;
 use super::{
     Liveness, ProcessIdentity, ProductionRules, QueueEntry, QueueState, RowState, SlotError,
     SlotRules, SlotToken, TurnKey, WorkRecord,

@@ -24,8 +24,8 @@ use super::reserve::{
 use super::takeover::{finish_turn, take_over_reserved_slot, TakeOver};
 use super::{
     acting_queue_holder, enqueue, live_runner_for_turn, validate_task_name, Liveness,
-    ProcessIdentity, ProductionRules, QueueEntry, QueueState, ReconcileStep, SlotError,
-    SlotRules, SlotToken, TurnKey, WorkId, WorkRecord,
+    ProcessIdentity, ProductionRules, QueueEntry, QueueState, ReconcileStep, SlotError, SlotRules,
+    SlotToken, TurnKey, WorkId, WorkRecord,
 };
 use crate::admission::Strategy;
 use crate::scopes::{plan_submit, start_filter, SubmitPlan};
@@ -220,11 +220,9 @@ pub fn submit<L: Liveness>(
         superseded,
     };
     match plan_submit(state, key, input.strategy, input.now_millis) {
-        SubmitPlan::Drop { running } => Ok(decision(
-            0,
-            SubmitEffect::Dropped { running },
-            Vec::new(),
-        )),
+        SubmitPlan::Drop { running } => {
+            Ok(decision(0, SubmitEffect::Dropped { running }, Vec::new()))
+        }
         SubmitPlan::Start => {
             let queue_id = enqueue(state, key, input.me, input.now_millis)?.queue_id();
             let effect = match reserve_runner_slot(
@@ -473,9 +471,7 @@ pub fn runner_finish<L: Liveness>(
         input.liveness,
         &filter,
     )? {
-        StartNext::Acquired { key, token } => {
-            Handoff::reserved(state, &key, token, me).map(Some)
-        }
+        StartNext::Acquired { key, token } => Handoff::reserved(state, &key, token, me).map(Some),
         StartNext::Saturated | StartNext::NoneParked => Ok(None),
     }
 }
@@ -658,7 +654,8 @@ pub fn cancel<L: Liveness>(
     liveness: &L,
 ) -> CancelEffect {
     let mut effect = CancelEffect::default();
-    let live_work = |w: &WorkRecord| !liveness.is_live(&w.runner) && liveness.observe_work(w).is_live();
+    let live_work =
+        |w: &WorkRecord| !liveness.is_live(&w.runner) && liveness.observe_work(w).is_live();
     effect.kill = state
         .works
         .iter()

@@ -1,16 +1,17 @@
 //! What every shell operation needs: the home, its config, the queue store, how runners are
-//! spawned and how liveness is observed. Tests build one with fixture spawners or liveness.
+//! spawned (and works killed) and how liveness is observed. Tests build one with fixture
+//! spawners, liveness, or the in-memory store.
 
 use crate::config::Config;
 use crate::home::{Home, HomeError};
 use crate::process::{DetachedSpawner, ProcLiveness, RunnerSpawner};
 use crate::protocol::slots::Liveness;
-use crate::queue::QueueStore;
+use crate::queue::{QueueStore, Store};
 
-pub struct Runtime<L: Liveness = ProcLiveness> {
+pub struct Runtime<L: Liveness = ProcLiveness, S: Store = QueueStore> {
     pub home: Home,
     pub config: Config,
-    pub store: QueueStore,
+    pub store: S,
     pub spawner: Box<dyn RunnerSpawner>,
     pub liveness: L,
 }
@@ -34,7 +35,7 @@ impl Runtime<ProcLiveness> {
     }
 }
 
-impl<L: Liveness> Runtime<L> {
+impl<L: Liveness, S: Store> Runtime<L, S> {
     /// The cap for detached starts.
     pub fn cap(&self) -> usize {
         self.config.workers

@@ -80,7 +80,12 @@ pub fn cancel_once<L: Liveness, S: Store>(
     rt.store.transact(|state| {
         let effect = steps::cancel(state, selection, &rt.liveness);
         for key in &effect.removed {
-            tasks::end_unrun(&rt.home, key, TurnOutcome::Cancelled, tasks::now_millis())?;
+            tasks::end_unrun(
+                &rt.home,
+                key,
+                TurnOutcome::Cancelled,
+                rt.spawner.now_millis(),
+            )?;
         }
         Ok::<_, DispatchError>(effect)
     })

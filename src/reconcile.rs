@@ -10,7 +10,7 @@ use crate::driver;
 use crate::process::work::WorkKill;
 use crate::protocol::slots::steps::{self, ReconcileEffect, ReconcileInput};
 use crate::protocol::slots::{
-    Liveness, ProcessIdentity, QueueState, ReconcileStep, RowState, SlotToken, TurnKey,
+    Liveness, ProcessIdentity, QueueState, ReconcileStep, RowState, TurnKey,
 };
 use crate::queue::Store;
 use crate::runtime::Runtime;
@@ -95,8 +95,8 @@ pub fn reconcile_once<L: Liveness, S: Store>(
             state,
             ReconcileInput {
                 me,
-                fresh_token: SlotToken::generate(),
-                now_millis: tasks::now_millis(),
+                fresh_token: rt.spawner.fresh_token(),
+                now_millis: rt.spawner.now_millis(),
                 cap,
                 strategies: &strategies,
                 settled: &settled,

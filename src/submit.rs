@@ -166,7 +166,7 @@ pub fn decide_submit<L: Liveness, S: Store>(
     let mut prepare = Some(prepare);
     let cap = rt.cap();
     rt.store.transact(|state| {
-        let now = tasks::now_millis();
+        let now = rt.spawner.now_millis();
         let (turn, strategy) = request.create_turn(&rt.home, &task, false, now)?;
         if let Some(prepare) = prepare.take() {
             let mut turn = turn.clone();
@@ -179,7 +179,7 @@ pub fn decide_submit<L: Liveness, S: Store>(
             SubmitInput {
                 key: &key,
                 me,
-                fresh_token: SlotToken::generate(),
+                fresh_token: rt.spawner.fresh_token(),
                 now_millis: now,
                 cap,
                 strategy,
@@ -220,14 +220,14 @@ pub fn submit_attached<L: Liveness, S: Store>(
     runner::signals::install()
         .map_err(|e| DispatchError::io("installing signal handlers", e.into()))?;
     let (turn, effect) = rt.store.transact(|state| {
-        let now = tasks::now_millis();
+        let now = rt.spawner.now_millis();
         let (mut turn, strategy) = request.create_turn(&rt.home, &task, true, now)?;
         let effect = steps::attached_start(
             state,
             AttachedInput {
                 key: &turn.key,
                 me,
-                fresh_token: SlotToken::generate(),
+                fresh_token: rt.spawner.fresh_token(),
                 now_millis: now,
                 strategy,
                 liveness: &rt.liveness,

@@ -47,6 +47,16 @@ pub trait RunnerSpawner {
         )))
     }
 
+    /// A fresh slot token for a step's input; fixtures hand out deterministic ones.
+    fn fresh_token(&self) -> SlotToken {
+        SlotToken::generate()
+    }
+
+    /// "Now" for a step's input (ms since the epoch); fixtures keep their own clock.
+    fn now_millis(&self) -> u64 {
+        crate::tasks::now_millis()
+    }
+
     /// Kills every process of a turn's work (see [`super::work`]); fixtures kill their own.
     fn kill_work(&self, work: &WorkRecord) -> super::work::WorkKill {
         super::work::kill_work(work.id, work.leader)

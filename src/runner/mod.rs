@@ -103,10 +103,7 @@ pub fn run_work<L: Liveness, S: Store>(
     let mut leader = None;
     let execution = execute_turn(&rt.home, turn, attached, work, |started| {
         leader = Some(started);
-        let recorded = rt.store.transact(|state| {
-            steps::work_started(state, &turn.key, work, started).map_err(DispatchError::from)
-        });
-        if let Err(e) = recorded {
+        if let Err(e) = record_leader(rt, &turn.key, work, started) {
             // The marker still finds the work; only the process-group half of a kill is lost.
             tracing::warn!("{}: cannot record the leader of work {work}: {e}", turn.key);
         }
@@ -119,6 +116,18 @@ pub fn run_work<L: Liveness, S: Store>(
     };
     driver::kill_work(rt.spawner.as_ref(), &record);
     execution
+}
+
+/// The section right after the command was spawned: record its leader on the work.
+pub fn record_leader<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    key: &TurnKey,
+    work: WorkId,
+    leader: ProcessIdentity,
+) -> Result<(), DispatchError> {
+    rt.store.transact(|state| {
+        steps::work_started(state, key, work, leader).map_err(DispatchError::from)
+    })
 }
 
 /// Leaves the queue for `key` and starts the oldest parked row in the slot this process frees.
@@ -135,8 +144,8 @@ pub fn leave_and_start_next<L: Liveness, S: Store>(
             FinishInput {
                 key,
                 me,
-                fresh_token: SlotToken::generate(),
-                now_millis: tasks::now_millis(),
+                fresh_token: rt.spawner.fresh_token(),
+                now_millis: rt.spawner.now_millis(),
                 cap,
                 strategies: &strategies,
                 liveness: &rt.liveness,

@@ -622,10 +622,7 @@ impl Walk {
                 let (task, _) = TASKS[self.rng.below(TASKS.len())];
                 // What a submitter killed between writing the record and publishing its row leaves.
                 let key = self.mirror.next_turn(task);
-                self.mirror
-                    .strategies
-                    .entry(task.to_string())
-                    .or_insert_with(Strategy::default);
+                self.mirror.strategies.entry(task.to_string()).or_default();
                 self.mirror.orphans.insert(key.clone());
                 let turn = tasks::create_turn(
                     &self.rt.home,

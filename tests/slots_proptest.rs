@@ -286,10 +286,7 @@ impl World {
                         phase: Phase::Starting,
                     });
                     self.flights[f].spawned = true;
-                    // The child's identity travels with the flight until the first publish.
                     self.flights[f].stage = InFlight::Reserved(handoff);
-                    self.flights[f].owner = self.flights[f].owner;
-                    self.runners.last_mut().expect("pushed").phase = Phase::Starting;
                 }
             }
             Op::First(i) => {

@@ -169,7 +169,7 @@ fn runner_of(home: &Path) -> Option<(u32, u64)> {
         let is_runner = args
             .windows(2)
             .any(|w| w[0] == "worker" && w[1] == "runner")
-            && args.iter().any(|a| *a == home);
+            && args.contains(&home);
         let (state, start) = stat(pid)?;
         (is_runner && !matches!(state, 'Z' | 'X')).then_some((pid, start))
     })

@@ -157,3 +157,55 @@ pub fn kill_work(work: WorkId, leader: Option<ProcessIdentity>) -> WorkKill {
         remaining,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+
+    fn work_id() -> WorkId {
+        WorkId::from_token(crate::protocol::slots::SlotToken::generate())
+    }
+
+    #[test]
+    fn a_work_is_found_by_its_marker_and_killed_with_its_detached_children() {
+        let work = work_id();
+        // The leader backgrounds a child, as a command whose children outlive its runner does.
+        let mut leader = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & sleep 30"])
+            .env(WorkId::ENV, work.to_string())
+            .process_group(0)
+            .spawn()
+            .expect("spawn sh");
+        let leader_id = crate::process::identity_of(leader.id()).expect("leader identity");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while work_processes(work, Some(leader_id)).len() < 3 {
+            assert!(
+                Instant::now() < deadline,
+                "the work's processes never showed up"
+            );
+            std::thread::sleep(Duration::from_millis(WORK_POLL_MILLIS));
+        }
+        assert_eq!(observe_work(work, Some(leader_id)), Observation::Matching);
+        let killed = kill_work(work, Some(leader_id));
+        let _ = leader.wait();
+        assert!(killed.found >= 3, "{killed:?}");
+        assert!(killed.is_complete(), "{killed:?}");
+        assert!(work_processes(work, Some(leader_id)).is_empty());
+        assert_eq!(observe_work(work, Some(leader_id)), Observation::Gone);
+    }
+
+    #[test]
+    fn another_works_processes_are_never_listed() {
+        let (mine, other) = (work_id(), work_id());
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .env(WorkId::ENV, other.to_string())
+            .spawn()
+            .expect("spawn sleep");
+        assert!(work_processes(mine, None).is_empty());
+        assert_eq!(kill_work(mine, None), WorkKill::default());
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}

@@ -9,9 +9,7 @@ use crate::dispatch::{DispatchError, Handoff};
 use crate::driver;
 use crate::process::work::WorkKill;
 use crate::protocol::slots::steps::{self, ReconcileEffect, ReconcileInput};
-use crate::protocol::slots::{
-    Liveness, ProcessIdentity, QueueState, ReconcileStep, RowState, TurnKey,
-};
+use crate::protocol::slots::{Liveness, ProcessIdentity, QueueState, ReconcileStep, TurnKey};
 use crate::queue::Store;
 use crate::runtime::Runtime;
 use crate::tasks::{self, TurnRecord};
@@ -77,11 +75,9 @@ pub fn reconcile_once<L: Liveness, S: Store>(
     rt.store.transact(|state| {
         // Which dispatched turns already have their result on disk: read under the lock.
         let mut settled = BTreeSet::new();
-        for entry in &state.entries {
-            if matches!(entry.state, RowState::Dispatching { .. })
-                && tasks::load_turn(&rt.home, &entry.key)?.is_some_and(|t| t.is_settled())
-            {
-                settled.insert(entry.key.clone());
+        for key in steps::settled_needed(state) {
+            if tasks::load_turn(&rt.home, key)?.is_some_and(|t| t.is_settled()) {
+                settled.insert(key.clone());
             }
         }
         let mut orphans = Vec::with_capacity(orphan_candidates.len());
@@ -90,7 +86,7 @@ pub fn reconcile_once<L: Liveness, S: Store>(
                 orphans.push(key.clone());
             }
         }
-        let strategies = tasks::parked_strategies(&rt.home, state)?;
+        let strategies = rt.strategies_for(state)?;
         let effect = steps::reconcile(
             state,
             ReconcileInput {

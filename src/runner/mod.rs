@@ -138,7 +138,7 @@ pub fn leave_and_start_next<L: Liveness, S: Store>(
 ) -> Result<Option<Handoff>, DispatchError> {
     let cap = rt.cap();
     let next = rt.store.transact(|state| {
-        let strategies = tasks::parked_strategies(&rt.home, state)?;
+        let strategies = rt.strategies_for(state)?;
         steps::runner_finish(
             state,
             FinishInput {

@@ -19,7 +19,10 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+/// The two tests each watch all of `/proc`; one at a time keeps the sampler's pace.
+static SERIAL: Mutex<()> = Mutex::new(());
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -132,7 +135,13 @@ fn distinct_works(sample: &[Member]) -> usize {
         .len()
 }
 
-fn spawn_sampler(mark: Vec<u8>, stop: Arc<AtomicBool>) -> thread::JoinHandle<Samples> {
+/// Samples until `stop`; `seen` shares the works seen so far, so the test can wait for the sampler
+/// to have observed a work before it stops it.
+fn spawn_sampler(
+    mark: Vec<u8>,
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<BTreeSet<String>>>,
+) -> thread::JoinHandle<Samples> {
     thread::spawn(move || {
         let mut samples = Samples::default();
         while !stop.load(Ordering::SeqCst) {
@@ -140,6 +149,9 @@ fn spawn_sampler(mark: Vec<u8>, stop: Arc<AtomicBool>) -> thread::JoinHandle<Sam
             samples.count += 1;
             samples
                 .works_seen
+                .extend(sample.iter().map(|m| m.work.clone()));
+            seen.lock()
+                .unwrap_or_else(|p| p.into_inner())
                 .extend(sample.iter().map(|m| m.work.clone()));
             if distinct_works(&sample) > distinct_works(&samples.worst) {
                 samples.worst = sample;
@@ -195,8 +207,10 @@ fn s2_over_work_reconcile_kills_a_sigkilled_runners_surviving_children_before_ru
     assert!(out.status.success(), "{}", describe(&out));
     let mark_value = uuid::Uuid::now_v7().to_string();
     let mark = format!("TG_WORK_TEST={mark_value}");
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let stop = Arc::new(AtomicBool::new(false));
-    let sampler = spawn_sampler(mark.clone().into_bytes(), stop.clone());
+    let seen = Arc::new(Mutex::new(BTreeSet::new()));
+    let sampler = spawn_sampler(mark.clone().into_bytes(), stop.clone(), seen.clone());
 
     let submit = Command::new(BIN)
         .arg("--home")
@@ -259,6 +273,10 @@ fn s2_over_work_reconcile_kills_a_sigkilled_runners_surviving_children_before_ru
         let found = confirmed(members(mark.as_bytes()));
         found.iter().any(|m| m.work != old_work).then_some(found)
     });
+    wait_for("the sampler to see the new work", || {
+        let seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.iter().any(|w| *w != old_work).then_some(())
+    });
 
     stop.store(true, Ordering::SeqCst);
     let samples = sampler.join().expect("sampler");
@@ -292,5 +310,65 @@ fn s2_over_work_reconcile_kills_a_sigkilled_runners_surviving_children_before_ru
         "slots_work: {} samples, at most {} work(s) of the turn alive at once",
         samples.count,
         distinct_works(&samples.worst)
+    );
+}
+
+/// Cancel of a turn whose runner was SIGKILLed: the surviving children are killed, the row leaves
+/// only once they are gone, the turn ends as cancelled and nothing runs it again.
+#[test]
+fn cancel_kills_a_sigkilled_runners_surviving_children_and_ends_the_turn() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path().join("home");
+    let out = tollgate(&home, &["init", "--workers", "1"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let mark = format!("TG_WORK_TEST={}", uuid::Uuid::now_v7());
+    let submit = Command::new(BIN)
+        .arg("--home")
+        .arg(&home)
+        .args(["submit", "--task", "c", "--env", &mark, "--"])
+        .args(["sh", "-c", "sh -c 'sleep 30' & sleep 30"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run submit");
+    assert!(submit.status.success(), "{}", describe(&submit));
+    let old = wait_for("the turn's command tree", || {
+        let found = confirmed(members(mark.as_bytes()));
+        (found.len() >= 3).then_some(found)
+    });
+    let (runner, runner_start) = runner_of(&home).expect("the turn's runner is alive");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(runner as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL the runner");
+    wait_for("the runner to die", || {
+        (!alive(runner, runner_start)).then_some(())
+    });
+    assert!(!confirmed(members(mark.as_bytes())).is_empty());
+
+    let cancel = tollgate(&home, &["cancel", "c"]);
+    assert!(cancel.status.success(), "{}", describe(&cancel));
+    let left: Vec<&Member> = old.iter().filter(|m| alive(m.pid, m.start)).collect();
+    assert!(
+        left.is_empty(),
+        "the old work outlived cancel: {left:?}\n{}",
+        describe(&cancel)
+    );
+    let status = tollgate(&home, &["status", "c", "--json"]);
+    assert!(status.status.success(), "{}", describe(&status));
+    let view: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status JSON");
+    assert_eq!(view["rows"].as_array().map(Vec::len), Some(0), "{view:#}");
+    assert_eq!(
+        view["tasks"][0]["turns"][0]["state"], "cancelled",
+        "{view:#}"
+    );
+    // A reconcile afterwards finds nothing to run.
+    let rec = tollgate(&home, &["reconcile"]);
+    assert!(rec.status.success(), "{}", describe(&rec));
+    assert!(
+        confirmed(members(mark.as_bytes())).is_empty(),
+        "the cancelled turn ran again: {}",
+        describe(&rec)
     );
 }

@@ -467,6 +467,15 @@ fn describe(step: &ReconcileStep) -> String {
             replaced: None,
             ..
         } => format!("{key}: started on a free slot"),
+        ReconcileStep::Kill { key, work } => {
+            format!(
+                "{key}: runner pid {} is gone, killing its work {}",
+                work.runner.pid, work.id
+            )
+        }
+        ReconcileStep::Requeued { key } => {
+            format!("{key}: owner gone, parked (its row was never queued)")
+        }
         ReconcileStep::Saturated => "every worker slot is busy; parked rows wait".to_string(),
         ReconcileStep::Idle => "nothing left to repair".to_string(),
     }

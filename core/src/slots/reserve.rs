@@ -100,7 +100,12 @@ pub fn reserve_runner_slot_with(
         });
     }
 
-    if same_turn_runner.is_some() || foreign_holder.is_some() {
+    // A work of this turn that may still be alive (its runner died) is a copy of the turn running:
+    // starting another would run the turn twice (S2 over work). Reconcile kills it first.
+    let live_work = state
+        .works_of(key)
+        .any(|w| liveness.observe_work(w).is_live());
+    if same_turn_runner.is_some() || foreign_holder.is_some() || live_work {
         return Ok(ReserveOutcome::Pending { token: None });
     }
     let occupied = rules.occupied_runner_slots(
@@ -294,30 +299,6 @@ pub fn start_next_parked(
 /// Every parked row may start (no scope strategy applies).
 pub(crate) fn every_row(_: &QueueState, _: &QueueEntry) -> bool {
     true
-}
-
-/// [`start_next_parked`] restricted to rows `eligible` says may start now (the scope strategies
-/// of `crate::scopes` decide that: per-task concurrency, debounce deadlines).
-#[allow(clippy::too_many_arguments)]
-pub fn start_next_parked_where(
-    state: &mut QueueState,
-    reserver: ProcessIdentity,
-    exclude_reserver: Option<u32>,
-    cap: usize,
-    fresh_token: SlotToken,
-    liveness: &impl Liveness,
-    eligible: &impl Fn(&QueueState, &QueueEntry) -> bool,
-) -> Result<StartNext, SlotError> {
-    start_next_parked_general(
-        &ProductionRules,
-        state,
-        reserver,
-        exclude_reserver,
-        cap,
-        fresh_token,
-        liveness,
-        eligible,
-    )
 }
 
 /// [`start_next_parked`] under explicit [`SlotRules`]: the seam the model's broken variants use.

@@ -1,6 +1,7 @@
 //! Processes as the slot protocol sees them: identities read from `/proc`, liveness answered from
 //! `/proc`, and the detached spawn of a runner.
 
+pub mod containment;
 mod identity;
 mod spawn;
 

@@ -71,23 +71,6 @@ pub fn create_run_cgroup(base: &Path) -> Option<PathBuf> {
     }
 }
 
-/// Creates the group of item `index` inside the run's group. `None` when it cannot (the item then
-/// runs contained by its process group and marker only).
-pub fn create_item_cgroup(run_group: &Path, index: usize) -> Option<PathBuf> {
-    match cgroup::create(run_group, &index.to_string()) {
-        Ok(dir) => Some(dir),
-        Err(e) => {
-            tracing::warn!("cannot create cgroup {}/{index}: {e}", run_group.display());
-            None
-        }
-    }
-}
-
-/// Moves a freshly spawned item into its cgroup (see [`cgroup::adopt`]).
-pub fn adopt_into_cgroup(dir: &Path, pid: i32) -> std::io::Result<()> {
-    cgroup::adopt(dir, pid)
-}
-
 /// Removes empty cgroups left by runs that are gone. Returns the removed directories.
 pub fn sweep_cgroups() -> Vec<PathBuf> {
     cgroup::sweep_groups()

@@ -6,7 +6,7 @@
 //! from the worker's message, or (after kill, term grace and join grace) as abandoned, leaving the
 //! thread behind; a late message is refused by the core and dropped.
 
-use super::kill::{self, Containment, KillTarget, Killer, ITEM_MARKER_ENV};
+use super::kill::{self, Containment, KillTarget, Killer};
 use super::pack::{self, Command as ItemCommand, Pack};
 use super::settlement::Settlement;
 use super::sweep::{self, DeadRun, RunRecord, SweepEntry, SweepError};
@@ -19,7 +19,7 @@ use crate::protocol::execution::{
 use serde::Serialize;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -437,47 +437,38 @@ impl Run<'_> {
                 c
             }
         };
-        let marker = kill::item_marker(&self.run_id, index);
-        cmd.current_dir(&cwd)
-            .envs(&item.env)
-            .env(ITEM_MARKER_ENV, &marker.value)
-            .stdin(Stdio::null())
-            .process_group(0);
+        cmd.current_dir(&cwd).envs(&item.env).stdin(Stdio::null());
+        // The unit (its group inside the run's, on the cgroup path) exists before the spawn.
+        let mut unit = UnitIdentity::prepare(
+            self.run_group.as_deref(),
+            &index.to_string(),
+            kill::item_marker(&self.run_id, index),
+        );
+        unit.configure(&mut cmd);
         let (reader, writer) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
         let writer2 = writer.try_clone().map_err(|e| format!("pipe: {e}"))?;
         cmd.stdout(Stdio::from(writer)).stderr(Stdio::from(writer2));
-        let cgroup = self
-            .run_group
-            .as_deref()
-            .and_then(|group| kill::create_item_cgroup(group, index));
         let spawned = cmd.spawn();
         // Our copies of the pipe's write end must close, or the reader never sees EOF.
         drop(cmd);
         let child = match spawned {
             Ok(child) => child,
             Err(e) => {
-                if let Some(dir) = &cgroup {
+                if let Some(dir) = &unit.cgroup {
                     let _ = std::fs::remove_dir(dir);
                 }
                 return Err(format!("cannot start {:?}: {e}", item.name));
             }
         };
         let pid = child.id();
-        if let Some(dir) = &cgroup {
-            if let Err(e) = kill::adopt_into_cgroup(dir, pid as i32) {
-                // Still contained by its process group and the /proc walk.
-                tracing::warn!("cannot move item {index} into {}: {e}", dir.display());
-            }
+        if let Err(e) = unit.started(pid) {
+            // Still contained by its process group and the /proc walk.
+            tracing::warn!("cannot move item {index} into its cgroup: {e}");
         }
         let target = KillTarget {
             pid: pid as i32,
-            unit: UnitIdentity {
-                cgroup,
-                pgid: Some(pid as i32),
-                marker,
-                leader: crate::process::identity_of(pid),
-            },
+            unit,
         };
         let tx = self.tx.clone();
         let reader = File::from(reader);

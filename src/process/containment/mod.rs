@@ -169,6 +169,46 @@ pub struct UnitIdentity {
     pub leader: Option<ProcessIdentity>,
 }
 
+impl UnitIdentity {
+    /// Owner side, before the spawn: a unit with `marker` and, when `parent` is given (the
+    /// owner's base on the cgroup path, or a run's group), a fresh group `<parent>/<name>`. A group
+    /// that cannot be created leaves the unit on its process group and marker (logged).
+    pub fn prepare(parent: Option<&Path>, name: &str, marker: Marker) -> Self {
+        let cgroup = parent.and_then(|p| match cgroup::create(p, name) {
+            Ok(dir) => Some(dir),
+            Err(e) => {
+                tracing::warn!("cannot create cgroup {}/{name}: {e}", p.display());
+                None
+            }
+        });
+        Self {
+            cgroup,
+            pgid: None,
+            marker,
+            leader: None,
+        }
+    }
+
+    /// Puts the marker in the command's environment and makes it lead a new process group.
+    pub fn configure(&self, cmd: &mut std::process::Command) {
+        use std::os::unix::process::CommandExt;
+        cmd.env(&self.marker.var, &self.marker.value)
+            .process_group(0);
+    }
+
+    /// Owner side, right after the spawn: moves the child (and what it already forked) into the
+    /// group and records its process group and identity. An adoption error leaves the unit on its
+    /// process group and marker.
+    pub fn started(&mut self, pid: u32) -> std::io::Result<()> {
+        self.pgid = Some(pid as i32);
+        self.leader = crate::process::identity_of(pid);
+        match &self.cgroup {
+            Some(dir) => cgroup::adopt(dir, pid as i32),
+            None => Ok(()),
+        }
+    }
+}
+
 /// The pure membership rule of the `/proc` walk: a live process belongs to the unit if it is in
 /// the unit's cgroup, carries the marker, or is in the process group of a leader that is still the
 /// recorded one. (Descendants of members are added afterwards.)
@@ -184,14 +224,16 @@ pub fn is_member(
 /// The unit's process group, if its recorded leader is still the process with that pid.
 fn live_pgid(unit: &UnitIdentity) -> Option<i32> {
     let pgid = unit.pgid?;
-    match &unit.leader {
-        Some(leader) => {
-            matches!(ProcLiveness.observe(leader), Observation::Matching).then_some(pgid)
-        }
-        // No leader recorded: the group is trusted only while a marked member is in it (found
-        // by the marker anyway).
-        None => None,
-    }
+    let leader = unit.leader.as_ref()?;
+    matches!(ProcLiveness.observe(leader), Observation::Matching).then_some(pgid)
+}
+
+/// The pure rule for trusting the recorded process group: while its leader is the recorded one,
+/// or (the leader gone) while a process carrying the marker is still in it — a pgid is not reused
+/// while its group has a member, so that group is still the unit's.
+pub fn group_is_ours(pgid: Option<i32>, leader_matches: bool, marked_pgrps: &[i32]) -> Option<i32> {
+    let pgid = pgid?;
+    (leader_matches || marked_pgrps.contains(&pgid)).then_some(pgid)
 }
 
 /// The live members of `unit` as `(pid, ppid)`: by cgroup, marker, live process group, then every
@@ -204,19 +246,29 @@ pub fn members(unit: &UnitIdentity) -> Vec<(i32, i32)> {
         .as_deref()
         .map(|dir| cgroup::procs(dir).into_iter().collect())
         .unwrap_or_default();
-    let pgid = live_pgid(unit);
     let mut children: HashMap<i32, Vec<usize>> = HashMap::new();
     for (i, p) in procs.iter().enumerate() {
         children.entry(p.ppid).or_default().push(i);
     }
+    let marked: Vec<bool> = procs
+        .iter()
+        .map(|p| {
+            p.pid != own
+                && p.is_alive()
+                && procfs::environ_of(p.pid).is_some_and(|e| unit.marker.matches_environ(&e))
+        })
+        .collect();
+    let marked_pgrps: Vec<i32> = procs
+        .iter()
+        .zip(&marked)
+        .filter(|(_, m)| **m)
+        .map(|(p, _)| p.pgrp)
+        .collect();
+    let pgid = group_is_ours(unit.pgid, live_pgid(unit).is_some(), &marked_pgrps);
     let mut found: HashSet<i32> = HashSet::new();
     let mut stack: Vec<usize> = Vec::new();
     for (i, p) in procs.iter().enumerate() {
-        if p.pid == own || !p.is_alive() {
-            continue;
-        }
-        let marked = || procfs::environ_of(p.pid).is_some_and(|e| unit.marker.matches_environ(&e));
-        if is_member(p, in_cgroup.contains(&p.pid), false, pgid) || marked() {
+        if p.pid != own && is_member(p, in_cgroup.contains(&p.pid), marked[i], pgid) {
             stack.push(i);
         }
     }
@@ -414,6 +466,18 @@ mod tests {
             !is_member(&p('Z', 7), true, true, Some(7)),
             "a zombie is gone"
         );
+    }
+
+    #[test]
+    fn the_process_group_is_trusted_only_through_its_leader_or_a_marked_member() {
+        assert_eq!(group_is_ours(Some(7), true, &[]), Some(7));
+        assert_eq!(group_is_ours(Some(7), false, &[3, 7]), Some(7));
+        assert_eq!(
+            group_is_ours(Some(7), false, &[3]),
+            None,
+            "recycled or empty"
+        );
+        assert_eq!(group_is_ours(None, true, &[7]), None);
     }
 
     #[test]

@@ -424,6 +424,51 @@ mod tests {
     }
 
     #[test]
+    fn a_dead_runs_git_worktree_is_recognised_and_removed_through_git() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        fs::create_dir(&repo).unwrap();
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .arg("-C")
+                .arg(&repo)
+                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+            String::from_utf8(out.stdout).unwrap()
+        };
+        git(&["init", "-q"]);
+        git(&["commit", "-q", "--allow-empty", "-m", "x"]);
+        let wt = dir.path().join("worktrees").join("run").join("0-a");
+        fs::create_dir_all(wt.parent().unwrap()).unwrap();
+        git(&[
+            "worktree",
+            "add",
+            "-q",
+            "--detach",
+            wt.to_str().unwrap(),
+            "HEAD",
+        ]);
+        let copy = dir.path().join("worktrees").join("run").join("1-b");
+        fs::create_dir(&copy).unwrap();
+
+        let found = worktree_at(&wt);
+        let repo = fs::canonicalize(&repo).unwrap();
+        assert_eq!(found.kind, WorktreeKind::Git { repo: repo.clone() });
+        assert_eq!(worktree_at(&copy).kind, WorktreeKind::Copy);
+        worktree::remove(&found).unwrap();
+        assert!(!wt.exists());
+        assert_eq!(
+            git(&["worktree", "list", "--porcelain"])
+                .matches("worktree ")
+                .count(),
+            1
+        );
+    }
+
+    #[test]
     fn a_live_run_is_never_swept() {
         let dir = tempfile::tempdir().unwrap();
         let me = crate::process::self_identity().unwrap();

@@ -72,6 +72,14 @@ fn wait_files(dir: &Path, names: &[&str]) {
     }
 }
 
+fn read_pid(dir: &Path, name: &str) -> i32 {
+    std::fs::read_to_string(dir.join(name))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 fn cgroup_base() -> Option<PathBuf> {
     match containment::decide(false, cgroup::base(), cgroup::probe).0 {
         Containment::Cgroup { base } => Some(base),
@@ -99,9 +107,13 @@ fn kill_a_tree(base: Option<PathBuf>) {
     // Only a cgroup can find a setsid process that dropped the marker.
     let escapee = if group.is_some() {
         expected.push("escapee");
-        format!(
-            "env -u TOLLGATE_WORK setsid sh -c 'trap \"\" TERM; echo $$ > {d}/escapee; exec sleep 600' & "
+        std::fs::write(
+            dir.path().join("escapee.sh"),
+            format!("trap '' TERM; echo $$ > {d}/escapee; exec sleep 600\n"),
         )
+        .unwrap();
+        // Its parent exits at once: an orphan with no marker, in a session of its own.
+        format!("env -u TOLLGATE_WORK sh -c 'setsid sh {d}/escapee.sh &' & ")
     } else {
         String::new()
     };
@@ -139,6 +151,35 @@ fn kill_a_tree(base: Option<PathBuf>) {
     };
     // The identity a record would carry, read back as any later process would.
     let unit: UnitIdentity = serde_json::from_str(&serde_json::to_string(&unit).unwrap()).unwrap();
+    if group.is_some() {
+        let escapee = read_pid(dir.path(), "escapee");
+        let until = Instant::now() + Duration::from_secs(10);
+        // Bounded poll: the middle shell exits right after forking, and the escapee is then no
+        // descendant of the leader any more (only the cgroup still holds it).
+        let descends_from_leader = || {
+            let mut p = escapee;
+            for _ in 0..64 {
+                match containment::parent_of(p) {
+                    Some(q) if q == pid => return true,
+                    Some(q) if q > 1 => p = q,
+                    _ => return false,
+                }
+            }
+            false
+        };
+        while descends_from_leader() {
+            assert!(Instant::now() < until, "the middle shell never exited");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let env = std::fs::read(format!("/proc/{escapee}/environ")).unwrap();
+        assert!(
+            !env.split(|&b| b == 0)
+                .any(|v| v.starts_with(b"TOLLGATE_WORK=")),
+            "the escapee still carries the marker"
+        );
+        let stat = std::fs::read_to_string(format!("/proc/{escapee}/stat")).unwrap();
+        eprintln!("escapee: {stat}");
+    }
     let before = tagged(&tag);
     assert!(before.len() >= expected.len(), "{before:?}");
 
@@ -151,6 +192,10 @@ fn kill_a_tree(base: Option<PathBuf>) {
         took.as_millis()
     );
     assert!(report.survivors.is_empty(), "{report:?}");
+    assert!(
+        report.signalled >= expected.len(),
+        "every process found at the first signal: {report:?}"
+    );
     assert!(report.escalated, "SIGTERM-ignorers needed SIGKILL");
     assert!(
         took >= Duration::from_millis(GRACE_MILLIS),
@@ -163,11 +208,7 @@ fn kill_a_tree(base: Option<PathBuf>) {
         "survivors by the test's own scan: {left:?}"
     );
     for name in &expected {
-        let p: i32 = std::fs::read_to_string(dir.path().join(name))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+        let p = read_pid(dir.path(), name);
         assert!(!containment::is_alive(p), "{name} ({p}) survived");
     }
     if let Some(g) = &group {

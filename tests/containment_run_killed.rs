@@ -290,3 +290,54 @@ fn killed_run_is_cleaned_by_the_next_run_through_the_cgroup() {
 fn killed_run_is_cleaned_by_the_next_run_on_the_subreaper_path() {
     run_killed_then_cleaned(true, Cleaner::NextRun);
 }
+
+/// D8's other half: a sweep while the run is alive touches none of its processes (the run's
+/// identity still matches), and the same sweep after the run is SIGKILLed kills them all.
+#[test]
+fn sweep_leaves_a_live_runs_items_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let tag = format!("{}-live-{}", std::process::id(), uuid_like());
+    let _reaper = Reaper(tag.clone());
+    let pack = write_pack(dir.path(), &tag);
+    let home = dir.path().join("home");
+    let mut run = Command::new(BIN)
+        .arg("--home")
+        .arg(&home)
+        .arg("run")
+        .arg(&pack)
+        .env("TOLLGATE_NO_CGROUP", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pids = wait_for_pids(dir.path(), &mut run);
+    let sweep = || {
+        Command::new(BIN)
+            .arg("--home")
+            .arg(&home)
+            .arg("sweep")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = sweep();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    for (name, pid) in &pids {
+        assert!(
+            is_alive(*pid),
+            "the sweep killed {name} ({pid}) of a live run"
+        );
+    }
+    assert_eq!(
+        run.try_wait().unwrap(),
+        None,
+        "the run itself is still running"
+    );
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let out = sweep();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let left = tagged(&tag);
+    assert!(left.is_empty(), "survivors {left:?}");
+}

@@ -291,6 +291,8 @@ pub fn members(unit: &UnitIdentity) -> Vec<(i32, i32)> {
 /// Sends `signal` to every member (and, for SIGKILL, writes `cgroup.kill`); returns the members
 /// signalled as `(pid, ppid)`.
 pub fn signal_unit(unit: &UnitIdentity, signal: Signal) -> Vec<(i32, i32)> {
+    // Found first, so the answer names what was alive when the signal went out.
+    let found = members(unit);
     if signal == Signal::SIGKILL {
         if let Some(dir) = &unit.cgroup {
             if dir.exists() {
@@ -303,7 +305,6 @@ pub fn signal_unit(unit: &UnitIdentity, signal: Signal) -> Vec<(i32, i32)> {
     if let Some(pgid) = live_pgid(unit) {
         let _ = nix::sys::signal::killpg(Pid::from_raw(pgid), signal);
     }
-    let found = members(unit);
     for (pid, _) in &found {
         let _ = kill(Pid::from_raw(*pid), signal);
     }

@@ -447,6 +447,7 @@ fn valid_sweep() -> impl Strategy<Value = SweepList> {
                 listed_at_millis,
             })
             .collect(),
+        runs: Vec::new(),
     })
 }
 

@@ -80,7 +80,7 @@ pub enum Command {
     Reconcile(ReconcileArgs),
     /// Run a pack: every item with its deadline, under the run ceiling, rows by lane.
     Run(run::RunArgs),
-    /// Remove listed worktrees that no live process holds any more.
+    /// Kill what dead runs left running; remove listed worktrees no live process holds any more.
     Sweep(sweep::SweepArgs),
     /// Serve webhooks: verify senders, admit under `max_detached`, run each delivery as a turn.
     #[cfg(feature = "serve")]

@@ -244,6 +244,12 @@ pub fn run(args: RunArgs, home: Option<&Path>) -> i32 {
             return exit::ENVIRONMENT;
         }
     };
+    for dead in &report.swept {
+        eprintln!(
+            "tollgate run: killed {} processes left by run {} (pid {} is gone)",
+            dead.killed, dead.run_id, dead.run_pid
+        );
+    }
     for warning in &report.warnings {
         eprintln!("tollgate run: warning: {warning}");
     }

@@ -1,4 +1,5 @@
-//! `tollgate sweep`: remove worktrees runs could not remove, once nothing holds them.
+//! `tollgate sweep`: kill what runs that died left running, and remove worktrees runs could not
+//! remove, once nothing holds them.
 
 use super::exit;
 use crate::exec::sweep;
@@ -26,6 +27,28 @@ pub fn run(_args: SweepArgs, home: Option<&Path>) -> i32 {
             return exit::ENVIRONMENT;
         }
     };
+    let mut survivors = false;
+    for dead in &report.runs {
+        println!(
+            "killed  run {} (pid {} is gone): {} processes",
+            dead.run_id, dead.run_pid, dead.killed
+        );
+        if !dead.survivors.is_empty() {
+            survivors = true;
+            eprintln!(
+                "failed  run {}: {} processes survived SIGKILL: {:?}",
+                dead.run_id,
+                dead.survivors.len(),
+                dead.survivors
+            );
+        }
+        for path in &dead.removed {
+            println!("removed {} (worktree of the dead run)", path.display());
+        }
+        for (path, why) in &dead.failed {
+            eprintln!("failed  {}: {why}", path.display());
+        }
+    }
     for path in crate::exec::kill::sweep_cgroups() {
         println!("removed {} (cgroup of a finished run)", path.display());
     }
@@ -38,7 +61,8 @@ pub fn run(_args: SweepArgs, home: Option<&Path>) -> i32 {
     for (path, why) in &report.failed {
         eprintln!("failed  {}: {why}", path.display());
     }
-    if report.failed.is_empty() {
+    let dead_failed = report.runs.iter().any(|d| !d.failed.is_empty());
+    if report.failed.is_empty() && !survivors && !dead_failed {
         exit::OK
     } else {
         exit::FAILED

@@ -6,11 +6,12 @@
 //! from the worker's message, or (after kill, term grace and join grace) as abandoned, leaving the
 //! thread behind; a late message is refused by the core and dropped.
 
-use super::kill::{self, Containment, KillTarget, Killer, ITEM_MARKER_ENV};
+use super::kill::{self, Containment, KillTarget, Killer};
 use super::pack::{self, Command as ItemCommand, Pack};
 use super::settlement::Settlement;
-use super::sweep::{self, SweepEntry};
+use super::sweep::{self, DeadRun, RunRecord, SweepEntry, SweepError};
 use super::worktree::{self, Worktree};
+use crate::process::containment::UnitIdentity;
 use crate::protocol::execution::{
     Action, Counts, EndReason, ExecError, Execution, ExitStatus, Lane, Limits, Outcome, Row,
     WorktreeStep,
@@ -18,7 +19,7 @@ use crate::protocol::execution::{
 use serde::Serialize;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,6 +38,11 @@ pub enum RunError {
     Core(#[from] ExecError),
     #[error("RUN_WORKTREE_ROOT: cannot create {path}: {source}")]
     WorktreeRoot { path: PathBuf, source: io::Error },
+    /// Nothing starts unless the run is on the sweep list first, so a killed run can be cleaned.
+    #[error("RUN_UNRECORDED: cannot record the run before its items start: {0}")]
+    Unrecorded(#[source] SweepError),
+    #[error("RUN_IDENTITY: {0}")]
+    Identity(#[source] io::Error),
 }
 
 /// One line of the event stream.
@@ -130,6 +136,8 @@ pub struct RunReport {
     pub listed: Vec<PathBuf>,
     /// Problems that did not stop the run (a sweep list that could not be written, ...).
     pub warnings: Vec<String>,
+    /// Dead runs on this home whose leftovers this run killed before starting.
+    pub swept: Vec<DeadRun>,
 }
 
 impl RunReport {
@@ -155,6 +163,8 @@ struct Held {
 
 struct Run<'a> {
     pack: &'a Pack,
+    /// The run's cgroup (items' groups inside), on the cgroup path.
+    run_group: Option<PathBuf>,
     opts: &'a RunOptions,
     killer: &'a dyn Killer,
     sink: &'a mut dyn EventSink,
@@ -194,8 +204,49 @@ pub fn run_many(
     // Each worker sends exactly one message, so a bound of one slot per item never blocks.
     let (tx, rx) = mpsc::sync_channel(pack.items.len().max(1));
     let run_id = uuid::Uuid::now_v7().to_string();
+    // What a dead run on this home left is killed first: its items may hold the same resources.
+    let (swept, mut warnings) = match sweep::sweep_dead_runs(&opts.home) {
+        Ok(swept) => (swept, Vec::new()),
+        Err(e) => (Vec::new(), vec![format!("cannot sweep dead runs: {e}")]),
+    };
+    for dead in &swept {
+        if !dead.survivors.is_empty() {
+            warnings.push(format!(
+                "run {} (pid {}) is dead but {} of its processes survived SIGKILL: {:?}",
+                dead.run_id,
+                dead.run_pid,
+                dead.survivors.len(),
+                dead.survivors
+            ));
+        }
+    }
+    let run_group = match &opts.containment {
+        Containment::Cgroup { base } => kill::create_run_cgroup(base),
+        Containment::Subreaper => None,
+    };
+    // Recorded before any item starts (see spec/execution.md, "A killed run").
+    let record = RunRecord {
+        run_id: run_id.clone(),
+        run: crate::process::self_identity().map_err(RunError::Identity)?,
+        unit: UnitIdentity {
+            cgroup: run_group.clone(),
+            pgid: None,
+            marker: kill::run_marker(&run_id),
+            leader: None,
+        },
+        worktree_root: opts.home.join("worktrees").join(&run_id),
+        grace_millis,
+        started_at_millis: wall_millis(),
+    };
+    if let Err(e) = sweep::record_run(&opts.home, record) {
+        if let Some(dir) = &run_group {
+            crate::process::containment::cgroup::remove_tree(dir);
+        }
+        return Err(RunError::Unrecorded(e));
+    }
     let mut run = Run {
         pack,
+        run_group,
         opts,
         killer,
         sink,
@@ -207,7 +258,7 @@ pub fn run_many(
         tx,
         rows: Vec::with_capacity(pack.items.len()),
         listed: Vec::new(),
-        warnings: Vec::new(),
+        warnings,
     };
     run.sink.emit(&Event::RunStarted {
         run_id: run.run_id.clone(),
@@ -255,8 +306,19 @@ pub fn run_many(
         }
     };
     run.killer.finish_run(&format!("{}/", run.run_id));
+    if let Some(dir) = &run.run_group {
+        // Not empty only while an abandoned item lives in it; `tollgate sweep` removes it later.
+        crate::process::containment::cgroup::remove_tree(dir);
+    }
     // Empty unless a worktree is left for the sweep.
     let _ = std::fs::remove_dir(opts.home.join("worktrees").join(&run.run_id));
+    // Every item settled and was released (an abandoned one's worktree is on the list): the run
+    // needs no sweeping any more.
+    if let Err(e) = sweep::forget_run(&opts.home, &run.run_id) {
+        run.warnings.push(format!(
+            "{e}; the finished run stays on the sweep list until `tollgate sweep`"
+        ));
+    }
     let counts = run.settlement.counts();
     let end_wall = run.wall(run.now_millis());
     run.sink.emit(&Event::RunEnded {
@@ -272,6 +334,7 @@ pub fn run_many(
         rows: run.rows,
         listed: run.listed,
         warnings: run.warnings,
+        swept,
     })
 }
 
@@ -374,43 +437,38 @@ impl Run<'_> {
                 c
             }
         };
-        let marker = format!("{}/{index}", self.run_id);
-        cmd.current_dir(&cwd)
-            .envs(&item.env)
-            .env(ITEM_MARKER_ENV, &marker)
-            .stdin(Stdio::null())
-            .process_group(0);
+        cmd.current_dir(&cwd).envs(&item.env).stdin(Stdio::null());
+        // The unit (its group inside the run's, on the cgroup path) exists before the spawn.
+        let mut unit = UnitIdentity::prepare(
+            self.run_group.as_deref(),
+            &index.to_string(),
+            kill::item_marker(&self.run_id, index),
+        );
+        unit.configure(&mut cmd);
         let (reader, writer) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
         let writer2 = writer.try_clone().map_err(|e| format!("pipe: {e}"))?;
         cmd.stdout(Stdio::from(writer)).stderr(Stdio::from(writer2));
-        let cgroup = match &self.opts.containment {
-            Containment::Cgroup { base } => kill::create_cgroup(base),
-            Containment::Subreaper => None,
-        };
         let spawned = cmd.spawn();
         // Our copies of the pipe's write end must close, or the reader never sees EOF.
         drop(cmd);
         let child = match spawned {
             Ok(child) => child,
             Err(e) => {
-                if let Some(dir) = &cgroup {
+                if let Some(dir) = &unit.cgroup {
                     let _ = std::fs::remove_dir(dir);
                 }
                 return Err(format!("cannot start {:?}: {e}", item.name));
             }
         };
         let pid = child.id();
-        if let Some(dir) = &cgroup {
-            if let Err(e) = kill::adopt_into_cgroup(dir, pid as i32) {
-                // Still contained by its process group and the /proc walk.
-                tracing::warn!("cannot move item {index} into {}: {e}", dir.display());
-            }
+        if let Err(e) = unit.started(pid) {
+            // Still contained by its process group and the /proc walk.
+            tracing::warn!("cannot move item {index} into its cgroup: {e}");
         }
         let target = KillTarget {
             pid: pid as i32,
-            cgroup,
-            marker,
+            unit,
         };
         let tx = self.tx.clone();
         let reader = File::from(reader);

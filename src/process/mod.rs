@@ -1,6 +1,7 @@
 //! Processes as the slot protocol sees them: identities read from `/proc`, liveness answered from
 //! `/proc`, the detached spawn of a runner, and a turn's work (found and killed by its marker).
 
+pub mod containment;
 mod identity;
 mod spawn;
 pub mod work;

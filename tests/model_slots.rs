@@ -13,18 +13,21 @@ use tollgate::model::slots::{
 };
 
 /// Checks `cfg` to completion (no timeout, no depth cut) and asserts every property: no
-/// counterexample for any `always`, an example for every `sometimes`.
-fn check_exhaustively(cfg: SlotConfig) {
-    check(cfg, true);
+/// counterexample for any `always`, an example for every `sometimes`; then that the checker
+/// visited exactly `unique_states` states. The count is pinned, as stateright's own examples pin
+/// theirs, so a change to the state space (a new action, a step that decides differently, a lost
+/// reduction) shows up in review as a changed number. `None` (the FULL set) reports only.
+fn check_exhaustively(cfg: SlotConfig, unique_states: Option<usize>) {
+    check(cfg, true, unique_states);
 }
 
 /// [`check_exhaustively`] for shapes that cannot reach every example (e.g. one submitter never
 /// duplicates a submission, so "pending" is unreachable): safety properties only.
-fn check_safety(cfg: SlotConfig) {
-    check(cfg, false);
+fn check_safety(cfg: SlotConfig, unique_states: Option<usize>) {
+    check(cfg, false, unique_states);
 }
 
-fn check(cfg: SlotConfig, require_examples: bool) {
+fn check(cfg: SlotConfig, require_examples: bool, unique_states: Option<usize>) {
     let started = Instant::now();
     let checker = SlotModel::new(cfg.clone()).checker().spawn_dfs().join();
     tollgate::model::report(&format!(
@@ -49,6 +52,13 @@ fn check(cfg: SlotConfig, require_examples: bool) {
             _ => {}
         }
     }
+    if let Some(expected) = unique_states {
+        assert_eq!(
+            checker.unique_state_count(),
+            expected,
+            "{cfg}: the state space changed; if that is intended, pin the new count"
+        );
+    }
 }
 
 fn full() -> bool {
@@ -64,17 +74,17 @@ fn budgets(mut cfg: SlotConfig, crashes: u8, reuses: u8, reconciles: u8) -> Slot
 
 #[test]
 fn s_two_submitters_two_turns_cap_one() {
-    check_exhaustively(budgets(SlotConfig::new(2, 2, 1), 1, 1, 1));
+    check_exhaustively(budgets(SlotConfig::new(2, 2, 1), 1, 1, 1), Some(662_003));
 }
 
 #[test]
 fn s_three_submitters_two_turns_cap_one() {
-    check_exhaustively(budgets(SlotConfig::new(3, 2, 1), 1, 1, 0));
+    check_exhaustively(budgets(SlotConfig::new(3, 2, 1), 1, 1, 0), Some(680_576));
 }
 
 #[test]
 fn s_two_submitters_three_turns_cap_two() {
-    check_exhaustively(budgets(SlotConfig::new(2, 3, 2), 1, 1, 0));
+    check_exhaustively(budgets(SlotConfig::new(2, 3, 2), 1, 1, 0), Some(5_226_219));
 }
 
 /// Larger budgets, behind `TOLLGATE_MODEL_FULL=1` (the CI budget cannot hold them).
@@ -84,8 +94,8 @@ fn s_full_budgets_when_asked() {
         eprintln!("TOLLGATE_MODEL_FULL is not 1: the larger slot model budgets are skipped");
         return;
     }
-    check_exhaustively(budgets(SlotConfig::new(2, 2, 1), 2, 1, 1));
-    check_exhaustively(budgets(SlotConfig::new(3, 2, 1), 1, 1, 1));
+    check_exhaustively(budgets(SlotConfig::new(2, 2, 1), 2, 1, 1), None);
+    check_exhaustively(budgets(SlotConfig::new(3, 2, 1), 1, 1, 1), None);
     // Not included, because they did not finish within about 5 and 10 minutes: 2 x 3 x cap 2 with
     // a reconcile run while others work (over 25 million states), and one submitter with three
     // concurrent submissions under crash, reuse and reconcile budgets of 1.
@@ -97,13 +107,13 @@ fn s_full_budgets_when_asked() {
 fn s_runner_reconciles_and_concurrent_submissions_on_production() {
     let mut side = budgets(SlotConfig::new(2, 2, 1), 1, 0, 1);
     side.runner_reconciles = true;
-    check_exhaustively(side);
+    check_exhaustively(side, Some(213_293));
     let mut threads = SlotConfig::new(1, 3, 2).without_faults();
     threads.concurrent_submissions = true;
-    check_safety(threads);
+    check_safety(threads, Some(615_080));
     let mut reused = budgets(SlotConfig::new(2, 2, 1), 1, 1, 0);
     reused.children_reuse_pids = true;
-    check_exhaustively(reused);
+    check_exhaustively(reused, Some(60_536));
 }
 
 /// Runs `cfg` (a broken variant) until `property` has a counterexample, prints its trail, and

@@ -11,8 +11,10 @@ mod queue;
 mod reconcile;
 mod reserve;
 mod rules;
+pub mod steps;
 mod takeover;
 mod token;
+mod work;
 
 pub use identity::{Liveness, Observation, ProcessIdentity};
 pub use occupancy::{
@@ -32,6 +34,7 @@ pub use reserve::{
 pub use rules::{ProductionRules, SlotRules};
 pub use takeover::{finish_turn, take_over_reserved_slot, TakeOver};
 pub use token::SlotToken;
+pub use work::{WorkId, WorkRecord};
 
 /// Why a slot operation refused to change the queue. Each variant leaves the state untouched.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -57,6 +60,10 @@ pub enum SlotError {
     },
     #[error("TASK_NAME_INVALID: {reason}")]
     InvalidTaskName { reason: String },
+    #[error("QUEUE_TURN_BUSY: another live process already starts or runs {key}")]
+    TurnBusy { key: TurnKey },
+    #[error("QUEUE_WORK_UNKNOWN: no recorded work {work} for {key}")]
+    UnknownWork { key: TurnKey, work: String },
 }
 
 impl SlotError {
@@ -72,6 +79,8 @@ impl SlotError {
             SlotError::HandoffFenced { .. } => "QUEUE_HANDOFF_FENCED",
             SlotError::NotOwner { .. } => "QUEUE_NOT_OWNER",
             SlotError::InvalidTaskName { .. } => "TASK_NAME_INVALID",
+            SlotError::TurnBusy { .. } => "QUEUE_TURN_BUSY",
+            SlotError::UnknownWork { .. } => "QUEUE_WORK_UNKNOWN",
         }
     }
 }

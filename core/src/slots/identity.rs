@@ -1,5 +1,6 @@
 //! Process identities and how the core learns whether one is still alive.
 
+use super::WorkRecord;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -43,6 +44,15 @@ impl Observation {
 /// own process table, tests from fixtures.
 pub trait Liveness {
     fn observe(&self, identity: &ProcessIdentity) -> Observation;
+
+    /// Whether any process of a recorded work may still be alive. Production scans `/proc` for the
+    /// work's environment marker and its process group, the model answers from its own table of
+    /// works. The default is [`Observation::Ambiguous`]: an observer that cannot see works must
+    /// never let a turn run twice, so it makes reconcile ask for the kill again instead.
+    fn observe_work(&self, work: &WorkRecord) -> Observation {
+        let _ = work;
+        Observation::Ambiguous
+    }
 
     fn is_live(&self, identity: &ProcessIdentity) -> bool {
         self.observe(identity).is_live()

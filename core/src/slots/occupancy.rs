@@ -3,7 +3,8 @@
 //! occupied = |live runner identities ∪ live acting queue holders, outside reserved rows| + one per
 //! outstanding reservation. Identities are counted once however many rows name them; reservations
 //! are counted one each even when several share a reserver, because each may already have a child
-//! on the way. An identity seen only on reserved rows is represented by those reservations.
+//! on the way. An identity seen only on reserved rows is represented by those reservations. A
+//! recorded work whose runner is gone but which may still be alive counts one slot of its own.
 
 use super::{Liveness, ProcessIdentity, QueueEntry, QueueState, RowState, TurnKey};
 use std::collections::BTreeMap;
@@ -103,8 +104,16 @@ pub fn counted_identities(
         }
         *identities.entry(holder).or_insert(false) |= entry.slot_reservation.is_none();
     }
+    // A work whose runner is gone but which may still be alive holds its slot until it is killed
+    // and seen gone (S1 over work): nobody else counts it, so it counts itself.
+    let orphaned_works = state
+        .works
+        .iter()
+        .filter(|w| !liveness.is_live(&w.runner) && liveness.observe_work(w).is_live())
+        .count();
     identities
         .values()
         .filter(|unreserved| **unreserved)
         .count()
+        + orphaned_works
 }

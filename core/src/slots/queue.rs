@@ -1,6 +1,6 @@
 //! The queue document and enqueue: FIFO by `queue_id`, with coalesced enqueue times.
 
-use super::{ProcessIdentity, SlotError, SlotToken};
+use super::{ProcessIdentity, SlotError, SlotToken, WorkRecord};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -141,6 +141,10 @@ pub struct QueueState {
     pub entries: Vec<QueueEntry>,
     #[serde(default)]
     pub runners: Vec<RunnerRecord>,
+    /// The recorded works of turns (spec/slots.md, "Work"): added when a runner takes its slot
+    /// over, removed when its runner leaves, or when reconcile or cancel saw it gone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub works: Vec<WorkRecord>,
 }
 
 impl Default for QueueState {
@@ -150,6 +154,7 @@ impl Default for QueueState {
             next_queue_id: 1,
             entries: Vec::new(),
             runners: Vec::new(),
+            works: Vec::new(),
         }
     }
 }
@@ -193,6 +198,11 @@ impl QueueState {
 
     pub(crate) fn clear_runner(&mut self, key: &TurnKey) {
         self.runners.retain(|r| &r.key != key);
+    }
+
+    /// The recorded works of `key`.
+    pub fn works_of<'a>(&'a self, key: &'a TurnKey) -> impl Iterator<Item = &'a WorkRecord> + 'a {
+        self.works.iter().filter(move |w| &w.key == key)
     }
 
     /// Checks the structural invariants every published queue keeps (queue ids strictly rising,

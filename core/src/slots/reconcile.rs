@@ -5,13 +5,14 @@
 //! changes at most one row, so every intermediate queue is a state the model also explores.
 
 use super::occupancy::live_runner_for_turn;
+use super::queue::enqueue;
 use super::reserve::every_row;
 use super::reserve::{
     adopt_row, park, reserve_runner_slot_with, start_next_parked_general, ReserveOutcome, StartNext,
 };
 use super::{
     Liveness, ProcessIdentity, ProductionRules, QueueEntry, QueueState, RowState, SlotError,
-    SlotRules, SlotToken, TurnKey,
+    SlotRules, SlotToken, TurnKey, WorkRecord,
 };
 
 /// The one thing a reconcile step did.
@@ -30,10 +31,31 @@ pub enum ReconcileStep {
         token: SlotToken,
         replaced: Option<ProcessIdentity>,
     },
+    /// The work of a dead runner may still be alive: the shell kills it (process group and
+    /// environment marker) and calls again. Nothing changed.
+    Kill { key: TurnKey, work: WorkRecord },
+    /// A turn with a record but no row (its submitter died between the two) was enqueued and
+    /// parked (S9).
+    Requeued { key: TurnKey },
     /// Rows are parked and no slot is free; nothing changed.
     Saturated,
     /// Nothing to repair and nothing parked.
     Idle,
+}
+
+/// Turns the shell found with a record but no queue row, never started (S9), and the time their
+/// rows are enqueued at.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Orphans<'a> {
+    pub keys: &'a [TurnKey],
+    pub now_millis: u64,
+}
+
+impl Orphans<'_> {
+    const NONE: Orphans<'static> = Orphans {
+        keys: &[],
+        now_millis: 0,
+    };
 }
 
 /// A reservation no live process stands behind (reserver and bound child both gone).
@@ -62,6 +84,7 @@ pub fn reconcile_step(
         liveness,
         is_settled,
         &every_row,
+        Orphans::NONE,
     )
 }
 
@@ -86,6 +109,7 @@ pub fn reconcile_step_where(
         liveness,
         is_settled,
         eligible,
+        Orphans::NONE,
     )
 }
 
@@ -108,12 +132,13 @@ pub fn reconcile_step_with(
         liveness,
         is_settled,
         &every_row,
+        Orphans::NONE,
     )
 }
 
 /// The one implementation behind the three entry points above.
 #[allow(clippy::too_many_arguments)]
-fn reconcile_step_general(
+pub(crate) fn reconcile_step_general(
     rules: &impl SlotRules,
     state: &mut QueueState,
     reconciler: ProcessIdentity,
@@ -122,7 +147,16 @@ fn reconcile_step_general(
     liveness: &impl Liveness,
     is_settled: &impl Fn(&TurnKey) -> bool,
     eligible: &impl Fn(&QueueState, &QueueEntry) -> bool,
+    orphans: Orphans<'_>,
 ) -> Result<ReconcileStep, SlotError> {
+    // S9. A turn that has its record but no row (the shell lists such never-started turns) is
+    //     enqueued and parked, one per step; it then starts like any parked row.
+    if let Some(key) = orphans.keys.iter().find(|k| state.row(k).is_none()) {
+        let key = key.clone();
+        enqueue(state, &key, reconciler, orphans.now_millis)?;
+        park(state, &key)?;
+        return Ok(ReconcileStep::Requeued { key });
+    }
     let exclude_reserver = rules.reconcile_exclude_reserver(reconciler);
     // Runner records of rows that left, whose process is gone, are dropped silently: they count
     // for nothing, and keeping them would grow the document without bound.
@@ -130,6 +164,21 @@ fn reconcile_step_general(
         entries, runners, ..
     } = &mut *state;
     runners.retain(|r| liveness.is_live(&r.identity) || entries.iter().any(|e| e.key == r.key));
+    // Works nobody can still be running (their runner is gone and no process of theirs is left)
+    // are forgotten the same way.
+    state
+        .works
+        .retain(|w| liveness.is_live(&w.runner) || liveness.observe_work(w).is_live());
+
+    // 0. A work whose runner died but which may still be alive is killed before anything else:
+    //    its turn must not run again, nor its slot be given away, while a copy of it runs (S1, S2
+    //    over work). Nothing changes; the next step sees it gone, or asks for the kill again.
+    if let Some(work) = state.works.iter().find(|w| !liveness.is_live(&w.runner)) {
+        return Ok(ReconcileStep::Kill {
+            key: work.key.clone(),
+            work: work.clone(),
+        });
+    }
 
     // 1. A dead reserver whose live child already took over: clear the token it never cleared.
     let finished_handoff = state.entries.iter().find(|e| {

@@ -100,7 +100,12 @@ pub fn reserve_runner_slot_with(
         });
     }
 
-    if same_turn_runner.is_some() || foreign_holder.is_some() {
+    // A work of this turn that may still be alive (its runner died) is a copy of the turn running:
+    // starting another would run the turn twice (S2 over work). Reconcile kills it first.
+    let live_work = state
+        .works_of(key)
+        .any(|w| liveness.observe_work(w).is_live());
+    if same_turn_runner.is_some() || foreign_holder.is_some() || live_work {
         return Ok(ReserveOutcome::Pending { token: None });
     }
     let occupied = rules.occupied_runner_slots(

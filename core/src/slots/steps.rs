@@ -1,0 +1,686 @@
+//! One core step per locked section (quinn-proto style): the shell takes the lock, loads the
+//! queue, calls exactly one of these functions, publishes, and performs the returned effect.
+//!
+//! Every sequence of primitives a locked section runs lives here, so the shell, the stateright
+//! model, the proptest and the loom test all drive the same sequences. A step takes the loaded
+//! [`QueueState`] by `&mut`, plus a typed input carrying what the world told the shell (who I am,
+//! a fresh token, "now", the strategies of the tasks, which turns have a settled record, liveness),
+//! and returns an effect. On an `Err` the state is as it was, except where a step says otherwise;
+//! the shell publishes nothing on an error in any case.
+//!
+//! The handoff (spec/slots.md, "Handoff") is typed: a step that reserved a slot returns a
+//! [`Handoff`], a value only this module builds. The shell spawns the runner for it outside the
+//! lock, then passes it to [`handoff_publish_first`] (which gives back a [`BoundHandoff`]) and that
+//! to [`handoff_publish_second`], each in its own locked section; or, when the spawn failed, to
+//! [`spawn_failed`]. So the order spawn → first publish → second publish cannot be changed by a
+//! caller without changing these signatures.
+
+use super::reconcile::{reconcile_step_general, Orphans};
+use super::reserve::{
+    complete_runner_spawn_first, complete_runner_spawn_second, park, release_runner_slot,
+    reserve_runner_slot, set_ready_at, start_next_parked_general, token_fenced_row_after_bind,
+    ReserveOutcome, StartNext,
+};
+use super::takeover::{finish_turn, take_over_reserved_slot, TakeOver};
+use super::{
+    acting_queue_holder, enqueue, live_runner_for_turn, validate_task_name, Liveness,
+    ProcessIdentity, ProductionRules, QueueEntry, QueueState, ReconcileStep, SlotError, SlotRules,
+    SlotToken, TurnKey, WorkId, WorkRecord,
+};
+use crate::admission::Strategy;
+use crate::scopes::{plan_submit, start_filter, SubmitPlan};
+use std::collections::{BTreeMap, BTreeSet};
+
+// ---------------------------------------------------------------------------------------------
+// The handoff: a reservation on its way to a runner.
+// ---------------------------------------------------------------------------------------------
+
+/// A slot reserved for a runner that is not spawned yet: the row as published with the
+/// reservation, the token and the reserver. Only the core builds one (the fields are private); the
+/// shell spawns for it and hands it back to exactly one of [`handoff_publish_first`] or
+/// [`spawn_failed`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Handoff {
+    snapshot: QueueEntry,
+    token: SlotToken,
+    reserver: ProcessIdentity,
+}
+
+impl Handoff {
+    fn reserved(
+        state: &QueueState,
+        key: &TurnKey,
+        token: SlotToken,
+        reserver: ProcessIdentity,
+    ) -> Result<Self, SlotError> {
+        let snapshot = state
+            .row(key)
+            .cloned()
+            .ok_or_else(|| SlotError::UnknownRow { key: key.clone() })?;
+        Ok(Handoff {
+            snapshot,
+            token,
+            reserver,
+        })
+    }
+
+    /// The turn to spawn a runner for.
+    pub fn key(&self) -> &TurnKey {
+        &self.snapshot.key
+    }
+
+    /// The token the runner is started with (`--slot-token`).
+    pub fn token(&self) -> SlotToken {
+        self.token
+    }
+
+    pub fn reserver(&self) -> ProcessIdentity {
+        self.reserver
+    }
+
+    /// The row as the reserving step published it.
+    pub fn snapshot(&self) -> &QueueEntry {
+        &self.snapshot
+    }
+}
+
+/// A handoff whose first publish landed: the child is bound on the reservation.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BoundHandoff {
+    handoff: Handoff,
+    child: ProcessIdentity,
+}
+
+impl BoundHandoff {
+    pub fn key(&self) -> &TurnKey {
+        self.handoff.key()
+    }
+
+    pub fn token(&self) -> SlotToken {
+        self.handoff.token
+    }
+
+    pub fn child(&self) -> ProcessIdentity {
+        self.child
+    }
+}
+
+/// The row moved on after the spawn (stolen, cancelled, parked, or completed by the child itself);
+/// the token-fenced publish wrote nothing. The child's own take-over decides what happens next.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct Fenced {
+    pub key: TurnKey,
+    pub child: ProcessIdentity,
+    pub reason: SlotError,
+}
+
+/// First publish of the handoff: bind `child` (the spawned runner) on the reservation and make it
+/// the row's dispatch owner, keeping the token so the slot stays occupied if the reserver dies now.
+pub fn handoff_publish_first(
+    state: &mut QueueState,
+    handoff: Handoff,
+    child: ProcessIdentity,
+) -> Result<BoundHandoff, Fenced> {
+    match complete_runner_spawn_first(state, handoff.key(), handoff.token, child) {
+        Ok(()) => Ok(BoundHandoff { handoff, child }),
+        Err(reason) => Err(Fenced {
+            key: handoff.key().clone(),
+            child,
+            reason,
+        }),
+    }
+}
+
+/// Second publish of the handoff: record the child as the runner and clear the token, fenced
+/// against the reserving snapshot with this child bound. Returns the child.
+pub fn handoff_publish_second(
+    state: &mut QueueState,
+    bound: BoundHandoff,
+) -> Result<ProcessIdentity, Fenced> {
+    let BoundHandoff { handoff, child } = bound;
+    token_fenced_row_after_bind(&handoff.snapshot, handoff.token, child)
+        .and_then(|expected| complete_runner_spawn_second(state, &expected, child, false))
+        .map(|()| child)
+        .map_err(|reason| Fenced {
+            key: handoff.key().clone(),
+            child,
+            reason,
+        })
+}
+
+/// The spawn failed: give the unbound reservation back and park the row. Returns whether the
+/// reservation was still this handoff's to release (a stolen or bound one is left alone).
+pub fn spawn_failed(state: &mut QueueState, handoff: Handoff) -> bool {
+    release_runner_slot(state, handoff.key(), handoff.token, handoff.reserver)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Detached submit.
+// ---------------------------------------------------------------------------------------------
+
+/// What a detached submit's locked section knows.
+#[derive(Clone, Copy, Debug)]
+pub struct SubmitInput<'a, L: Liveness> {
+    /// The new turn (its record was just written by the shell, under the same lock).
+    pub key: &'a TurnKey,
+    pub me: ProcessIdentity,
+    pub fresh_token: SlotToken,
+    pub now_millis: u64,
+    /// `workers`: the cap on detached starts.
+    pub cap: usize,
+    /// The task's strategy in force for this turn.
+    pub strategy: Strategy,
+    pub liveness: &'a L,
+}
+
+/// What the shell does after a detached submit.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum SubmitEffect {
+    /// A slot is reserved: spawn the runner outside the lock and hand the row off.
+    Spawn(Handoff),
+    /// Every slot is busy: the row is parked and waits for one.
+    Park,
+    /// Another live process already starts or runs the turn; nothing to do.
+    Pending,
+    /// The row waits in its task's scope (a `queue`/`debounce` waiter, or a place in a line),
+    /// startable from `ready_at_millis`. `wake_at_millis` is set when nothing but time will start
+    /// it (a debounce deadline): the shell starts a waker for then.
+    Wait {
+        ready_at_millis: u64,
+        wake_at_millis: Option<u64>,
+    },
+    /// The task's strategy is `drop` and `running` is busy: nothing was enqueued; the shell ends
+    /// the new turn as dropped.
+    Dropped { running: TurnKey },
+}
+
+/// A detached submit's decision.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SubmitDecision {
+    /// The new row's id; 0 when nothing was enqueued (dropped).
+    pub queue_id: u64,
+    pub effect: SubmitEffect,
+    /// Parked waiters the new turn replaced: their rows left; the shell ends them as superseded.
+    pub superseded: Vec<TurnKey>,
+}
+
+/// The detached submit section: apply the task's strategy to the new turn, enqueue it, and
+/// reserve a slot (or park it). Replaces `decide_submit`'s body in the shell.
+pub fn submit<L: Liveness>(
+    state: &mut QueueState,
+    input: SubmitInput<'_, L>,
+) -> Result<SubmitDecision, SlotError> {
+    let key = input.key;
+    // Checked first so that no error below can follow a change.
+    validate_task_name(&key.task)?;
+    let decision = |queue_id, effect, superseded| SubmitDecision {
+        queue_id,
+        effect,
+        superseded,
+    };
+    match plan_submit(state, key, input.strategy, input.now_millis) {
+        SubmitPlan::Drop { running } => {
+            Ok(decision(0, SubmitEffect::Dropped { running }, Vec::new()))
+        }
+        SubmitPlan::Start => {
+            let queue_id = enqueue(state, key, input.me, input.now_millis)?.queue_id();
+            let effect = match reserve_runner_slot(
+                state,
+                key,
+                input.me,
+                None,
+                input.cap,
+                input.fresh_token,
+                input.liveness,
+            )? {
+                ReserveOutcome::Acquired { token, .. } => {
+                    SubmitEffect::Spawn(Handoff::reserved(state, key, token, input.me)?)
+                }
+                ReserveOutcome::Saturated => {
+                    park(state, key)?;
+                    SubmitEffect::Park
+                }
+                ReserveOutcome::Pending { .. } => SubmitEffect::Pending,
+            };
+            Ok(decision(queue_id, effect, Vec::new()))
+        }
+        SubmitPlan::Park {
+            ready_at_millis,
+            superseded,
+        } => {
+            // The replaced waiters leave first, so a full queue has room for the new one.
+            state.entries.retain(|e| !superseded.contains(&e.key));
+            let queue_id = enqueue(state, key, input.me, input.now_millis)?.queue_id();
+            park(state, key)?;
+            set_ready_at(state, key, ready_at_millis)?;
+            let wake_at_millis = (ready_at_millis > input.now_millis).then_some(ready_at_millis);
+            Ok(decision(
+                queue_id,
+                SubmitEffect::Wait {
+                    ready_at_millis,
+                    wake_at_millis,
+                },
+                superseded,
+            ))
+        }
+        SubmitPlan::LineUp => {
+            let queue_id = enqueue(state, key, input.me, input.now_millis)?.queue_id();
+            park(state, key)?;
+            Ok(decision(
+                queue_id,
+                SubmitEffect::Wait {
+                    ready_at_millis: 0,
+                    wake_at_millis: None,
+                },
+                Vec::new(),
+            ))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attached (foreground) start.
+// ---------------------------------------------------------------------------------------------
+
+/// What an attached submit's locked section knows.
+#[derive(Clone, Copy, Debug)]
+pub struct AttachedInput<'a, L: Liveness> {
+    pub key: &'a TurnKey,
+    pub me: ProcessIdentity,
+    pub fresh_token: SlotToken,
+    pub now_millis: u64,
+    pub strategy: Strategy,
+    pub liveness: &'a L,
+}
+
+/// What the shell does after an attached start.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AttachedEffect {
+    /// `me` is the turn's recorded executor: run the command in the foreground as `work`, then
+    /// call [`runner_finish`].
+    Run { work: WorkId },
+    /// The task's strategy is `drop` and `running` is busy; nothing was enqueued.
+    Dropped { running: TurnKey },
+}
+
+/// The attached start section: a foreground run is not capped (it occupies, though) and never
+/// waits in its task's line, but a `drop` task still refuses it. Enqueue, reserve, both handoff
+/// publishes with `me` as the child, and the work record, all in one section.
+pub fn attached_start<L: Liveness>(
+    state: &mut QueueState,
+    input: AttachedInput<'_, L>,
+) -> Result<AttachedEffect, SlotError> {
+    let key = input.key;
+    validate_task_name(&key.task)?;
+    if let SubmitPlan::Drop { running } = plan_submit(state, key, input.strategy, input.now_millis)
+    {
+        return Ok(AttachedEffect::Dropped { running });
+    }
+    let before = state.clone();
+    let result = attached_start_inner(state, input);
+    if result.is_err() {
+        *state = before;
+    }
+    result
+}
+
+fn attached_start_inner<L: Liveness>(
+    state: &mut QueueState,
+    input: AttachedInput<'_, L>,
+) -> Result<AttachedEffect, SlotError> {
+    let (key, me) = (input.key, input.me);
+    enqueue(state, key, me, input.now_millis)?;
+    // Attached starts are not capped: the cap is usize::MAX.
+    let token = match reserve_runner_slot(
+        state,
+        key,
+        me,
+        None,
+        usize::MAX,
+        input.fresh_token,
+        input.liveness,
+    )? {
+        ReserveOutcome::Acquired { token, .. } => token,
+        ReserveOutcome::Pending { .. } | ReserveOutcome::Saturated => {
+            return Err(SlotError::TurnBusy { key: key.clone() })
+        }
+    };
+    let snapshot = state
+        .row(key)
+        .cloned()
+        .ok_or_else(|| SlotError::UnknownRow { key: key.clone() })?;
+    complete_runner_spawn_first(state, key, token, me)?;
+    let expected = token_fenced_row_after_bind(&snapshot, token, me)?;
+    complete_runner_spawn_second(state, &expected, me, true)?;
+    let work = WorkId::from_token(token);
+    record_work(state, key, work, me);
+    Ok(AttachedEffect::Run { work })
+}
+
+fn record_work(state: &mut QueueState, key: &TurnKey, id: WorkId, runner: ProcessIdentity) {
+    if !state.works.iter().any(|w| w.id == id) {
+        state.works.push(WorkRecord {
+            key: key.clone(),
+            id,
+            runner,
+            leader: None,
+        });
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The runner: take-over, work started, finish.
+// ---------------------------------------------------------------------------------------------
+
+/// What a spawned runner's first locked section knows.
+#[derive(Clone, Copy, Debug)]
+pub struct TakeOverInput<'a, L: Liveness> {
+    pub key: &'a TurnKey,
+    /// The token the runner was started with.
+    pub token: SlotToken,
+    pub me: ProcessIdentity,
+    /// Whether the turn's record already holds an outcome (a previous runner died while leaving).
+    pub settled: bool,
+    pub liveness: &'a L,
+}
+
+/// What the runner does after its take-over.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum TakeOverEffect {
+    /// Run the command as `work` (environment `TOLLGATE_WORK=<work>`, its own process group),
+    /// record its leader with [`work_started`], then [`runner_finish`].
+    Run { work: WorkId },
+    /// Another live process holds the row: exit without running anything.
+    Refused { holder: ProcessIdentity },
+    /// The turn already ended: run nothing, call [`runner_finish`] at once.
+    AlreadySettled,
+}
+
+/// The runner's take-over section: take the reserved slot over under its token (adopting a dead
+/// reserver's handoff) and record the work it is about to start. The work is recorded before the
+/// command starts, so a runner that dies at any later point leaves a work reconcile must kill.
+pub fn runner_take_over<L: Liveness>(
+    state: &mut QueueState,
+    input: TakeOverInput<'_, L>,
+) -> Result<TakeOverEffect, SlotError> {
+    match take_over_reserved_slot(state, input.key, input.token, input.me, input.liveness)? {
+        TakeOver::Refused { holder } => Ok(TakeOverEffect::Refused { holder }),
+        TakeOver::Running { .. } if input.settled => Ok(TakeOverEffect::AlreadySettled),
+        TakeOver::Running { .. } => {
+            let work = WorkId::from_token(input.token);
+            record_work(state, input.key, work, input.me);
+            Ok(TakeOverEffect::Run { work })
+        }
+    }
+}
+
+/// The section right after the command was spawned: record its leader (the process group to kill
+/// if the runner dies). Refused with `QUEUE_WORK_UNKNOWN` if the work is not recorded (any more).
+pub fn work_started(
+    state: &mut QueueState,
+    key: &TurnKey,
+    work: WorkId,
+    leader: ProcessIdentity,
+) -> Result<(), SlotError> {
+    let record = state
+        .works
+        .iter_mut()
+        .find(|w| w.id == work && &w.key == key)
+        .ok_or_else(|| SlotError::UnknownWork {
+            key: key.clone(),
+            work: work.to_string(),
+        })?;
+    record.leader = Some(leader);
+    Ok(())
+}
+
+/// What a finishing runner's section knows.
+#[derive(Clone, Copy, Debug)]
+pub struct FinishInput<'a, L: Liveness> {
+    pub key: &'a TurnKey,
+    pub me: ProcessIdentity,
+    pub fresh_token: SlotToken,
+    pub now_millis: u64,
+    pub cap: usize,
+    /// The strategies of the tasks with parked rows (default: one at a time).
+    pub strategies: &'a BTreeMap<String, Strategy>,
+    pub liveness: &'a L,
+}
+
+/// The finishing runner's section: leave the queue (row, runner record, and the work it started,
+/// which it has waited out and killed the rest of), then reserve the oldest parked row its task's
+/// strategy lets start, in the slot this runner frees (its own pid is excluded from occupancy).
+/// `Some(handoff)`: spawn for it. An `Err` from the start half (a reused token) leaves the turn
+/// finished; the shell publishes nothing then.
+pub fn runner_finish<L: Liveness>(
+    state: &mut QueueState,
+    input: FinishInput<'_, L>,
+) -> Result<Option<Handoff>, SlotError> {
+    let (key, me) = (input.key, input.me);
+    finish_turn(state, key, me)?;
+    state.works.retain(|w| !(&w.key == key && w.runner == me));
+    let filter = start_filter(input.strategies, input.now_millis);
+    match start_next_parked_general(
+        &ProductionRules,
+        state,
+        me,
+        Some(me.pid),
+        input.cap,
+        input.fresh_token,
+        input.liveness,
+        &filter,
+    )? {
+        StartNext::Acquired { key, token } => Handoff::reserved(state, &key, token, me).map(Some),
+        StartNext::Saturated | StartNext::NoneParked => Ok(None),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reconcile.
+// ---------------------------------------------------------------------------------------------
+
+/// What one reconcile section knows.
+#[derive(Clone, Copy, Debug)]
+pub struct ReconcileInput<'a, L: Liveness> {
+    pub me: ProcessIdentity,
+    pub fresh_token: SlotToken,
+    pub now_millis: u64,
+    pub cap: usize,
+    pub strategies: &'a BTreeMap<String, Strategy>,
+    /// Dispatched turns whose record already holds an outcome: they are never run again.
+    pub settled: &'a BTreeSet<TurnKey>,
+    /// Detached turns whose record exists, unsettled and never started (the shell lists them;
+    /// the step requeues those without a row: S9).
+    pub orphans: &'a [TurnKey],
+    pub liveness: &'a L,
+}
+
+/// The one thing a reconcile step did; the shell calls again until [`ReconcileEffect::is_final`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ReconcileEffect {
+    /// An orphaned turn (record, no row) was enqueued and parked.
+    Requeued { key: TurnKey },
+    /// A dead reserver's handoff was finished: its live bound child already runs the turn.
+    CompletedHandoff { key: TurnKey },
+    /// A row whose owner died before it started was parked (or a dead executor's row, with no
+    /// free slot to replace it).
+    Parked { key: TurnKey },
+    /// A row whose turn already had an outcome was removed (its runner died while leaving).
+    Removed { key: TurnKey },
+    /// The work of a dead runner may still be alive: kill it (process group + environment
+    /// marker), wait until none of it is left, then call again. Nothing changed.
+    Kill { key: TurnKey, work: WorkRecord },
+    /// Spawn a runner for the handoff; `replaced` is the dead executor it replaces (`None`: a
+    /// parked row starts on a free slot).
+    Spawn {
+        handoff: Handoff,
+        replaced: Option<ProcessIdentity>,
+    },
+    /// Rows are parked and no slot is free; nothing changed.
+    Saturated,
+    /// Nothing to repair and nothing parked.
+    Idle,
+}
+
+impl ReconcileEffect {
+    /// Whether reconcile is done (nothing more a step would change now).
+    pub fn is_final(&self) -> bool {
+        matches!(self, ReconcileEffect::Saturated | ReconcileEffect::Idle)
+    }
+
+    /// The step as the report and the CLI name it.
+    pub fn step(&self) -> ReconcileStep {
+        match self {
+            ReconcileEffect::Requeued { key } => ReconcileStep::Requeued { key: key.clone() },
+            ReconcileEffect::CompletedHandoff { key } => {
+                ReconcileStep::CompletedHandoff { key: key.clone() }
+            }
+            ReconcileEffect::Parked { key } => ReconcileStep::Parked { key: key.clone() },
+            ReconcileEffect::Removed { key } => ReconcileStep::Removed { key: key.clone() },
+            ReconcileEffect::Kill { key, work } => ReconcileStep::Kill {
+                key: key.clone(),
+                work: work.clone(),
+            },
+            ReconcileEffect::Spawn { handoff, replaced } => ReconcileStep::Spawn {
+                key: handoff.key().clone(),
+                token: handoff.token(),
+                replaced: *replaced,
+            },
+            ReconcileEffect::Saturated => ReconcileStep::Saturated,
+            ReconcileEffect::Idle => ReconcileStep::Idle,
+        }
+    }
+}
+
+/// One reconcile section, in this order: requeue one orphaned turn (S9); kill a dead runner's
+/// possibly-live work (nothing else happens to its turn until the work is seen gone); finish a
+/// dead reserver's handoff; park a dead owner's waiting row; remove (settled) or replace (not
+/// settled) a dead executor's row; start the oldest parked row its strategy allows.
+pub fn reconcile<L: Liveness>(
+    state: &mut QueueState,
+    input: ReconcileInput<'_, L>,
+) -> Result<ReconcileEffect, SlotError> {
+    reconcile_with(&ProductionRules, state, input)
+}
+
+/// [`reconcile`] under explicit [`SlotRules`]: the seam the model's broken occupancy variants use.
+pub fn reconcile_with<L: Liveness>(
+    rules: &impl SlotRules,
+    state: &mut QueueState,
+    input: ReconcileInput<'_, L>,
+) -> Result<ReconcileEffect, SlotError> {
+    let filter = start_filter(input.strategies, input.now_millis);
+    let step = reconcile_step_general(
+        rules,
+        state,
+        input.me,
+        input.cap,
+        input.fresh_token,
+        input.liveness,
+        &|key: &TurnKey| input.settled.contains(key),
+        &filter,
+        Orphans {
+            keys: input.orphans,
+            now_millis: input.now_millis,
+        },
+    )?;
+    Ok(match step {
+        ReconcileStep::Requeued { key } => ReconcileEffect::Requeued { key },
+        ReconcileStep::CompletedHandoff { key } => ReconcileEffect::CompletedHandoff { key },
+        ReconcileStep::Parked { key } => ReconcileEffect::Parked { key },
+        ReconcileStep::Removed { key } => ReconcileEffect::Removed { key },
+        ReconcileStep::Kill { key, work } => ReconcileEffect::Kill { key, work },
+        ReconcileStep::Spawn {
+            key,
+            token,
+            replaced,
+        } => ReconcileEffect::Spawn {
+            handoff: Handoff::reserved(state, &key, token, input.me)?,
+            replaced,
+        },
+        ReconcileStep::Saturated => ReconcileEffect::Saturated,
+        ReconcileStep::Idle => ReconcileEffect::Idle,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cancel.
+// ---------------------------------------------------------------------------------------------
+
+/// Which rows a cancel concerns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CancelSelection<'a> {
+    /// Every turn of the task (`tollgate cancel TASK`).
+    Task(&'a str),
+    /// One turn (a delivery that ran out of time).
+    Turn(&'a TurnKey),
+}
+
+impl CancelSelection<'_> {
+    fn selects(&self, key: &TurnKey) -> bool {
+        match self {
+            CancelSelection::Task(task) => key.task == *task,
+            CancelSelection::Turn(turn) => key == *turn,
+        }
+    }
+}
+
+/// What the shell does after a cancel section.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CancelEffect {
+    /// Rows nobody ran: they left the queue; the shell ends their turns as cancelled.
+    pub removed: Vec<TurnKey>,
+    /// Live executors to ask to stop (SIGTERM); each records the cancellation and leaves itself.
+    pub signal: Vec<(TurnKey, ProcessIdentity)>,
+    /// Works of dead runners that may still be alive: kill them, then cancel again; their rows
+    /// stay (and keep their slots) until the work is seen gone.
+    pub kill: Vec<WorkRecord>,
+}
+
+impl CancelEffect {
+    /// Whether another cancel section is needed after the kills.
+    pub fn again(&self) -> bool {
+        !self.kill.is_empty()
+    }
+}
+
+/// The cancel section. A row with a live executor (runner, acting holder, or bound child) is
+/// signalled; a row whose dead runner's work may be alive stays while that work is killed; every
+/// other selected row leaves with its runner record and its (gone) works.
+pub fn cancel<L: Liveness>(
+    state: &mut QueueState,
+    selection: CancelSelection<'_>,
+    liveness: &L,
+) -> CancelEffect {
+    let mut effect = CancelEffect::default();
+    let live_work =
+        |w: &WorkRecord| !liveness.is_live(&w.runner) && liveness.observe_work(w).is_live();
+    effect.kill = state
+        .works
+        .iter()
+        .filter(|w| selection.selects(&w.key) && live_work(w))
+        .cloned()
+        .collect();
+    for entry in state.entries.iter().filter(|e| selection.selects(&e.key)) {
+        let executor = live_runner_for_turn(state, &entry.key, liveness)
+            .or_else(|| acting_queue_holder(entry).filter(|h| liveness.is_live(h)));
+        let bound_child = entry
+            .slot_reservation
+            .as_ref()
+            .and_then(|r| r.child)
+            .filter(|c| liveness.is_live(c));
+        if let Some(identity) = executor.or(bound_child) {
+            effect.signal.push((entry.key.clone(), identity));
+        } else if !effect.kill.iter().any(|w| w.key == entry.key) {
+            effect.removed.push(entry.key.clone());
+        }
+    }
+    state.entries.retain(|e| !effect.removed.contains(&e.key));
+    state.runners.retain(|r| !effect.removed.contains(&r.key));
+    state.works.retain(|w| !effect.removed.contains(&w.key));
+    effect
+}
+
+#[cfg(test)]
+mod tests;

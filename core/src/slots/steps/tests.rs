@@ -1,0 +1,393 @@
+//! Unit tests of the steps: each sequence the shell runs, and the work rule (S1/S2 over work).
+
+use super::*;
+use crate::slots::Observation;
+use std::collections::BTreeSet;
+use uuid::Uuid;
+
+/// A fixture world: which identities and which works are alive.
+#[derive(Default)]
+struct World {
+    live: BTreeSet<ProcessIdentity>,
+    live_works: BTreeSet<WorkId>,
+}
+
+impl Liveness for World {
+    fn observe(&self, identity: &ProcessIdentity) -> Observation {
+        if self.live.contains(identity) {
+            Observation::Matching
+        } else {
+            Observation::Gone
+        }
+    }
+
+    fn observe_work(&self, work: &WorkRecord) -> Observation {
+        if self.live_works.contains(&work.id) {
+            Observation::Matching
+        } else {
+            Observation::Gone
+        }
+    }
+}
+
+fn id(pid: u32) -> ProcessIdentity {
+    ProcessIdentity {
+        pid,
+        start_time_micros: u64::from(pid) * 10,
+    }
+}
+
+fn token(n: u128) -> SlotToken {
+    SlotToken::new(Uuid::from_u128(0x7000_8000_0000_0000_0000 | n)).unwrap()
+}
+
+const NO_STRATEGIES: &BTreeMap<String, Strategy> = &BTreeMap::new();
+
+fn submit_one(
+    state: &mut QueueState,
+    world: &World,
+    key: &TurnKey,
+    me: ProcessIdentity,
+    n: u128,
+    cap: usize,
+    strategy: Strategy,
+) -> SubmitDecision {
+    submit(
+        state,
+        SubmitInput {
+            key,
+            me,
+            fresh_token: token(n),
+            now_millis: 1_000,
+            cap,
+            strategy,
+            liveness: world,
+        },
+    )
+    .unwrap()
+}
+
+/// Submit → spawn → both publishes → take-over: the runner ends up recorded with a work.
+fn run_turn(
+    state: &mut QueueState,
+    world: &mut World,
+    key: &TurnKey,
+    submitter: ProcessIdentity,
+    child: ProcessIdentity,
+    n: u128,
+) -> WorkId {
+    world.live.insert(submitter);
+    let decision = submit_one(state, world, key, submitter, n, 1, Strategy::default());
+    let SubmitEffect::Spawn(handoff) = decision.effect else {
+        panic!("expected a spawn, got {:?}", decision.effect)
+    };
+    world.live.insert(child);
+    let bound = handoff_publish_first(state, handoff, child).unwrap();
+    assert_eq!(handoff_publish_second(state, bound).unwrap(), child);
+    let effect = runner_take_over(
+        state,
+        TakeOverInput {
+            key,
+            token: token(n),
+            me: child,
+            settled: false,
+            liveness: &*world,
+        },
+    )
+    .unwrap();
+    let TakeOverEffect::Run { work } = effect else {
+        panic!("expected to run, got {effect:?}")
+    };
+    work_started(state, key, work, id(child.pid + 1)).unwrap();
+    world.live_works.insert(work);
+    work
+}
+
+fn reconcile_once(
+    state: &mut QueueState,
+    world: &World,
+    me: ProcessIdentity,
+    n: u128,
+    settled: &BTreeSet<TurnKey>,
+) -> ReconcileEffect {
+    reconcile(
+        state,
+        ReconcileInput {
+            me,
+            fresh_token: token(n),
+            now_millis: 2_000,
+            cap: 1,
+            strategies: NO_STRATEGIES,
+            settled,
+            orphans: &[],
+            liveness: world,
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn the_whole_detached_sequence_records_the_runner_and_its_work() {
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    let key = TurnKey::new("job", 1);
+    let work = run_turn(&mut state, &mut world, &key, id(10), id(20), 1);
+    assert_eq!(state.runner(&key).map(|r| r.identity), Some(id(20)));
+    assert!(state.row(&key).unwrap().slot_reservation.is_none());
+    let works: Vec<_> = state.works_of(&key).collect();
+    assert_eq!(works.len(), 1);
+    assert_eq!((works[0].id, works[0].leader), (work, Some(id(21))));
+    let next = runner_finish(
+        &mut state,
+        FinishInput {
+            key: &key,
+            me: id(20),
+            fresh_token: token(2),
+            now_millis: 3_000,
+            cap: 1,
+            strategies: NO_STRATEGIES,
+            liveness: &world,
+        },
+    )
+    .unwrap();
+    assert_eq!(next, None);
+    assert!(state.entries.is_empty() && state.runners.is_empty() && state.works.is_empty());
+}
+
+#[test]
+fn s2_over_work_a_dead_runners_live_work_is_killed_before_its_turn_runs_again() {
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    let key = TurnKey::new("job", 1);
+    let work = run_turn(&mut state, &mut world, &key, id(10), id(20), 1);
+    world.live.clear(); // submitter and runner die; the work lives on
+    let before = state.clone();
+    let settled = BTreeSet::new();
+    let effect = reconcile_once(&mut state, &world, id(30), 2, &settled);
+    assert!(
+        matches!(&effect, ReconcileEffect::Kill { key: k, work: w } if k == &key && w.id == work),
+        "{effect:?}"
+    );
+    assert_eq!(state, before, "a kill request changes nothing");
+    // The dead runner's work still holds its slot: a new turn parks (S1 over work).
+    let other = TurnKey::new("other", 1);
+    world.live.insert(id(40));
+    let parked = submit_one(
+        &mut state,
+        &world,
+        &other,
+        id(40),
+        3,
+        1,
+        Strategy::default(),
+    );
+    assert_eq!(parked.effect, SubmitEffect::Park);
+    // Asking again without the kill having worked asks again.
+    let again = reconcile_once(&mut state, &world, id(30), 4, &settled);
+    assert!(matches!(again, ReconcileEffect::Kill { .. }), "{again:?}");
+    // Once the work is gone the turn is replaced.
+    world.live_works.clear();
+    let replaced = reconcile_once(&mut state, &world, id(30), 5, &settled);
+    match replaced {
+        ReconcileEffect::Spawn { handoff, replaced } => {
+            assert_eq!(handoff.key(), &key);
+            assert_eq!(replaced, Some(id(20)));
+        }
+        other => panic!("expected the replacement, got {other:?}"),
+    }
+    assert!(state.works.is_empty(), "the gone work is forgotten");
+}
+
+#[test]
+fn reconcile_never_reruns_a_settled_turn_and_kills_its_leftovers_first() {
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    let key = TurnKey::new("job", 1);
+    run_turn(&mut state, &mut world, &key, id(10), id(20), 1);
+    world.live.clear();
+    let settled: BTreeSet<TurnKey> = [key.clone()].into();
+    assert!(matches!(
+        reconcile_once(&mut state, &world, id(30), 2, &settled),
+        ReconcileEffect::Kill { .. }
+    ));
+    world.live_works.clear();
+    assert_eq!(
+        reconcile_once(&mut state, &world, id(30), 3, &settled),
+        ReconcileEffect::Removed { key: key.clone() }
+    );
+    assert_eq!(
+        reconcile_once(&mut state, &world, id(30), 4, &settled),
+        ReconcileEffect::Idle
+    );
+    assert!(state.entries.is_empty());
+}
+
+#[test]
+fn s9_an_orphaned_turn_is_requeued_once_and_then_started() {
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    world.live.insert(id(30));
+    let key = TurnKey::new("job", 1);
+    let orphans = [key.clone()];
+    let settled = BTreeSet::new();
+    let input = |n| ReconcileInput {
+        me: id(30),
+        fresh_token: token(n),
+        now_millis: 5,
+        cap: 1,
+        strategies: NO_STRATEGIES,
+        settled: &settled,
+        orphans: &orphans,
+        liveness: &world,
+    };
+    let mut state2 = state.clone();
+    assert_eq!(
+        reconcile(&mut state, input(1)).unwrap(),
+        ReconcileEffect::Requeued { key: key.clone() }
+    );
+    assert!(matches!(
+        reconcile(&mut state, input(2)).unwrap(),
+        ReconcileEffect::Spawn { replaced: None, .. }
+    ));
+    // Without the orphan list nothing would bring it back.
+    let none = ReconcileInput {
+        orphans: &[],
+        ..input(3)
+    };
+    assert_eq!(reconcile(&mut state2, none).unwrap(), ReconcileEffect::Idle);
+}
+
+#[test]
+fn queue_keeps_one_waiter_and_drop_never_enqueues() {
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    let first = TurnKey::new("job", 1);
+    run_turn(&mut state, &mut world, &first, id(10), id(20), 1);
+    let second = TurnKey::new("job", 2);
+    let third = TurnKey::new("job", 3);
+    let d2 = submit_one(&mut state, &world, &second, id(10), 2, 4, Strategy::Queue);
+    assert!(matches!(d2.effect, SubmitEffect::Wait { .. }));
+    let d3 = submit_one(&mut state, &world, &third, id(10), 3, 4, Strategy::Queue);
+    assert_eq!(d3.superseded, vec![second.clone()]);
+    assert!(state.row(&second).is_none() && state.row(&third).is_some());
+    let rows = state.entries.len();
+    let fourth = TurnKey::new("job", 4);
+    let d4 = submit_one(&mut state, &world, &fourth, id(10), 4, 4, Strategy::Drop);
+    assert_eq!(
+        (d4.queue_id, d4.effect),
+        (0, SubmitEffect::Dropped { running: first })
+    );
+    assert_eq!(state.entries.len(), rows);
+}
+
+#[test]
+fn debounce_asks_for_a_waker_at_its_deadline() {
+    let (mut state, world) = (QueueState::default(), World::default());
+    let key = TurnKey::new("job", 1);
+    let d = submit_one(
+        &mut state,
+        &world,
+        &key,
+        id(10),
+        1,
+        4,
+        Strategy::Debounce { quiet_millis: 500 },
+    );
+    assert_eq!(
+        d.effect,
+        SubmitEffect::Wait {
+            ready_at_millis: 1_500,
+            wake_at_millis: Some(1_500)
+        }
+    );
+}
+
+#[test]
+fn a_failed_spawn_parks_the_row_and_frees_the_slot() {
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    world.live.insert(id(10));
+    let key = TurnKey::new("job", 1);
+    let SubmitEffect::Spawn(handoff) =
+        submit_one(&mut state, &world, &key, id(10), 1, 1, Strategy::default()).effect
+    else {
+        panic!("expected a spawn")
+    };
+    assert!(spawn_failed(&mut state, handoff));
+    let row = state.row(&key).unwrap();
+    assert_eq!(row.state, crate::slots::RowState::Parked);
+    assert!(row.slot_reservation.is_none());
+}
+
+#[test]
+fn a_stolen_reservation_fences_both_publishes() {
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    world.live.insert(id(10));
+    let key = TurnKey::new("job", 1);
+    let SubmitEffect::Spawn(handoff) =
+        submit_one(&mut state, &world, &key, id(10), 1, 1, Strategy::default()).effect
+    else {
+        panic!("expected a spawn")
+    };
+    // The submitter is presumed dead and reconcile parks and restarts the row under a new token.
+    world.live.clear();
+    world.live.insert(id(30));
+    let settled = BTreeSet::new();
+    assert!(matches!(
+        reconcile_once(&mut state, &world, id(30), 2, &settled),
+        ReconcileEffect::Parked { .. }
+    ));
+    let snapshot = state.clone();
+    let fenced = handoff_publish_first(&mut state, handoff, id(20)).unwrap_err();
+    assert_eq!(fenced.key, key);
+    assert_eq!(state, snapshot, "a fenced publish writes nothing");
+}
+
+#[test]
+fn cancel_keeps_a_row_whose_dead_runners_work_lives_until_it_is_killed() {
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    let key = TurnKey::new("job", 1);
+    let work = run_turn(&mut state, &mut world, &key, id(10), id(20), 1);
+    // A live runner is signalled, its row stays.
+    let live = cancel(&mut state, CancelSelection::Task("job"), &world);
+    assert_eq!(live.signal, vec![(key.clone(), id(20))]);
+    assert!(live.removed.is_empty() && state.row(&key).is_some());
+    world.live.clear();
+    let dead = cancel(&mut state, CancelSelection::Turn(&key), &world);
+    assert_eq!(
+        dead.kill.iter().map(|w| w.id).collect::<Vec<_>>(),
+        vec![work]
+    );
+    assert!(dead.again() && state.row(&key).is_some());
+    world.live_works.clear();
+    let gone = cancel(&mut state, CancelSelection::Turn(&key), &world);
+    assert_eq!(gone.removed, vec![key.clone()]);
+    assert!(state.entries.is_empty() && state.runners.is_empty() && state.works.is_empty());
+}
+
+#[test]
+fn attached_start_runs_uncapped_and_drop_refuses_it() {
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    let first = TurnKey::new("job", 1);
+    run_turn(&mut state, &mut world, &first, id(10), id(20), 1);
+    let input = |key, strategy| AttachedInput {
+        key,
+        me: id(50),
+        fresh_token: token(9),
+        now_millis: 1,
+        strategy,
+        liveness: &world,
+    };
+    let other = TurnKey::new("fg", 1);
+    let mut s = state.clone();
+    let AttachedEffect::Run { work } =
+        attached_start(&mut s, input(&other, Strategy::default())).unwrap()
+    else {
+        panic!("expected a foreground run")
+    };
+    assert!(s
+        .runner(&other)
+        .is_some_and(|r| r.attached && r.identity == id(50)));
+    assert!(s
+        .works_of(&other)
+        .any(|w| w.id == work && w.runner == id(50)));
+    let second = TurnKey::new("job", 2);
+    assert_eq!(
+        attached_start(&mut state, input(&second, Strategy::Drop)).unwrap(),
+        AttachedEffect::Dropped { running: first }
+    );
+}

@@ -379,6 +379,10 @@ fn describe(step: &ReconcileStep) -> String {
             format!("{key}: finished a dead submitter's handoff")
         }
         ReconcileStep::Parked { key } => format!("{key}: owner gone, parked"),
+        ReconcileStep::Kill { key, work } => {
+            format!("{key}: killing work {} of a dead runner", work.id)
+        }
+        ReconcileStep::Requeued { key } => format!("{key}: had no queue row, requeued"),
         ReconcileStep::Removed { key } => {
             format!("{key}: had already ended, removed from the queue")
         }

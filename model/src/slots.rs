@@ -1,58 +1,70 @@
-//! The slot model: every interleaving of submitters, spawned runners and reconcilers, with crashes
-//! and pid reuse, driven through the production slot core (`core/src/slots`).
+//! The slot model: every interleaving of detached and attached submitters, spawned runners,
+//! reconcilers and cancellers, with crashes, spawn faults and pid reuse, driven through the
+//! production core's steps (`tollgate_core::slots::steps`) and nothing else.
 //!
-//! The model owns only what production gets from the world: a process table (which answers the
-//! core's liveness questions), a counter of fresh tokens, the turn result files (`is_settled`), and
-//! each process's program counter. Every decision about the queue is a call into the core, in the
-//! critical sections production makes (one action of the model = one section under the queue lock,
-//! or one step outside it such as a spawn), so other processes interleave between them.
+//! The model owns only what production gets from the world: a process table and a table of live
+//! works (which answer the core's liveness questions, `observe` and `observe_work`), a counter of
+//! fresh tokens, the turn records (written, ran, ended), and each process's program counter. Each
+//! action of a role is one locked section, i.e. one call of a core step, or one effect performed
+//! outside the lock (a spawn, a kill, a command that runs). What a role does next is decided by the
+//! effect the step returned, as the shell's driver decides it; the model types no sequence of
+//! primitives itself, so a changed step changes the model with it.
 //!
 //! Processes and their programs (mirroring the shell):
-//! - a **submitter** submits its turns one after the other: `L1` enqueue + reserve (+ park when
-//!   saturated), then, when it acquired a slot, spawns a child outside the lock, then the two
-//!   publishes of the handoff `L2` (bind) and `L3` (fenced second publish). A spawn may fail (the
-//!   reserver releases), or start a child whose identity the reserver cannot record (it releases
-//!   all the same, while the child lives on and tries its take-over).
-//! - a spawned **runner** takes its slot over, runs the command, writes the result, then in one
-//!   section leaves the queue and starts the next parked row (as a reserver, with its own pid
-//!   excluded), and finishes that handoff like a submitter.
-//! - a **reconciler** loops over `reconcile_step` and finishes each spawn it asks for. It can start
-//!   at any time while others work (bounded by a budget), and once more whenever everything else
-//!   has stopped and the queue changed since the last complete pass (that last pass is what the
-//!   quiescent properties S6 and S9 speak about). With [`SlotConfig::runner_reconciles`], a runner
-//!   whose command is running may also run a reconcile pass on the side; that is how a reconciler
-//!   that holds a slot itself is modelled (the case where excluding the reconciler's pid goes wrong).
-//! - the **environment**: any model process may die at any step (crash budget); a dead pid may be
-//!   taken by an unrelated process, or by a newly spawned child, with another start time (reuse
-//!   budget); observations of the old identity on a reused pid then come back either `Gone` or
-//!   `Ambiguous` (chosen once at reuse time; ambiguous counts as live).
+//! - a **detached submitter** submits its turns one after the other (or from concurrent threads):
+//!   the turn's record and `submit` in one section (strategies `queue`, `drop`, `concurrent=N`,
+//!   `debounce` on shared task names); on `Spawn` it spawns the runner outside the lock, then runs
+//!   the two publishes of the `Handoff` (`handoff_publish_first`, `handoff_publish_second`), or
+//!   `spawn_failed` when the spawn failed (or started a child it could not record, which lives on
+//!   and tries its take-over).
+//! - an **attached submitter** runs `attached_start` and then its turn's work itself; it finishes
+//!   like a runner.
+//! - a spawned **runner** runs `runner_take_over`; on `Run` it starts its turn's **work** (the
+//!   command's process tree) and records it (`work_started`); the work exits, the result is
+//!   written, and `runner_finish` leaves the queue and may hand off the next parked row.
+//! - a **work** lives until its command exits or it is killed. A runner's (or attached
+//!   submitter's) death does not end it: the model's works table keeps it, occupancy counts it
+//!   (S1 over work), and reconcile's `Kill` effect makes the reconciler kill it, in a later step,
+//!   before the turn may run again (S2 over work).
+//! - a **reconciler** loops over `reconcile` (listing orphaned turns: a record, no row, not ended)
+//!   and performs each effect: a spawn with its handoff, a kill. It can start at any time while
+//!   others work (bounded by a budget), and once more whenever everything else has stopped and the
+//!   queue changed since the last complete pass (that last pass is what the quiescent properties
+//!   S6 and S9 speak about). With [`SlotConfig::runner_reconciles`], a runner whose work runs may
+//!   also run a reconcile pass on the side (a reconciler that holds a slot itself).
+//! - a **canceller** runs `cancel` of the first task (within a budget) and kills the works the
+//!   effect lists, then cancels again.
+//! - the **environment**: any model process may die at any step (crash budget), including a
+//!   submitter inside its section after writing the turn's record (an orphan for reconcile); a
+//!   dead pid may be taken by an unrelated process, or by a newly spawned child, with another
+//!   start time (reuse budget); observations of the old identity on a reused pid then come back
+//!   either `Gone` or `Ambiguous` (chosen once at reuse time; ambiguous counts as live).
 //!
-//! Submissions: every submitter submits every turn once, in rotated order, so submitters contend
-//! on the same turns (duplicate enqueues, pending outcomes, steals). A duplicate of a turn that
-//! already wrote its result is dropped before the queue, as the shell's dedupe drops a late retry
-//! of an ended turn; without that a late duplicate would re-run a finished turn as a new row.
+//! Time: submitters use their own clocks (later ones run behind, for enqueue coalescing); runners,
+//! reconcilers and cancellers use [`config::LATE_MILLIS`], after every quiet period, so a
+//! debounce waiter is due at every start after its submission (production's waker is such a
+//! start).
 //!
-//! Bounds: the submissions (submitters × turns), the crash, reuse and reconcile budgets. Spawns
-//! need no budget of their own: every spawn follows a reservation of a row that needs a runner,
-//! rows are created only by submissions, and a row needs another runner only after a crash or a
-//! spawn fault, both of which spend the crash budget.
+//! Bounds: the submissions (submitters × turns, each a new turn), the crash, reuse, reconcile and
+//! cancel budgets. Spawns need no budget of their own: every spawn follows a reservation of a row
+//! that needs a runner, and a row needs another runner only after a crash or a spawn fault.
 //!
-//! Reductions (all sound for the properties checked): a submitter is not crashed between two
-//! submissions (it holds nothing there; that only means fewer submissions, which smaller
-//! configurations cover); an unrelated process reusing a pid is only modelled with ambiguous
-//! observations (observed `Gone` it is indistinguishable from no reuse); after each step the state
-//! forgets finished roles, dead processes nothing refers to, retired tokens no role holds and
-//! results of rows that left ([`SlotModel`]'s `normalize`). A state that already breaks a safety
-//! property ends its path, so reported trails stop at the first violation. No symmetry reduction:
-//! submitters differ (clocks that run behind, rotated scripts), so the state has no cheap
-//! permutation symmetry to exploit.
+//! Reductions (all sound for the properties checked): the command's start and `work_started` are
+//! one action (the model observes works by id, as production finds them by their environment
+//! marker, so the unrecorded leader in between changes nothing it can see); a dead runner's work
+//! ends only by a kill (its exiting on its own earlier is the same as the kill coming earlier); an
+//! unrelated process reusing a pid is only modelled with ambiguous observations (observed `Gone`
+//! it is indistinguishable from no reuse); after each step the state forgets finished roles, dead
+//! processes nothing refers to, retired tokens no role holds ([`SlotModel`]'s `normalize`). A
+//! state that already breaks a safety property ends its path, so reported trails stop at the first
+//! violation. No symmetry reduction: submitters differ (clocks, scripts).
 //!
-//! Layout, one module per job: [`config`] (sizes, budgets, the variant), [`state`] (processes,
-//! roles and their program counters, the process table the core observes), [`actors`] (the
-//! programs of submitters, runners and reconcilers: each step one call sequence into the core),
-//! [`transitions`] (one action applied: the environment's crashes and pid reuse, the transition
-//! checks, the state reduction), [`actions`] (what can happen next: the stateright `Model`),
-//! [`properties`] (S1-S9 over the state), [`broken`] (the deliberately broken variants),
+//! Layout, one module per job: [`config`] (sizes, budgets, strategies, the variant), [`state`]
+//! (processes, works, roles and their program counters, the tables the core observes), [`actors`]
+//! (the programs of the processes: each action one core step or one effect), [`transitions`] (one
+//! action applied: the environment's crashes and pid reuse, the transition checks, the state
+//! reduction), [`actions`] (what can happen next: the stateright `Model`), [`properties`]
+//! (S1-S11 over the state), [`broken`] (the deliberately broken variants),
 //! [`render`] (counterexample trails) and [`walk`] (seeded random paths for conformance replays).
 
 pub mod actions;

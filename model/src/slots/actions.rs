@@ -4,6 +4,7 @@ use super::properties::*;
 use super::state::*;
 use super::SlotModel;
 use stateright::{Model, Property};
+use tollgate_core::admission::Strategy;
 
 /// One step of the model.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -26,6 +27,8 @@ pub enum SlotAction {
     StartReconciler,
     /// A runner whose command runs starts a reconcile pass on the side.
     RunnerReconciles { role: u8 },
+    /// A `tollgate cancel job` process starts.
+    StartCanceller,
 }
 
 macro_rules! event_property {
@@ -45,7 +48,7 @@ impl Model for SlotModel {
     fn actions(&self, st: &SlotState, actions: &mut Vec<SlotAction>) {
         // A state that already breaks a safety property ends its path, so the trail the checker
         // reports stops at the first violation instead of running on past it.
-        if st.violations != 0 || !s1_cap(self, st) || !s2_one_executor(self, st) {
+        if st.violations != 0 || !s1_cap(self, st) || !s2_one_work_per_turn(self, st) {
             return;
         }
         let free_pids = st.free_pids();
@@ -86,11 +89,11 @@ impl Model for SlotModel {
         }
         if st.crashes_left > 0 {
             for (index, p) in st.procs.iter().enumerate() {
-                // A submitter between two submissions holds nothing: its death there only means
-                // fewer submissions, which smaller configurations already cover.
+                // A detached submitter about to submit dies inside the section, after writing the
+                // turn's record (an orphan for reconcile). An attached one dying before its
+                // section only means fewer submissions, which smaller configurations cover.
                 let holds_something = st.roles.iter().any(|r| {
-                    r.proc as usize == index
-                        && !matches!(r.pc, Pc::Done | Pc::Submit { .. } | Pc::SubmitOne { .. })
+                    r.proc as usize == index && !matches!(r.pc, Pc::Done | Pc::Attach { .. })
                 });
                 if p.alive && p.kind != ProcKind::Unrelated && holds_something {
                     actions.push(SlotAction::Crash { proc: index as u8 });
@@ -128,6 +131,13 @@ impl Model for SlotModel {
                 actions.push(SlotAction::StartReconciler);
             }
         }
+        let canceller_running = st
+            .procs
+            .iter()
+            .any(|p| p.alive && p.kind == ProcKind::Canceller);
+        if others_active && st.cancels_left > 0 && !canceller_running {
+            actions.push(SlotAction::StartCanceller);
+        }
     }
 
     fn next_state(&self, last: &SlotState, action: SlotAction) -> Option<SlotState> {
@@ -139,25 +149,69 @@ impl Model for SlotModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let cfg = &self.cfg;
+        let mut props = vec![
             Property::always(names::S1, s1_cap),
-            Property::always(names::S2, s2_one_executor),
+            Property::always(names::S2, s2_one_work_per_turn),
             Property::always(names::S3, s3_retired_token),
             Property::always(names::S4, s4_bound_child),
             Property::always(names::S5, s5_crash_between_publishes),
             Property::always(names::S6, s6_no_parked_with_free_slot),
             Property::always(names::S7, s7_fifo),
             Property::always(names::S8, s8_tokens_fresh),
-            Property::always(names::S9, s9_every_turn_runs),
+            Property::always(names::S9, s9_every_turn_ends),
+            Property::always(names::S10, s10_strategies),
+            Property::always(names::S11, s11_ended_never_runs),
             Property::always(names::CORE, core_accepts_shell_calls),
-            event_property!(names::PENDING_LIVE, event::PENDING_LIVE_TOKEN),
-            event_property!(names::STEAL_OUTCOME, event::STEAL),
-            event_property!(names::PENDING_NIL, event::PENDING_NIL),
-            event_property!(names::SATURATED, event::SATURATED),
-            event_property!(names::ACQUIRED, event::ACQUIRED),
-            event_property!(names::STOLEN_TOKEN_REFUSED, event::STOLEN_TOKEN_REFUSED),
-            event_property!(names::TAKEOVER_DEAD_PARENT, event::TAKEOVER_DEAD_PARENT),
-            event_property!(names::CRASH_BETWEEN, event::CRASH_BETWEEN_PUBLISHES),
-        ]
+        ];
+        // The examples each configuration must reach: those its shape makes possible.
+        // Under `debounce` a submit never starts its turn (the quiet period must pass first).
+        let starts = cfg
+            .tasks
+            .iter()
+            .any(|s| !matches!(s, Strategy::Debounce { .. }));
+        if cfg.submitters > 0 && starts {
+            props.push(event_property!(names::ACQUIRED, event::ACQUIRED));
+        }
+        let submissions = cfg.submitters * cfg.turns as usize;
+        // The cap parks a turn only where a task lets more turns run than there are slots.
+        let beyond_cap = cfg.tasks.iter().any(|s| s.max_running() > cfg.cap);
+        if beyond_cap && submissions > cfg.cap {
+            props.push(event_property!(names::SATURATED, event::SATURATED));
+        }
+        let waits = |s: &Strategy| match s {
+            Strategy::Drop => false,
+            Strategy::Queue | Strategy::Debounce { .. } => true,
+            Strategy::Concurrent { max } => (*max as usize) < submissions,
+        };
+        if cfg.tasks.iter().any(waits) && submissions > 1 {
+            props.push(event_property!(names::WAIT, event::WAIT));
+        }
+        let one_waiter = |s: &Strategy| matches!(s, Strategy::Queue | Strategy::Debounce { .. });
+        if cfg.has_strategy(one_waiter) && cfg.submitters * cfg.turns as usize > 2 {
+            props.push(event_property!(names::SUPERSEDED, event::SUPERSEDED));
+        }
+        if cfg.has_strategy(|s| matches!(s, Strategy::Drop)) {
+            props.push(event_property!(names::DROPPED, event::DROPPED));
+        }
+        if cfg.crash_budget > 0 {
+            props.push(event_property!(names::KILL, event::KILL));
+            props.push(event_property!(names::REPLACED, event::REPLACED));
+            props.push(event_property!(names::REQUEUED, event::REQUEUED));
+            props.push(event_property!(
+                names::CRASH_BETWEEN,
+                event::CRASH_BETWEEN_PUBLISHES
+            ));
+        }
+        if cfg.attached > 0 {
+            props.push(event_property!(names::ATTACHED_RUN, event::ATTACHED_RUN));
+        }
+        if cfg.cancel_budget > 0 {
+            props.push(event_property!(
+                names::CANCEL_REMOVED,
+                event::CANCEL_REMOVED
+            ));
+        }
+        props
     }
 }

@@ -1,11 +1,13 @@
-//! The broken variants (teeth). Each replaces exactly one decision of the core; they live here,
+//! The broken variants (teeth). Each runs the production step and then changes exactly one of its
+//! decisions (or one of the driver's), or swaps one decision of the rules seam; they live here,
 //! never in the core, and `tests/model_slots.rs` expects the checker to reject each.
 
 use super::config::Variant;
 use std::collections::BTreeSet;
+use tollgate_core::slots::steps::{Handoff, SubmitDecision, TakeOverEffect};
 use tollgate_core::slots::{
-    Liveness, ProcessIdentity, ProductionRules, QueueState, Reserving, RowState, SlotError,
-    SlotRules, SlotToken, TakeOver, TurnKey,
+    enqueue, park, Liveness, ProcessIdentity, ProductionRules, QueueState, Reserving, RowState,
+    SlotError, SlotRules, SlotToken, TurnKey, WorkId, WorkRecord,
 };
 
 /// The rules the model passes to the core's `_with` entry points: production's own
@@ -67,21 +69,17 @@ pub(super) fn broken_occupied_runner_slots(
     identities + counted
 }
 
-/// A copy of `release_runner_slot` without the "no child bound" condition.
-pub(super) fn release_even_after_bind(
-    state: &mut QueueState,
-    key: &TurnKey,
-    token: SlotToken,
-    reserver: ProcessIdentity,
-) -> bool {
-    let Ok(row) = state.row_mut(key) else {
+/// ReleaseAfterBind, after the production `spawn_failed` refused: the reservation of this handoff
+/// is cleared and the row parked even though a child is bound on it.
+pub(super) fn release_even_after_bind(state: &mut QueueState, handoff: &Handoff) -> bool {
+    let Ok(row) = state.row_mut(handoff.key()) else {
         return false;
     };
-    // BUG: `r.child.is_none()` is missing.
+    // BUG: the production condition `r.child.is_none()` is dropped.
     let releasable = row
         .slot_reservation
         .as_ref()
-        .is_some_and(|r| r.token == token && r.reserver == reserver);
+        .is_some_and(|r| r.token == handoff.token() && r.reserver == handoff.reserver());
     if releasable {
         row.slot_reservation = None;
         row.state = RowState::Parked;
@@ -89,14 +87,15 @@ pub(super) fn release_even_after_bind(
     releasable
 }
 
-/// A copy of `take_over_reserved_slot` that adopts the row whatever it finds.
+/// UnconditionalTakeOver, after the production take-over refused: the runner adopts the row
+/// anyway (no token check, no bound-child check, no live-holder check) and records its work.
 pub(super) fn take_over_unconditionally(
     state: &mut QueueState,
     key: &TurnKey,
+    token: SlotToken,
     me: ProcessIdentity,
     liveness: &impl Liveness,
-) -> Result<TakeOver, SlotError> {
-    // BUG: no token check, no bound-child check, no live-holder check.
+) -> Result<TakeOverEffect, SlotError> {
     let reserver_dead = state
         .row(key)
         .ok_or_else(|| SlotError::UnknownRow { key: key.clone() })?
@@ -111,7 +110,61 @@ pub(super) fn take_over_unconditionally(
         r.child = Some(me);
     }
     state.set_runner(key, me, false);
-    Ok(TakeOver::Running {
-        adopted_dead_parent: reserver_dead,
-    })
+    let work = WorkId::from_token(token);
+    state.works.push(WorkRecord {
+        key: key.clone(),
+        id: work,
+        runner: me,
+        leader: None,
+    });
+    Ok(TakeOverEffect::Run { work })
+}
+
+/// QueueKeepsTwoWaiters, after the production submit superseded waiters: their rows are put back
+/// (and their turns not ended), so the task keeps two waiters.
+pub(super) fn keep_superseded(
+    state: &mut QueueState,
+    before: &QueueState,
+    decision: &mut SubmitDecision,
+) {
+    for key in std::mem::take(&mut decision.superseded) {
+        if let Some(row) = before.row(&key) {
+            let at = state
+                .entries
+                .iter()
+                .position(|e| e.queue_id > row.queue_id)
+                .unwrap_or(state.entries.len());
+            state.entries.insert(at, row.clone());
+        }
+    }
+}
+
+/// DropEnqueues, after the production submit dropped the turn: it is enqueued and parked anyway.
+pub(super) fn enqueue_dropped(
+    state: &mut QueueState,
+    key: &TurnKey,
+    me: ProcessIdentity,
+    now_millis: u64,
+) -> Result<(), SlotError> {
+    enqueue(state, key, me, now_millis)?;
+    park(state, key)
+}
+
+/// CancelLeavesRow, after the production cancel removed rows: they are put back (the turns still
+/// end as cancelled, as the shell records them).
+pub(super) fn restore_cancelled_rows(
+    state: &mut QueueState,
+    before: &QueueState,
+    removed: &[TurnKey],
+) {
+    for key in removed {
+        if let Some(row) = before.row(key) {
+            let at = state
+                .entries
+                .iter()
+                .position(|e| e.queue_id > row.queue_id)
+                .unwrap_or(state.entries.len());
+            state.entries.insert(at, row.clone());
+        }
+    }
 }

@@ -1,4 +1,4 @@
-//! Ground truth the properties compare the core against, and the properties S1-S9 themselves.
+//! Ground truth the properties compare the core against, and the properties S1-S11 themselves.
 
 use super::render::token_number;
 use super::state::*;
@@ -8,22 +8,14 @@ use tollgate_core::slots::{
 };
 
 impl SlotState {
-    /// Live spawned children that took their slot over and have not left the queue.
-    pub fn live_runners(&self) -> usize {
-        self.roles
-            .iter()
-            .filter(|r| self.procs[r.proc as usize].alive)
-            .filter(|r| matches!(r.pc, Pc::Running { .. } | Pc::Written { .. }))
-            .count()
+    /// Live works started by detached runners (the capped ones).
+    pub fn live_detached_works(&self) -> usize {
+        self.works.iter().filter(|w| w.detached).count()
     }
 
-    /// Live processes running `key`'s command right now.
-    pub fn executors_of(&self, key: &TurnKey) -> usize {
-        self.roles
-            .iter()
-            .filter(|r| self.procs[r.proc as usize].alive)
-            .filter(|r| matches!(&r.pc, Pc::Running { key: k, .. } if k == key))
-            .count()
+    /// Live works of `key`, whoever started them and whatever became of their runner.
+    pub fn works_of(&self, key: &TurnKey) -> usize {
+        self.works.iter().filter(|w| &w.key == key).count()
     }
 
     /// No process can act: every model and unrelated process has stopped and the last reconcile
@@ -33,21 +25,16 @@ impl SlotState {
     }
 }
 
+/// S1 over work: never more live detached works than `workers`. A runner that died does not end
+/// its work, so the count is over works, not runner processes.
 pub(super) fn s1_cap(model: &SlotModel, st: &SlotState) -> bool {
-    st.live_runners() <= model.cfg.cap
+    st.live_detached_works() <= model.cfg.cap
 }
 
-pub(super) fn s2_one_executor(_: &SlotModel, st: &SlotState) -> bool {
-    st.queue
-        .entries
-        .iter()
-        .map(|e| &e.key)
-        .chain(st.queue.runners.iter().map(|r| &r.key))
-        .all(|key| st.executors_of(key) <= 1)
-        && st.roles.iter().all(|r| match &r.pc {
-            Pc::Running { key, .. } => st.executors_of(key) <= 1,
-            _ => true,
-        })
+/// S2 over work: never two live works of one turn (a replacement runner next to the dead runner's
+/// surviving work is two).
+pub(super) fn s2_one_work_per_turn(_: &SlotModel, st: &SlotState) -> bool {
+    st.works.iter().all(|w| st.works_of(&w.key) <= 1)
 }
 
 pub(super) fn s3_retired_token(_: &SlotModel, st: &SlotState) -> bool {
@@ -63,7 +50,7 @@ pub(super) fn s4_bound_child(model: &SlotModel, st: &SlotState) -> bool {
     // identity seen only on reserved rows is represented by those reservations, so the count
     // cannot be split per reservation; the bound still catches any exclusion that drops one.)
     let rules = model.rules();
-    let table = ProcTable(&st.procs);
+    let table = ProcTable::of(st);
     let excludes: Vec<Option<u32>> = std::iter::once(None)
         .chain(
             st.procs
@@ -90,7 +77,7 @@ pub(super) fn s4_bound_child(model: &SlotModel, st: &SlotState) -> bool {
 }
 
 pub(super) fn s5_crash_between_publishes(_: &SlotModel, st: &SlotState) -> bool {
-    let table = ProcTable(&st.procs);
+    let table = ProcTable::of(st);
     st.orphaned_handoffs.iter().all(|(queue_id, token, child)| {
         if table.observe(child) != Observation::Matching {
             return true;
@@ -117,7 +104,7 @@ pub(super) fn s6_no_parked_with_free_slot(model: &SlotModel, st: &SlotState) -> 
         .entries
         .iter()
         .any(|e| matches!(e.state, RowState::Parked));
-    !parked || st.live_runners() >= model.cfg.cap
+    !parked || st.live_detached_works() >= model.cfg.cap
 }
 
 pub(super) fn s7_fifo(_: &SlotModel, st: &SlotState) -> bool {
@@ -132,11 +119,28 @@ pub(super) fn s8_tokens_fresh(_: &SlotModel, st: &SlotState) -> bool {
         })
 }
 
-pub(super) fn s9_every_turn_runs(_: &SlotModel, st: &SlotState) -> bool {
+/// S9: in a quiescent state after reconcile, every turn whose record was written has ended (ran,
+/// superseded, dropped or cancelled), and the queue is empty; no row ever left before its turn
+/// ended.
+pub(super) fn s9_every_turn_ends(_: &SlotModel, st: &SlotState) -> bool {
+    if st.violations & violation::TURN_LOST != 0 {
+        return false;
+    }
     if !st.quiescent() {
         return true;
     }
-    st.queue.entries.is_empty() && st.violations & violation::TURN_LOST == 0
+    st.queue.entries.is_empty() && st.recorded & !st.ended == 0
+}
+
+/// S10: a task's strategy holds on every submit: under `queue`/`debounce` one parked waiter (a
+/// newer arrival supersedes it), under `drop` nothing is enqueued while a row of the task exists.
+pub(super) fn s10_strategies(_: &SlotModel, st: &SlotState) -> bool {
+    st.violations & violation::STRATEGY == 0
+}
+
+/// S11: a turn that ended (ran, superseded, dropped, cancelled) never starts a work again.
+pub(super) fn s11_ended_never_runs(_: &SlotModel, st: &SlotState) -> bool {
+    st.violations & violation::ENDED_RAN == 0
 }
 
 pub(super) fn core_accepts_shell_calls(_: &SlotModel, st: &SlotState) -> bool {
@@ -145,30 +149,27 @@ pub(super) fn core_accepts_shell_calls(_: &SlotModel, st: &SlotState) -> bool {
 
 /// Property names, as `spec/invariants.md` names them (grep for the invariant id).
 pub mod names {
-    pub const S1: &str = "S1 cap";
-    pub const S2: &str = "S2 one executor per turn";
+    pub const S1: &str = "S1 cap over work";
+    pub const S2: &str = "S2 one live work per turn";
     pub const S3: &str = "S3 retired token never acts";
     pub const S4: &str = "S4 bound child occupies";
     pub const S5: &str = "S5 crash between publishes occupies";
     pub const S6: &str = "S6 no parked row with a free slot";
     pub const S7: &str = "S7 fifo";
     pub const S8: &str = "S8 tokens fresh";
-    pub const S9: &str = "S9 every turn runs";
+    pub const S9: &str = "S9 every turn ends";
+    pub const S10: &str = "S10 strategies hold on submit";
+    pub const S11: &str = "S11 an ended turn never runs again";
     pub const CORE: &str = "core accepts every call the shell makes";
-    pub const PENDING_LIVE: &str = "reserve: pending on a live token";
-    pub const STEAL_OUTCOME: &str = "reserve: steal";
-    pub const PENDING_NIL: &str = "reserve: pending nil";
-    pub const SATURATED: &str = "reserve: saturated";
-    pub const ACQUIRED: &str = "reserve: acquired";
-    pub const STOLEN_TOKEN_REFUSED: &str = "a steal: the old token is refused";
-    pub const TAKEOVER_DEAD_PARENT: &str = "take-over of a dead parent";
+    pub const ACQUIRED: &str = "submit: spawn";
+    pub const SATURATED: &str = "submit: park (saturated)";
+    pub const WAIT: &str = "submit: wait in the task's scope";
+    pub const SUPERSEDED: &str = "submit: a waiter superseded";
+    pub const DROPPED: &str = "submit: dropped";
+    pub const KILL: &str = "reconcile: kill a dead runner's work";
+    pub const REPLACED: &str = "reconcile: replace a dead executor";
+    pub const REQUEUED: &str = "reconcile: requeue an orphaned turn";
     pub const CRASH_BETWEEN: &str = "crash between the two publishes";
-
-    /// The `sometimes` properties that need crashes (absent with `--no-crashes`).
-    pub const NEED_FAULTS: [&str; 4] = [
-        STEAL_OUTCOME,
-        STOLEN_TOKEN_REFUSED,
-        TAKEOVER_DEAD_PARENT,
-        CRASH_BETWEEN,
-    ];
+    pub const ATTACHED_RUN: &str = "attached start runs";
+    pub const CANCEL_REMOVED: &str = "cancel removes a row";
 }

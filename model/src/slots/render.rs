@@ -45,6 +45,14 @@ pub fn describe_queue(queue: &QueueState) -> Vec<String> {
     for r in &queue.runners {
         lines.push(format!("runner of {}: {}", r.key, short(&r.identity)));
     }
+    for w in &queue.works {
+        lines.push(format!(
+            "work #{} of {}: runner {}",
+            token_number(&w.id.token()),
+            w.key,
+            short(&w.runner)
+        ));
+    }
     if lines.is_empty() {
         lines.push("(queue empty)".to_string());
     }
@@ -68,46 +76,63 @@ pub fn describe_action(before: &SlotState, action: &SlotAction) -> String {
         let p = &before.procs[r.proc as usize];
         let kind = match p.kind {
             ProcKind::Submitter(i) => format!("submitter {i}"),
+            ProcKind::Attached(i) => format!("attached submitter {i}"),
             ProcKind::Runner => "runner".to_string(),
             ProcKind::Reconciler => "reconciler".to_string(),
+            ProcKind::Canceller => "canceller".to_string(),
             ProcKind::Unrelated => "unrelated".to_string(),
         };
         format!("{kind} {}", short(&p.id))
     };
     let what = |role: u8| -> String {
-        match &before.roles[role as usize].pc {
-            Pc::Submit { .. } | Pc::SubmitOne { .. } => {
-                "L1: enqueue + reserve (+ park if saturated)".to_string()
-            }
-            Pc::Spawn { key, token, .. } => {
-                format!(
-                    "spawns a runner for {key} under token #{}",
-                    token_number(token)
-                )
-            }
-            Pc::Release { key, token, .. } => {
-                format!("L: release_runner_slot({key}, #{})", token_number(token))
-            }
-            Pc::Bind {
-                key, token, child, ..
-            } => format!(
-                "L2: complete_runner_spawn_first({key}, #{}, {})",
-                token_number(token),
+        let r = &before.roles[role as usize];
+        match &r.pc {
+            Pc::Submit { next } => format!("steps::submit (script entry {next})"),
+            Pc::SubmitOne { index } => format!("steps::submit (script entry {index})"),
+            Pc::Attach { next } => format!("steps::attached_start (script entry {next})"),
+            Pc::Spawn { handoff, .. } => format!(
+                "spawns a runner for {} under token #{}",
+                handoff.key(),
+                token_number(&handoff.token())
+            ),
+            Pc::Release { handoff, .. } => format!(
+                "steps::spawn_failed({}, #{})",
+                handoff.key(),
+                token_number(&handoff.token())
+            ),
+            Pc::Bind { handoff, child, .. } => format!(
+                "steps::handoff_publish_first({}, #{}, {})",
+                handoff.key(),
+                token_number(&handoff.token()),
                 short(child)
             ),
-            Pc::Handoff {
-                key, token, child, ..
-            } => format!(
-                "L3: complete_runner_spawn_second({key}, #{}, {})",
-                token_number(token),
-                short(child)
+            Pc::Handoff { bound, .. } => format!(
+                "steps::handoff_publish_second({}, #{}, {})",
+                bound.key(),
+                token_number(&bound.token()),
+                short(&bound.child())
             ),
             Pc::TakeOver { key, token } => {
-                format!("take_over_reserved_slot({key}, #{})", token_number(token))
+                format!("steps::runner_take_over({key}, #{})", token_number(token))
             }
-            Pc::Running { key, .. } => format!("runs {key} and writes its result"),
-            Pc::Written { key } => format!("finish_turn({key}) + start_next_parked"),
-            Pc::Reconcile => "reconcile_step".to_string(),
+            Pc::StartWork { key, work, .. } => format!(
+                "starts work #{} of {key} + steps::work_started",
+                token_number(&work.token())
+            ),
+            Pc::Running { key, work, .. } => format!(
+                "work #{} of {key} exits; the result is written",
+                token_number(&work.token())
+            ),
+            Pc::Written { key, .. } => format!("steps::runner_finish({key})"),
+            Pc::Reconcile => "steps::reconcile".to_string(),
+            Pc::Kill { works, .. } => {
+                let ids: Vec<String> = works
+                    .iter()
+                    .map(|w| format!("#{}", token_number(&w.token())))
+                    .collect();
+                format!("kills work {}", ids.join(", "))
+            }
+            Pc::Cancel => "steps::cancel(job)".to_string(),
             Pc::Done => "nothing".to_string(),
         }
     };
@@ -154,6 +179,7 @@ pub fn describe_action(before: &SlotState, action: &SlotAction) -> String {
             )
         }
         SlotAction::StartReconciler => "a reconciler starts".to_string(),
+        SlotAction::StartCanceller => "a canceller starts".to_string(),
         SlotAction::RunnerReconciles { role } => {
             format!("{}: starts a reconcile pass on the side", who(*role))
         }

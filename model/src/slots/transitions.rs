@@ -29,13 +29,10 @@ impl SlotModel {
                 if matches!(action, SlotAction::SpawnUnrecorded { .. }) {
                     self.spawn_child(&mut st, role, None, false);
                 }
-                let Pc::Spawn {
-                    key, token, then, ..
-                } = st.roles[role].pc.clone()
-                else {
+                let Pc::Spawn { handoff, then } = st.roles[role].pc.clone() else {
                     unreachable!("spawn faults are only offered to roles holding a slot");
                 };
-                st.roles[role].pc = Pc::Release { key, token, then };
+                st.roles[role].pc = Pc::Release { handoff, then };
             }
             SlotAction::SpawnOnReusedPid {
                 role,
@@ -44,40 +41,45 @@ impl SlotModel {
             } => {
                 let role = role as usize;
                 st.reuses_left -= 1;
-                let Pc::Spawn {
-                    key,
-                    token,
-                    snapshot,
-                    then,
-                } = st.roles[role].pc.clone()
-                else {
+                let Pc::Spawn { handoff, then } = st.roles[role].pc.clone() else {
                     unreachable!("spawns are only offered to roles holding a slot");
                 };
                 let child = self.spawn_child(&mut st, role, Some(pid), ambiguous);
                 st.roles[role].pc = Pc::Bind {
-                    key,
-                    token,
+                    handoff,
                     child,
-                    snapshot,
                     then,
                 };
             }
             SlotAction::Crash { proc } => {
                 st.crashes_left -= 1;
                 st.procs[proc as usize].alive = false;
-                for role in st.roles.iter_mut().filter(|r| r.proc == proc) {
-                    if let Pc::Handoff {
-                        token,
-                        child,
-                        snapshot,
-                        ..
-                    } = &role.pc
-                    {
-                        st.events |= event::CRASH_BETWEEN_PUBLISHES;
-                        st.orphaned_handoffs
-                            .push((snapshot.queue_id, *token, *child));
+                for index in 0..st.roles.len() {
+                    if st.roles[index].proc != proc {
+                        continue;
                     }
-                    role.pc = Pc::Done;
+                    match &st.roles[index].pc {
+                        Pc::Handoff { bound, .. } => {
+                            st.events |= event::CRASH_BETWEEN_PUBLISHES;
+                            if let Some(row) = st.queue.row(bound.key()) {
+                                st.orphaned_handoffs.push((
+                                    row.queue_id,
+                                    bound.token(),
+                                    bound.child(),
+                                ));
+                            }
+                        }
+                        // A submitter dies inside its section after writing the turn's record,
+                        // before the queue is published: the turn is an orphan (S9).
+                        Pc::Submit { next: index } | Pc::SubmitOne { index } => {
+                            if let ProcKind::Submitter(s) = st.procs[proc as usize].kind {
+                                let key = self.cfg.script(s as usize, *index as usize);
+                                st.recorded |= turn_bit(&key);
+                            }
+                        }
+                        _ => {}
+                    }
+                    st.roles[index].pc = Pc::Done;
                 }
             }
             SlotAction::ReusePid { pid, ambiguous } => {
@@ -95,6 +97,14 @@ impl SlotModel {
                 st.roles.push(Role {
                     proc,
                     pc: Pc::Reconcile,
+                });
+            }
+            SlotAction::StartCanceller => {
+                st.cancels_left -= 1;
+                let proc = st.new_proc(ProcKind::Canceller, None, false);
+                st.roles.push(Role {
+                    proc,
+                    pc: Pc::Cancel,
                 });
             }
             SlotAction::RunnerReconciles { role } => {
@@ -145,10 +155,10 @@ impl SlotModel {
         if st.queue.next_queue_id < before.queue.next_queue_id {
             st.violations |= violation::FIFO;
         }
-        // S9: a row only leaves once its turn wrote its result.
+        // S9: a row only leaves once its turn ended (ran, superseded or cancelled).
         for entry in &before.queue.entries {
             if st.queue.row(&entry.key).map(|r| r.queue_id) != Some(entry.queue_id)
-                && st.settled.binary_search(&entry.queue_id).is_err()
+                && st.ended & turn_bit(&entry.key) == 0
             {
                 st.violations |= violation::TURN_LOST;
             }
@@ -186,37 +196,42 @@ impl SlotModel {
             }
         }
         referenced.extend(st.queue.runners.iter().map(|r| r.identity));
+        for w in &st.queue.works {
+            referenced.insert(w.runner);
+            referenced.extend(w.leader);
+        }
         for role in &st.roles {
             match &role.pc {
-                Pc::Spawn {
-                    token, snapshot, ..
-                } => {
-                    held.insert(*token);
-                    referenced.extend(identities_of(snapshot));
+                Pc::Spawn { handoff, .. } | Pc::Release { handoff, .. } => {
+                    held.insert(handoff.token());
+                    referenced.insert(handoff.reserver());
+                    referenced.extend(identities_of(handoff.snapshot()));
                 }
-                Pc::Bind {
-                    token,
-                    child,
-                    snapshot,
-                    ..
-                }
-                | Pc::Handoff {
-                    token,
-                    child,
-                    snapshot,
-                    ..
-                } => {
-                    held.insert(*token);
+                Pc::Bind { handoff, child, .. } => {
+                    held.insert(handoff.token());
                     referenced.insert(*child);
-                    referenced.extend(identities_of(snapshot));
+                    referenced.insert(handoff.reserver());
+                    referenced.extend(identities_of(handoff.snapshot()));
                 }
-                Pc::TakeOver { token, .. } | Pc::Release { token, .. } => {
+                Pc::Handoff {
+                    bound,
+                    snapshot_ids,
+                    ..
+                } => {
+                    held.insert(bound.token());
+                    referenced.insert(bound.child());
+                    referenced.extend(snapshot_ids.iter().copied());
+                }
+                Pc::TakeOver { token, .. } => {
                     held.insert(*token);
                 }
                 _ => {}
             }
         }
-        let table = ProcTable(&st.procs);
+        let table = ProcTable {
+            procs: &st.procs,
+            works: &st.works,
+        };
         let queue = &st.queue;
         st.orphaned_handoffs.retain(|(queue_id, _, child)| {
             table.observe(child) == Observation::Matching
@@ -224,8 +239,6 @@ impl SlotModel {
         });
         referenced.extend(st.orphaned_handoffs.iter().map(|(_, _, c)| *c));
         st.retired.retain(|t| held.contains(t));
-        let queued: BTreeSet<u64> = st.queue.entries.iter().map(|e| e.queue_id).collect();
-        st.settled.retain(|id| queued.contains(id));
         // Drop unreferenced dead processes and renumber the roles' process indices.
         let mut remap = vec![u8::MAX; st.procs.len()];
         let mut kept = Vec::with_capacity(st.procs.len());
@@ -245,15 +258,18 @@ impl SlotModel {
         let mut st = SlotState {
             queue: QueueState::default(),
             procs: Vec::new(),
+            works: Vec::new(),
             roles: Vec::new(),
             next_token: 1,
             retired: Vec::new(),
-            settled: Vec::new(),
             orphaned_handoffs: Vec::new(),
-            finished_turns: 0,
+            recorded: 0,
+            ran: 0,
+            ended: 0,
             crashes_left: self.cfg.crash_budget,
             reuses_left: self.cfg.reuse_budget,
             reconciles_left: self.cfg.reconcile_budget,
+            cancels_left: self.cfg.cancel_budget,
             reconciled_clean: false,
             events: 0,
             violations: 0,
@@ -261,11 +277,10 @@ impl SlotModel {
         for submitter in 0..self.cfg.submitters {
             let proc = st.new_proc(ProcKind::Submitter(submitter as u8), None, false);
             if self.cfg.concurrent_submissions {
-                for index in 0..self.cfg.turns as usize {
-                    let turn = self.cfg.script(submitter, index).turn;
+                for index in 0..self.cfg.turns as u8 {
                     st.roles.push(Role {
                         proc,
-                        pc: Pc::SubmitOne { turn },
+                        pc: Pc::SubmitOne { index },
                     });
                 }
             } else {
@@ -274,6 +289,13 @@ impl SlotModel {
                     pc: Pc::Submit { next: 0 },
                 });
             }
+        }
+        for attached in 0..self.cfg.attached {
+            let proc = st.new_proc(ProcKind::Attached(attached as u8), None, false);
+            st.roles.push(Role {
+                proc,
+                pc: Pc::Attach { next: 0 },
+            });
         }
         st
     }

@@ -1,68 +1,92 @@
 //! `tollgate cancel TASK`: rows nobody runs yet end as cancelled at once; live executors are asked
-//! to stop (SIGTERM), and they record the cancellation and leave the queue themselves.
+//! to stop (SIGTERM), and they record the cancellation and leave the queue themselves; the work of
+//! a dead runner is killed first, and its row leaves in the next section.
 
 use crate::dispatch::DispatchError;
-use crate::process::ProcLiveness;
-use crate::protocol::slots::{
-    cancel_task, cancel_turn as cancel_turn_row, Liveness, Observation, ProcessIdentity, TurnKey,
-};
+use crate::driver;
+use crate::process::work::WorkKill;
+use crate::protocol::slots::steps::{self, CancelSelection};
+use crate::protocol::slots::{Liveness, ProcessIdentity, TurnKey};
+use crate::queue::Store;
 use crate::runtime::Runtime;
 use crate::tasks::{self, TurnOutcome};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+
+/// Cancel sections per call: the first may ask for kills, the second removes what they freed; a
+/// third covers a kill that needed the KILL escalation. Survivors after that stay for reconcile.
+const MAX_CANCEL_SECTIONS: usize = 3;
 
 #[derive(Debug, Default)]
 pub struct CancelReport {
     pub removed: Vec<TurnKey>,
     pub signalled: Vec<(TurnKey, ProcessIdentity)>,
+    /// Works of dead runners that were killed before their rows could leave.
+    pub killed: Vec<(TurnKey, WorkKill)>,
 }
 
-pub fn cancel<L: Liveness>(rt: &Runtime<L>, task: &str) -> Result<CancelReport, DispatchError> {
+pub fn cancel<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    task: &str,
+) -> Result<CancelReport, DispatchError> {
     if tasks::load_task(&rt.home, task)?.is_none() {
         return Err(DispatchError::UnknownTask {
             task: task.to_string(),
             home: rt.home.root().display().to_string(),
         });
     }
-    let plan = rt.store.transact(|state| {
-        let plan = cancel_task(state, task, &rt.liveness);
-        for key in &plan.removed {
-            tasks::end_unrun(&rt.home, key, TurnOutcome::Cancelled, tasks::now_millis())?;
-        }
-        Ok::<_, DispatchError>(plan)
-    })?;
-    Ok(signal_executors(plan))
+    run_cancel(rt, CancelSelection::Task(task))
 }
 
 /// Cancels one turn of a task (a delivery that ran out of time): removed if nobody runs it yet
 /// (it ends as cancelled), else its live executor is asked to stop.
-pub fn cancel_turn<L: Liveness>(
-    rt: &Runtime<L>,
+pub fn cancel_turn<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
     key: &TurnKey,
 ) -> Result<CancelReport, DispatchError> {
-    let plan = rt.store.transact(|state| {
-        let plan = cancel_turn_row(state, key, &rt.liveness);
-        for key in &plan.removed {
-            tasks::end_unrun(&rt.home, key, TurnOutcome::Cancelled, tasks::now_millis())?;
-        }
-        Ok::<_, DispatchError>(plan)
-    })?;
-    Ok(signal_executors(plan))
+    run_cancel(rt, CancelSelection::Turn(key))
 }
 
-fn signal_executors(plan: crate::protocol::slots::CancelPlan) -> CancelReport {
-    let mut report = CancelReport {
-        removed: plan.removed,
-        signalled: Vec::new(),
-    };
-    for (key, identity) in plan.signal {
-        // Only a process whose start time still matches is ours to signal; a reused pid is not.
-        if ProcLiveness.observe(&identity) == Observation::Matching {
-            let pid = Pid::from_raw(identity.pid as i32);
-            if kill(pid, Signal::SIGTERM).is_ok() {
-                report.signalled.push((key, identity));
+fn run_cancel<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    selection: CancelSelection<'_>,
+) -> Result<CancelReport, DispatchError> {
+    let mut report = CancelReport::default();
+    for _ in 0..MAX_CANCEL_SECTIONS {
+        let effect = cancel_once(rt, selection)?;
+        report.removed.extend(effect.removed.iter().cloned());
+        for (key, executor) in &effect.signal {
+            let signalled = (key.clone(), *executor);
+            if !report.signalled.contains(&signalled)
+                && driver::stop_executor(rt.spawner.as_ref(), executor)
+            {
+                report.signalled.push(signalled);
             }
         }
+        for work in &effect.kill {
+            let killed = driver::kill_work(rt.spawner.as_ref(), work);
+            report.killed.push((work.key.clone(), killed));
+        }
+        if !effect.again() {
+            break;
+        }
     }
-    report
+    Ok(report)
+}
+
+/// One cancel section: the core's step, and the removed turns ended as cancelled under the lock.
+pub fn cancel_once<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    selection: CancelSelection<'_>,
+) -> Result<steps::CancelEffect, DispatchError> {
+    rt.store.transact(|state| {
+        let effect = steps::cancel(state, selection, &rt.liveness);
+        for key in &effect.removed {
+            tasks::end_unrun(
+                &rt.home,
+                key,
+                TurnOutcome::Cancelled,
+                rt.spawner.now_millis(),
+            )?;
+        }
+        Ok::<_, DispatchError>(effect)
+    })
 }

@@ -3,16 +3,19 @@
 //! Layout (see `spec/` for the normative text):
 //! - [`protocol`]: the sans-IO core. Every decision of the slot protocol is a function from state
 //!   values to state values; no file, clock, thread or `/proc` read.
-//! - the shell around it: [`home`] and [`config`] (state directory), [`queue`] (the durable queue
-//!   under `queue.lock`), [`tasks`] (task and turn records), [`process`] (identities and liveness
-//!   from `/proc`, detached spawn), [`dispatch`] (spawn and two-publish handoff), [`submit`],
-//!   [`runner`], [`reconcile`], [`cancel`], [`status`], and [`cli`].
+//! - the shell around it: [`home`] and [`config`] (state directory), [`queue`] (the store of the
+//!   queue: `queue.json` under `queue.lock`, or in memory), [`tasks`] (task and turn records),
+//!   [`process`] (identities and liveness from `/proc`, detached spawn, works), [`driver`]
+//!   (performs the effects of the core's steps: spawn and two-publish handoff, kills),
+//!   [`dispatch`] (its error), [`submit`], [`runner`], [`reconcile`], [`cancel`], [`status`], and
+//!   [`cli`].
 //! - `model/` (feature `model-check`): stateright models that call the same core functions.
 
 pub mod cancel;
 pub mod cli;
 pub mod config;
 pub mod dispatch;
+pub mod driver;
 pub mod exec;
 pub mod fsutil;
 pub mod gate;

@@ -1,85 +1,111 @@
 //! `tollgate reconcile`: repeat the core's reconcile step until nothing is left to repair.
+//!
+//! Each iteration is one locked section: read what the step needs from the turn records (which
+//! dispatched turns are settled, which orphaned turns are still never-started), call
+//! [`steps::reconcile`], publish, and let [`crate::driver`] perform the effect (a handoff, or the
+//! kill of a dead runner's work).
 
-use crate::dispatch::{spawn_and_hand_off, DispatchError, Handoff};
-use crate::protocol::scopes::start_filter;
-use crate::protocol::slots::{
-    enqueue, park, reconcile_step_where, Liveness, ProcessIdentity, QueueEntry, ReconcileStep,
-    RowState, SlotToken, TurnKey,
-};
+use crate::dispatch::{DispatchError, Handoff};
+use crate::driver;
+use crate::process::work::WorkKill;
+use crate::protocol::slots::steps::{self, ReconcileEffect, ReconcileInput};
+use crate::protocol::slots::{Liveness, ProcessIdentity, QueueState, ReconcileStep, TurnKey};
+use crate::queue::Store;
 use crate::runtime::Runtime;
 use crate::tasks::{self, TurnRecord};
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 
 /// Everything one reconcile did, in order.
 #[derive(Debug, Default)]
 pub struct ReconcileReport {
     pub steps: Vec<ReconcileStep>,
     pub handoffs: Vec<(TurnKey, Result<Handoff, String>)>,
+    /// The works of dead runners that were killed, and what each kill found.
+    pub kills: Vec<(TurnKey, WorkKill)>,
 }
 
-/// Runs reconcile steps as `me` until the core says idle or saturated. Each step is one critical
-/// section; spawns happen outside the lock. The loop is bounded by the queue's size: every step
-/// but the last changes a row for good.
-pub fn reconcile<L: Liveness>(
-    rt: &Runtime<L>,
+/// Runs reconcile steps as `me` until the core says idle or saturated. Spawns and kills happen
+/// outside the lock. The loop is bounded by the queue's size: every step but a kill and the last
+/// changes a row for good, and a kill that leaves survivors ends the pass (the next one retries).
+pub fn reconcile<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
     me: ProcessIdentity,
 ) -> Result<ReconcileReport, DispatchError> {
     let mut report = ReconcileReport::default();
-    for key in requeue_orphaned_turns(rt, me)? {
-        report.steps.push(ReconcileStep::Parked { key });
-    }
-    let bound = 2 * rt.store.load()?.entries.len() + 2;
+    let queue = rt.store.load()?;
+    let orphans = orphan_candidates(rt, &queue)?;
+    let bound = 3 * (queue.entries.len() + queue.works.len() + orphans.len()) + 2;
     for _ in 0..bound {
-        let (step, snapshot) = reconcile_once(rt, me)?;
-        let done = matches!(step, ReconcileStep::Idle | ReconcileStep::Saturated);
-        if let (ReconcileStep::Spawn { key, token, .. }, Some(row)) = (&step, snapshot) {
-            let handoff = spawn_and_hand_off(&rt.store, rt.spawner.as_ref(), me, *token, &row)
-                .map_err(|e| e.to_string());
-            report.handoffs.push((key.clone(), handoff));
-        }
-        report.steps.push(step);
-        if done {
-            break;
+        let effect = reconcile_once(rt, me, &orphans)?;
+        report.steps.push(effect.step());
+        match effect {
+            ReconcileEffect::Spawn { handoff, .. } => {
+                let key = handoff.key().clone();
+                let handoff = driver::hand_off(&rt.store, rt.spawner.as_ref(), handoff)
+                    .map_err(|e| e.to_string());
+                report.handoffs.push((key, handoff));
+            }
+            ReconcileEffect::Kill { key, work } => {
+                let killed = driver::kill_work(rt.spawner.as_ref(), &work);
+                let complete = killed.is_complete();
+                report.kills.push((key, killed));
+                if !complete {
+                    break;
+                }
+            }
+            ReconcileEffect::Saturated | ReconcileEffect::Idle => break,
+            ReconcileEffect::Requeued { .. }
+            | ReconcileEffect::CompletedHandoff { .. }
+            | ReconcileEffect::Parked { .. }
+            | ReconcileEffect::Removed { .. } => {}
         }
     }
     Ok(report)
 }
 
-/// One reconcile critical section: the core's step, and the row as published when it says spawn.
-pub fn reconcile_once<L: Liveness>(
-    rt: &Runtime<L>,
+/// One reconcile critical section. `orphan_candidates` are the turns found without a row before
+/// the pass; their records are read again here, under the lock, so a turn that started or ended
+/// meanwhile is not passed on.
+pub fn reconcile_once<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
     me: ProcessIdentity,
-) -> Result<(ReconcileStep, Option<QueueEntry>), DispatchError> {
+    orphan_candidates: &[TurnKey],
+) -> Result<ReconcileEffect, DispatchError> {
     let cap = rt.cap();
     rt.store.transact(|state| {
         // Which dispatched turns already have their result on disk: read under the lock.
-        let mut settled = HashSet::new();
-        for entry in &state.entries {
-            if matches!(entry.state, RowState::Dispatching { .. })
-                && tasks::load_turn(&rt.home, &entry.key)?.is_some_and(|t| t.is_settled())
-            {
-                settled.insert(entry.key.clone());
+        let mut settled = BTreeSet::new();
+        for key in steps::settled_needed(state) {
+            if tasks::load_turn(&rt.home, key)?.is_some_and(|t| t.is_settled()) {
+                settled.insert(key.clone());
             }
         }
-        let strategies = tasks::parked_strategies(&rt.home, state)?;
-        let step = reconcile_step_where(
+        let mut orphans = Vec::with_capacity(orphan_candidates.len());
+        for key in orphan_candidates {
+            if tasks::load_turn(&rt.home, key)?.is_some_and(|t| never_queued(&t)) {
+                orphans.push(key.clone());
+            }
+        }
+        let strategies = rt.strategies_for(state)?;
+        let effect = steps::reconcile(
             state,
-            me,
-            cap,
-            SlotToken::generate(),
-            &rt.liveness,
-            &|key: &TurnKey| settled.contains(key),
-            &start_filter(&strategies, tasks::now_millis()),
+            ReconcileInput {
+                me,
+                fresh_token: rt.spawner.fresh_token(),
+                now_millis: rt.spawner.now_millis(),
+                cap,
+                strategies: &strategies,
+                settled: &settled,
+                orphans: &orphans,
+                liveness: &rt.liveness,
+            },
         )?;
-        let snapshot = match &step {
-            ReconcileStep::Spawn { key, .. } => state.row(key).cloned(),
-            _ => None,
-        };
-        Ok::<_, DispatchError>((step, snapshot))
+        Ok::<_, DispatchError>(effect)
     })
 }
 
-/// A detached turn that has a record but never reached the queue and never started.
+/// A detached turn that has a record but never started and has no outcome: if it has no row, its
+/// submitter died inside its section after writing the record (S9).
 fn never_queued(turn: &TurnRecord) -> bool {
     !turn.is_settled()
         && !turn.attached
@@ -87,16 +113,12 @@ fn never_queued(turn: &TurnRecord) -> bool {
         && turn.runner.is_none()
 }
 
-/// Turns whose submitter died inside its critical section, after writing the turn's record and
-/// before publishing its queue row (S9: nothing submitted is lost). Under the lock no live submit
-/// can be in that window, so an unsettled, never-started turn without a row is such an orphan: it
-/// is enqueued and parked, and the reconcile steps start it like any parked row. Candidates are
-/// found without the lock and checked again under it.
-fn requeue_orphaned_turns<L: Liveness>(
-    rt: &Runtime<L>,
-    me: ProcessIdentity,
+/// Turns of the home that had no row in `queue` and whose record says never queued: what the
+/// reconcile step requeues (S9). Read without the lock; each section reads the records again.
+fn orphan_candidates<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    queue: &QueueState,
 ) -> Result<Vec<TurnKey>, DispatchError> {
-    let queue = rt.store.load()?;
     let mut candidates = Vec::new();
     for task in tasks::list_tasks(&rt.home)? {
         for turn in tasks::list_turns(&rt.home, &task)? {
@@ -108,20 +130,5 @@ fn requeue_orphaned_turns<L: Liveness>(
             }
         }
     }
-    if candidates.is_empty() {
-        return Ok(Vec::new());
-    }
-    rt.store.transact(|state| {
-        let mut requeued = Vec::new();
-        for key in candidates {
-            if state.row(&key).is_none()
-                && tasks::load_turn(&rt.home, &key)?.is_some_and(|t| never_queued(&t))
-            {
-                enqueue(state, &key, me, tasks::now_millis())?;
-                park(state, &key)?;
-                requeued.push(key);
-            }
-        }
-        Ok::<_, DispatchError>(requeued)
-    })
+    Ok(candidates)
 }

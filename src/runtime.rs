@@ -1,16 +1,21 @@
 //! What every shell operation needs: the home, its config, the queue store, how runners are
-//! spawned and how liveness is observed. Tests build one with fixture spawners or liveness.
+//! spawned (and works killed) and how liveness is observed. Tests build one with fixture
+//! spawners, liveness, or the in-memory store.
 
 use crate::config::Config;
+use crate::fsutil::FileError;
 use crate::home::{Home, HomeError};
 use crate::process::{DetachedSpawner, ProcLiveness, RunnerSpawner};
-use crate::protocol::slots::Liveness;
-use crate::queue::QueueStore;
+use crate::protocol::admission::Strategy;
+use crate::protocol::slots::{steps, Liveness, QueueState};
+use crate::queue::{QueueStore, Store};
+use crate::tasks;
+use std::collections::BTreeMap;
 
-pub struct Runtime<L: Liveness = ProcLiveness> {
+pub struct Runtime<L: Liveness = ProcLiveness, S: Store = QueueStore> {
     pub home: Home,
     pub config: Config,
-    pub store: QueueStore,
+    pub store: S,
     pub spawner: Box<dyn RunnerSpawner>,
     pub liveness: L,
 }
@@ -34,9 +39,25 @@ impl Runtime<ProcLiveness> {
     }
 }
 
-impl<L: Liveness> Runtime<L> {
+impl<L: Liveness, S: Store> Runtime<L, S> {
     /// The cap for detached starts.
     pub fn cap(&self) -> usize {
         self.config.workers
+    }
+
+    /// The strategies a start decision on `state` needs, read from the task records (a task
+    /// without a record has the default strategy).
+    pub fn strategies_for(
+        &self,
+        state: &QueueState,
+    ) -> Result<BTreeMap<String, Strategy>, FileError> {
+        let mut strategies = BTreeMap::new();
+        for task in steps::strategies_needed(state) {
+            let strategy = tasks::load_task(&self.home, task)?
+                .map(|t| t.strategy)
+                .unwrap_or_default();
+            strategies.insert(task.to_string(), strategy);
+        }
+        Ok(strategies)
     }
 }

@@ -20,7 +20,21 @@ pub struct StatusView {
     pub parked: usize,
     pub rows: Vec<RowView>,
     pub runners: Vec<RunnerView>,
+    /// The recorded works (a turn's process tree), with whether any process of each is alive.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub works: Vec<WorkView>,
     pub tasks: Vec<TaskView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct WorkView {
+    pub task: String,
+    pub turn: u32,
+    pub id: String,
+    pub runner: ProcessIdentity,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader: Option<ProcessIdentity>,
+    pub observed: &'static str,
 }
 
 #[derive(Debug, Serialize)]
@@ -190,6 +204,19 @@ pub fn status<L: Liveness>(
             attached: r.attached,
         })
         .collect();
+    let works = queue
+        .works
+        .iter()
+        .filter(|w| only.is_none_or(|t| w.key.task == t))
+        .map(|w| WorkView {
+            task: w.key.task.clone(),
+            turn: w.key.turn,
+            id: w.id.to_string(),
+            runner: w.runner,
+            leader: w.leader,
+            observed: observed(rt.liveness.observe_work(w)),
+        })
+        .collect();
     Ok(StatusView {
         home: rt.home.root().display().to_string(),
         workers: rt.cap(),
@@ -201,6 +228,7 @@ pub fn status<L: Liveness>(
             .count(),
         rows,
         runners,
+        works,
         tasks: task_views,
     })
 }

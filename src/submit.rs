@@ -1,15 +1,17 @@
-//! `tollgate submit`: a new turn, enqueued and started (or parked) under the lock.
+//! `tollgate submit`: a new turn, enqueued and started (or parked) under the lock. Each locked
+//! section is one core step ([`steps::submit`], [`steps::attached_start`]); [`crate::driver`]
+//! performs its effect.
 
-use crate::dispatch::{spawn_and_hand_off, DispatchError, Handoff};
+use crate::dispatch::{DispatchError, Handoff};
+use crate::driver;
 use crate::fsutil::FileError;
 use crate::protocol::admission::Strategy;
-use crate::protocol::scopes::{plan_submit, SubmitPlan};
-use crate::protocol::slots::{
-    complete_runner_spawn_first, complete_runner_spawn_second, enqueue, park, reserve_runner_slot,
-    set_ready_at, token_fenced_row_after_bind, validate_task_name, Liveness, ProcessIdentity,
-    ReserveOutcome, SlotToken, TurnKey,
+use crate::protocol::slots::steps::{
+    self, AttachedEffect, AttachedInput, SubmitDecision, SubmitEffect, SubmitInput,
 };
-use crate::runner::{self, execute_turn, Execution};
+use crate::protocol::slots::{validate_task_name, Liveness, ProcessIdentity, SlotToken, TurnKey};
+use crate::queue::Store;
+use crate::runner::{self, Execution};
 use crate::runtime::Runtime;
 use crate::tasks::{self, TurnOutcome, MAX_ARGV};
 use std::collections::BTreeMap;
@@ -108,8 +110,8 @@ fn check_request(request: &SubmitRequest) -> Result<String, DispatchError> {
 
 /// Creates the turn, enqueues it and reserves a slot in one critical section; spawns its runner
 /// outside the lock if a slot was acquired, parks it otherwise.
-pub fn submit_detached<L: Liveness>(
-    rt: &Runtime<L>,
+pub fn submit_detached<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
     me: ProcessIdentity,
     request: SubmitRequest,
 ) -> Result<Submitted, DispatchError> {
@@ -119,42 +121,43 @@ pub fn submit_detached<L: Liveness>(
 /// [`submit_detached`], with `prepare` completing the new turn's record (and writing files into its
 /// directory) under the queue lock, before the record is saved again and the row enqueued: what
 /// `serve` uses to attach a delivery's payload and identity durably before it acknowledges.
-pub fn submit_detached_with<L: Liveness>(
-    rt: &Runtime<L>,
+pub fn submit_detached_with<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
     me: ProcessIdentity,
     request: SubmitRequest,
     prepare: impl FnOnce(&crate::home::Home, &mut tasks::TurnRecord) -> Result<(), FileError>,
 ) -> Result<Submitted, DispatchError> {
     let decided = decide_submit(rt, me, &request, prepare)?;
-    let placement = match (decided.acquired, decided.placement) {
-        (Some((row, token)), _) => Placement::Started(spawn_and_hand_off(
-            &rt.store,
-            rt.spawner.as_ref(),
-            me,
-            token,
-            &row,
-        )?),
-        (None, Placement::Waiting { ready_at_millis }) if ready_at_millis > 0 => {
-            if let Err(e) = rt.spawner.spawn_waker(ready_at_millis) {
-                tracing::warn!("{e}; the debounced turn starts at the next finish or reconcile");
+    let placement = match decided.decision.effect {
+        SubmitEffect::Spawn(handoff) => {
+            Placement::Started(driver::hand_off(&rt.store, rt.spawner.as_ref(), handoff)?)
+        }
+        SubmitEffect::Park => Placement::Parked,
+        SubmitEffect::Pending => Placement::Pending,
+        SubmitEffect::Wait {
+            ready_at_millis,
+            wake_at_millis,
+        } => {
+            if let Some(at_millis) = wake_at_millis {
+                driver::start_waker(rt.spawner.as_ref(), at_millis);
             }
             Placement::Waiting { ready_at_millis }
         }
-        (None, placement) => placement,
+        SubmitEffect::Dropped { running } => Placement::Dropped { running },
     };
     Ok(Submitted {
         key: decided.key,
-        queue_id: decided.queue_id,
+        queue_id: decided.decision.queue_id,
         placement,
         strategy: decided.strategy,
-        superseded: decided.superseded,
+        superseded: decided.decision.superseded,
     })
 }
 
-/// The submit critical section: create the turn, apply the task's strategy, enqueue and reserve.
-/// When `acquired` is set the caller must spawn (outside the lock) and hand the row off.
-pub fn decide_submit<L: Liveness>(
-    rt: &Runtime<L>,
+/// The submit critical section: create the turn's record, call the core's submit step, and end
+/// the turns its effect ends (superseded waiters, a dropped new turn) under the same lock.
+pub fn decide_submit<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
     me: ProcessIdentity,
     request: &SubmitRequest,
     prepare: impl FnOnce(&crate::home::Home, &mut tasks::TurnRecord) -> Result<(), FileError>,
@@ -163,7 +166,7 @@ pub fn decide_submit<L: Liveness>(
     let mut prepare = Some(prepare);
     let cap = rt.cap();
     rt.store.transact(|state| {
-        let now = tasks::now_millis();
+        let now = rt.spawner.now_millis();
         let (turn, strategy) = request.create_turn(&rt.home, &task, false, now)?;
         if let Some(prepare) = prepare.take() {
             let mut turn = turn.clone();
@@ -171,55 +174,28 @@ pub fn decide_submit<L: Liveness>(
             tasks::save_turn(&rt.home, &turn)?;
         }
         let key = turn.key.clone();
-        let plan = plan_submit(state, &key, strategy, now);
-        let mut superseded = Vec::new();
-        let (queue_id, placement, acquired) = match plan {
-            SubmitPlan::Drop { running } => {
-                tasks::end_unrun(&rt.home, &key, TurnOutcome::Dropped, now)?;
-                (0, Placement::Dropped { running }, None)
-            }
-            SubmitPlan::Start => {
-                let queue_id = enqueue(state, &key, me, now)?.queue_id();
-                let fresh = SlotToken::generate();
-                match reserve_runner_slot(state, &key, me, None, cap, fresh, &rt.liveness)? {
-                    ReserveOutcome::Acquired { token, .. } => {
-                        let row = state.row(&key).cloned();
-                        (queue_id, Placement::Pending, row.map(|row| (row, token)))
-                    }
-                    ReserveOutcome::Saturated => {
-                        park(state, &key)?;
-                        (queue_id, Placement::Parked, None)
-                    }
-                    ReserveOutcome::Pending { .. } => (queue_id, Placement::Pending, None),
-                }
-            }
-            SubmitPlan::Park {
-                ready_at_millis,
-                superseded: replaced,
-            } => {
-                for old in replaced {
-                    state.entries.retain(|e| e.key != old);
-                    tasks::end_unrun(&rt.home, &old, TurnOutcome::Superseded, now)?;
-                    superseded.push(old);
-                }
-                let queue_id = enqueue(state, &key, me, now)?.queue_id();
-                park(state, &key)?;
-                set_ready_at(state, &key, ready_at_millis)?;
-                (queue_id, Placement::Waiting { ready_at_millis }, None)
-            }
-            SubmitPlan::LineUp => {
-                let queue_id = enqueue(state, &key, me, now)?.queue_id();
-                park(state, &key)?;
-                (queue_id, Placement::Waiting { ready_at_millis: 0 }, None)
-            }
-        };
+        let decision = steps::submit(
+            state,
+            SubmitInput {
+                key: &key,
+                me,
+                fresh_token: rt.spawner.fresh_token(),
+                now_millis: now,
+                cap,
+                strategy,
+                liveness: &rt.liveness,
+            },
+        )?;
+        for old in &decision.superseded {
+            tasks::end_unrun(&rt.home, old, TurnOutcome::Superseded, now)?;
+        }
+        if let SubmitEffect::Dropped { .. } = decision.effect {
+            tasks::end_unrun(&rt.home, &key, TurnOutcome::Dropped, now)?;
+        }
         Ok::<_, DispatchError>(Decided {
             key,
-            queue_id,
             strategy,
-            superseded,
-            placement,
-            acquired,
+            decision,
         })
     })
 }
@@ -228,69 +204,57 @@ pub fn decide_submit<L: Liveness>(
 #[derive(Clone, Debug)]
 pub struct Decided {
     pub key: TurnKey,
-    pub queue_id: u64,
     pub strategy: Strategy,
-    pub superseded: Vec<TurnKey>,
-    pub placement: Placement,
-    /// The row as published with its reservation, and the token: spawn for it.
-    pub acquired: Option<(crate::protocol::slots::QueueEntry, SlotToken)>,
+    /// The core's decision; its effect is for [`crate::driver`] to perform.
+    pub decision: SubmitDecision,
 }
 
 /// Runs a new turn in the foreground of `me`: not capped, but it occupies a slot while it runs.
 /// Afterwards it leaves the queue and starts the next parked row like any runner.
-pub fn submit_attached<L: Liveness>(
-    rt: &Runtime<L>,
+pub fn submit_attached<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
     me: ProcessIdentity,
     request: SubmitRequest,
 ) -> Result<Attached, DispatchError> {
     let task = check_request(&request)?;
     runner::signals::install()
         .map_err(|e| DispatchError::io("installing signal handlers", e.into()))?;
-    let turn = rt.store.transact(|state| {
-        let now = tasks::now_millis();
+    let (turn, effect) = rt.store.transact(|state| {
+        let now = rt.spawner.now_millis();
         let (mut turn, strategy) = request.create_turn(&rt.home, &task, true, now)?;
-        let key = turn.key.clone();
-        // A foreground run never waits in the task's line, but a `drop` task still refuses it.
-        if let SubmitPlan::Drop { running } = plan_submit(state, &key, strategy, now) {
-            tasks::end_unrun(&rt.home, &key, TurnOutcome::Dropped, now)?;
-            return Ok(Err((key, running)));
-        }
-        enqueue(state, &key, me, now)?;
-        // Attached starts are not capped: the cap argument is usize::MAX.
-        let token = match reserve_runner_slot(
+        let effect = steps::attached_start(
             state,
-            &key,
-            me,
-            None,
-            usize::MAX,
-            SlotToken::generate(),
-            &rt.liveness,
-        )? {
-            ReserveOutcome::Acquired { token, .. } => token,
-            other => {
-                return Err(DispatchError::io(
-                    format!("starting {key} in the foreground"),
-                    std::io::Error::other(format!("the slot protocol answered {other:?}")),
-                ))
+            AttachedInput {
+                key: &turn.key,
+                me,
+                fresh_token: rt.spawner.fresh_token(),
+                now_millis: now,
+                strategy,
+                liveness: &rt.liveness,
+            },
+        )?;
+        match &effect {
+            AttachedEffect::Run { .. } => {
+                turn.started_at_millis = Some(now);
+                turn.runner = Some(me);
+                tasks::save_turn(&rt.home, &turn)?;
             }
-        };
-        let snapshot = state
-            .row(&key)
-            .cloned()
-            .ok_or_else(|| crate::protocol::slots::SlotError::UnknownRow { key: key.clone() })?;
-        complete_runner_spawn_first(state, &key, token, me)?;
-        let expected = token_fenced_row_after_bind(&snapshot, token, me)?;
-        complete_runner_spawn_second(state, &expected, me, true)?;
-        turn.started_at_millis = Some(now);
-        turn.runner = Some(me);
-        tasks::save_turn(&rt.home, &turn)?;
-        Ok::<_, DispatchError>(Ok(turn))
+            AttachedEffect::Dropped { .. } => {
+                tasks::end_unrun(&rt.home, &turn.key, TurnOutcome::Dropped, now)?;
+            }
+        }
+        Ok::<_, DispatchError>((turn, effect))
     })?;
-    let turn = match turn {
-        Ok(turn) => turn,
-        Err((key, running)) => return Ok(Attached::Dropped { key, running }),
+    let work = match effect {
+        AttachedEffect::Run { work } => work,
+        AttachedEffect::Dropped { running } => {
+            return Ok(Attached::Dropped {
+                key: turn.key,
+                running,
+            })
+        }
     };
-    let execution = execute_turn(&rt.home, &turn, true);
+    let execution = runner::run_work(rt, &turn, me, work, true);
     let mut turn = turn;
     execution.record(&mut turn, tasks::now_millis());
     tasks::save_turn(&rt.home, &turn)?;

@@ -100,8 +100,9 @@ pub fn may_start(
     )
 }
 
-/// The start filter for [`crate::slots::start_next_parked_where`]: each parked row may
-/// start when its task's strategy (default: one at a time) allows it at `now_millis`.
+/// The start filter of [`crate::slots::steps::runner_finish`] and
+/// [`crate::slots::steps::reconcile`]: each parked row may start when its task's strategy
+/// (default: one at a time) allows it at `now_millis`.
 pub fn start_filter(
     strategies: &std::collections::BTreeMap<String, Strategy>,
     now_millis: u64,

@@ -24,12 +24,12 @@ pub use queue::{
     enqueue, validate_task_name, EnqueueOutcome, QueueEntry, QueueState, RowState, RunnerRecord,
     RunnerSlotReservation, TurnKey, MAX_QUEUE_ROWS, MAX_TASK_NAME_BYTES, QUEUE_FORMAT_VERSION,
 };
-pub use reconcile::{reconcile_step, reconcile_step_where, reconcile_step_with, ReconcileStep};
+pub use reconcile::{reconcile_step, reconcile_step_with, ReconcileStep};
 pub use reserve::{
     adopt_row, bind_runner_slot_child, complete_runner_spawn_first, complete_runner_spawn_second,
     park, release_runner_slot, reserve_runner_slot, reserve_runner_slot_with, set_ready_at,
-    start_next_parked, start_next_parked_where, start_next_parked_with,
-    token_fenced_row_after_bind, ReserveOutcome, StartNext,
+    start_next_parked, start_next_parked_with, token_fenced_row_after_bind, ReserveOutcome,
+    StartNext,
 };
 pub use rules::{ProductionRules, SlotRules};
 pub use takeover::{finish_turn, take_over_reserved_slot, TakeOver};
@@ -83,48 +83,4 @@ impl SlotError {
             SlotError::UnknownWork { .. } => "QUEUE_WORK_UNKNOWN",
         }
     }
-}
-
-/// What cancelling a task means for its rows: rows nobody runs yet are removed at once (their turns
-/// end as cancelled), rows with a live executor are listed for the shell to signal.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CancelPlan {
-    pub removed: Vec<TurnKey>,
-    pub signal: Vec<(TurnKey, ProcessIdentity)>,
-}
-
-/// Cancels every row of `task`. A row with a live executor stays until that executor ends (it
-/// leaves the queue itself, so the slot is freed by the same path as a normal finish).
-pub fn cancel_task(state: &mut QueueState, task: &str, liveness: &impl Liveness) -> CancelPlan {
-    cancel_where(state, |key| key.task == task, liveness)
-}
-
-/// Cancels the one row of `key` (a delivery that ran out of time), by the same rules as
-/// [`cancel_task`]; the task's other turns are untouched.
-pub fn cancel_turn(state: &mut QueueState, key: &TurnKey, liveness: &impl Liveness) -> CancelPlan {
-    cancel_where(state, |k| k == key, liveness)
-}
-
-fn cancel_where(
-    state: &mut QueueState,
-    selected: impl Fn(&TurnKey) -> bool,
-    liveness: &impl Liveness,
-) -> CancelPlan {
-    let mut plan = CancelPlan::default();
-    for entry in state.entries.iter().filter(|e| selected(&e.key)) {
-        let executor = live_runner_for_turn(state, &entry.key, liveness)
-            .or_else(|| acting_queue_holder(entry).filter(|h| liveness.is_live(h)));
-        let bound_child = entry
-            .slot_reservation
-            .as_ref()
-            .and_then(|r| r.child)
-            .filter(|c| liveness.is_live(c));
-        match executor.or(bound_child) {
-            Some(identity) => plan.signal.push((entry.key.clone(), identity)),
-            None => plan.removed.push(entry.key.clone()),
-        }
-    }
-    state.entries.retain(|e| !plan.removed.contains(&e.key));
-    state.runners.retain(|r| !plan.removed.contains(&r.key));
-    plan
 }

@@ -379,10 +379,6 @@ fn describe(step: &ReconcileStep) -> String {
             format!("{key}: finished a dead submitter's handoff")
         }
         ReconcileStep::Parked { key } => format!("{key}: owner gone, parked"),
-        ReconcileStep::Kill { key, work } => {
-            format!("{key}: killing work {} of a dead runner", work.id)
-        }
-        ReconcileStep::Requeued { key } => format!("{key}: had no queue row, requeued"),
         ReconcileStep::Removed { key } => {
             format!("{key}: had already ended, removed from the queue")
         }
@@ -401,6 +397,15 @@ fn describe(step: &ReconcileStep) -> String {
             replaced: None,
             ..
         } => format!("{key}: started on a free slot"),
+        ReconcileStep::Kill { key, work } => {
+            format!(
+                "{key}: runner pid {} is gone, killing its work {}",
+                work.runner.pid, work.id
+            )
+        }
+        ReconcileStep::Requeued { key } => {
+            format!("{key}: owner gone, parked (its row was never queued)")
+        }
         ReconcileStep::Saturated => "every worker slot is busy; parked rows wait".to_string(),
         ReconcileStep::Idle => "nothing left to repair".to_string(),
     }

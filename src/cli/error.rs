@@ -63,9 +63,9 @@ impl From<StoreError> for CliError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::File(e) => file_error(&e),
-            StoreError::Lock(LockError::Timeout { .. }) | StoreError::Lock(_) => {
-                CliError::Environment(error.to_string())
-            }
+            StoreError::Lock(LockError::Timeout { .. })
+            | StoreError::Lock(_)
+            | StoreError::Poisoned => CliError::Environment(error.to_string()),
         }
     }
 }

@@ -3,7 +3,7 @@
 //! The start time (field 22, clock ticks since boot) is what makes an identity survive pid reuse:
 //! a recycled pid has a later start time, so the old identity observes as gone.
 
-use crate::protocol::slots::{Liveness, Observation, ProcessIdentity};
+use crate::protocol::slots::{Liveness, Observation, ProcessIdentity, WorkRecord};
 use std::io;
 use std::sync::OnceLock;
 
@@ -19,8 +19,10 @@ fn clock_ticks_per_second() -> u64 {
 }
 
 /// What `/proc/<pid>/stat` says: the process state letter and its start time in ticks.
-struct Stat {
-    state: char,
+pub(crate) struct Stat {
+    pub(crate) state: char,
+    /// The process group (field 5).
+    pub(crate) pgrp: u32,
     start_ticks: u64,
 }
 
@@ -29,18 +31,24 @@ fn parse_stat(text: &str) -> Option<Stat> {
     let rest = &text[text.rfind(')')? + 1..];
     let mut fields = rest.split_ascii_whitespace();
     let state = fields.next()?.chars().next()?;
-    // After the state (field 3), start time is field 22: 19 more fields on.
-    let start_ticks = fields.nth(18)?.parse().ok()?;
-    Some(Stat { state, start_ticks })
+    let _ppid = fields.next()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    // After the process group (field 5), start time is field 22: 17 more fields on.
+    let start_ticks = fields.nth(16)?.parse().ok()?;
+    Some(Stat {
+        state,
+        pgrp,
+        start_ticks,
+    })
 }
 
-enum Read {
+pub(crate) enum Read {
     Missing,
     Unreadable,
     Found(Stat),
 }
 
-fn read_stat(pid: u32) -> Read {
+pub(crate) fn read_stat(pid: u32) -> Read {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(text) => match parse_stat(&text) {
             Some(stat) => Read::Found(stat),
@@ -104,6 +112,11 @@ impl Liveness for ProcLiveness {
             Read::Found(_) => Observation::Gone,
         }
     }
+
+    /// Scans `/proc` for the work's marker and its process group (see [`super::work`]).
+    fn observe_work(&self, work: &WorkRecord) -> Observation {
+        super::work::observe_work(work.id, work.leader)
+    }
 }
 
 #[cfg(test)]
@@ -116,6 +129,7 @@ mod tests {
         let stat = parse_stat(line).expect("parses");
         assert_eq!(stat.state, 'S');
         assert_eq!(stat.start_ticks, 987654);
+        assert_eq!(stat.pgrp, 4242);
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! Processes as the slot protocol sees them: identities read from `/proc`, liveness answered from
-//! `/proc`, and the detached spawn of a runner.
+//! `/proc`, the detached spawn of a runner, and a turn's work (found and killed by its marker).
 
 mod identity;
 mod spawn;
+pub mod work;
 
+pub(crate) use identity::identity_including_zombie;
 pub use identity::{identity_of, self_identity, ProcLiveness};
 pub use spawn::{spawn_detached_runner, DetachedSpawner, RunnerSpawner, SpawnError};

@@ -6,7 +6,7 @@
 
 use super::identity::identity_including_zombie;
 use crate::home::Home;
-use crate::protocol::slots::{ProcessIdentity, SlotToken, TurnKey};
+use crate::protocol::slots::{ProcessIdentity, SlotToken, TurnKey, WorkRecord};
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
@@ -45,6 +45,33 @@ pub trait RunnerSpawner {
         Err(SpawnError::Waker(std::io::Error::other(
             "this spawner does not start wakers",
         )))
+    }
+
+    /// A fresh slot token for a step's input; fixtures hand out deterministic ones.
+    fn fresh_token(&self) -> SlotToken {
+        SlotToken::generate()
+    }
+
+    /// "Now" for a step's input (ms since the epoch); fixtures keep their own clock.
+    fn now_millis(&self) -> u64 {
+        crate::tasks::now_millis()
+    }
+
+    /// Kills every process of a turn's work (see [`super::work`]); fixtures kill their own.
+    fn kill_work(&self, work: &WorkRecord) -> super::work::WorkKill {
+        super::work::kill_work(work.id, work.leader)
+    }
+
+    /// Asks a live executor to stop (SIGTERM), only if its start time still matches (a reused
+    /// pid is not ours). Returns whether the signal was sent.
+    fn stop_executor(&self, executor: &ProcessIdentity) -> bool {
+        use crate::protocol::slots::{Liveness, Observation};
+        super::ProcLiveness.observe(executor) == Observation::Matching
+            && nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(executor.pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            )
+            .is_ok()
     }
 }
 

@@ -1,7 +1,7 @@
-//! The durable queue: `queue.json`, changed only under `queue.lock`.
+//! The queue store: `queue.json`, changed only under `queue.lock` (or in memory, for tests).
 
 mod lock;
 mod store;
 
 pub use lock::{LockError, QueueLock};
-pub use store::{QueueStore, StoreError};
+pub use store::{MemoryStore, QueueStore, Store, StoreError};

@@ -1,10 +1,28 @@
-//! Load, change and publish `queue.json` under the lock.
+//! The queue store: load, change and publish the queue under the lock.
+//!
+//! [`Store`] is what the shell needs of a store: a lock-free read of a whole document, and a
+//! locked section that publishes its change only when it returns `Ok`. [`QueueStore`] keeps
+//! `queue.json` under `queue.lock`; [`MemoryStore`] keeps the queue in memory for the shell
+//! conformance tests (same publish rules, a mutex for the lock).
 
 use super::lock::{LockError, QueueLock};
 use crate::fsutil::{self, FileError};
 use crate::home::Home;
 use crate::protocol::slots::{QueueState, QUEUE_FORMAT_VERSION};
+use std::sync::Mutex;
 use std::time::Duration;
+
+/// A store of the queue document. Every locked section of the shell is one `transact`.
+pub trait Store {
+    /// Reads the queue without the lock (publication is atomic: a whole document).
+    fn load(&self) -> Result<QueueState, StoreError>;
+
+    /// Runs `change` on the queue under the lock and publishes the result if it changed and
+    /// `change` returned `Ok`; on an `Err` nothing is published.
+    fn transact<R, E>(&self, change: impl FnOnce(&mut QueueState) -> Result<R, E>) -> Result<R, E>
+    where
+        E: From<StoreError>;
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -12,6 +30,8 @@ pub enum StoreError {
     Lock(#[from] LockError),
     #[error(transparent)]
     File(#[from] FileError),
+    #[error("the in-memory queue store is poisoned: a section panicked while holding it")]
+    Poisoned,
 }
 
 #[derive(Clone, Debug)]
@@ -74,6 +94,61 @@ impl QueueStore {
             );
             fail::fail_point!("queue::before_publish");
             fsutil::publish_json(&self.home.queue_path(), &state).map_err(StoreError::from)?;
+        }
+        Ok(result)
+    }
+}
+
+impl Store for QueueStore {
+    fn load(&self) -> Result<QueueState, StoreError> {
+        QueueStore::load(self)
+    }
+
+    fn transact<R, E>(&self, change: impl FnOnce(&mut QueueState) -> Result<R, E>) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
+        QueueStore::transact(self, change)
+    }
+}
+
+/// The queue in memory, for tests that run the shell without a `queue.json`: a section holds the
+/// mutex, works on a copy and publishes it only on `Ok`, exactly like [`QueueStore::transact`].
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    state: Mutex<QueueState>,
+}
+
+impl MemoryStore {
+    pub fn new(state: QueueState) -> Self {
+        MemoryStore {
+            state: Mutex::new(state),
+        }
+    }
+}
+
+impl Store for MemoryStore {
+    fn load(&self) -> Result<QueueState, StoreError> {
+        self.state
+            .lock()
+            .map(|s| s.clone())
+            .map_err(|_| StoreError::Poisoned)
+    }
+
+    fn transact<R, E>(&self, change: impl FnOnce(&mut QueueState) -> Result<R, E>) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
+        let mut guard = self.state.lock().map_err(|_| StoreError::Poisoned)?;
+        let mut state = guard.clone();
+        let result = change(&mut state)?;
+        if state != *guard {
+            debug_assert!(
+                state.check_structure().is_ok(),
+                "{:?}",
+                state.check_structure()
+            );
+            *guard = state;
         }
         Ok(result)
     }

@@ -2,6 +2,7 @@
 
 use super::signals;
 use crate::home::Home;
+use crate::protocol::slots::{ProcessIdentity, WorkId};
 use crate::tasks::{TurnOutcome, TurnRecord};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
@@ -54,10 +55,19 @@ impl Execution {
     }
 }
 
-/// Runs `turn`'s command to its end. Detached: stdio to the turn's logs, in its own process group
+/// Runs `turn`'s command to its end as `work`: its environment carries `TOLLGATE_WORK=<work>`, which
+/// every process it starts inherits, and `on_spawn` learns the command's identity right after the
+/// spawn (the runner records it). Detached: stdio to the turn's logs, in its own process group
 /// (so cancel reaches the whole group). Attached: the caller's stdio and process group, so the
-/// terminal's Ctrl-C reaches it. Either way the command is killed if this process dies.
-pub fn execute_turn(home: &Home, turn: &TurnRecord, attached: bool) -> Execution {
+/// terminal's Ctrl-C reaches it. Either way the command's first process is killed if this process
+/// dies; its children are not, which is why the work is recorded and reconcile kills it.
+pub fn execute_turn(
+    home: &Home,
+    turn: &TurnRecord,
+    attached: bool,
+    work: WorkId,
+    on_spawn: impl FnOnce(ProcessIdentity),
+) -> Execution {
     let Some((program, args)) = turn.argv.split_first() else {
         return Execution::unstartable("the turn has an empty command".to_string());
     };
@@ -66,6 +76,7 @@ pub fn execute_turn(home: &Home, turn: &TurnRecord, attached: bool) -> Execution
         .args(args)
         .env_clear()
         .envs(&turn.env)
+        .env(WorkId::ENV, work.to_string())
         .stdin(Stdio::null());
     if let Some(cwd) = &turn.cwd {
         command.current_dir(cwd);
@@ -104,9 +115,17 @@ pub fn execute_turn(home: &Home, turn: &TurnRecord, attached: bool) -> Execution
         }
     };
     let pid = Pid::from_raw(child.id() as i32);
-    // The child is reaped by waitpid below, not through the handle.
+    // The child is reaped by waitpid below, not through the handle. Until then it is at worst a
+    // zombie, so its identity can still be read.
     drop(child);
+    if let Some(leader) = crate::process::identity_including_zombie(child_pid(pid)) {
+        on_spawn(leader);
+    }
     wait_for(pid, attached)
+}
+
+fn child_pid(pid: Pid) -> u32 {
+    pid.as_raw().unsigned_abs()
 }
 
 fn exited(status: WaitStatus, cancelled: bool) -> Option<Execution> {

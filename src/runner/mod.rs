@@ -1,22 +1,25 @@
 //! The executor of one turn: the hidden `worker runner`, and the foreground (`--attach`) path.
 //!
-//! Order: take the slot over (token-fenced), run the command outside the lock, record its result,
-//! then leave the queue and start the next parked row with this process excluded (it is giving its
-//! own slot away).
+//! Sections, each one core step: take the slot over ([`steps::runner_take_over`], which records
+//! the work before the command starts), record the command's leader ([`steps::work_started`]),
+//! and leave the queue starting the next parked row ([`steps::runner_finish`]). Between them the
+//! command runs outside the lock, and whatever is left of its work is killed before leaving, so the
+//! slot is freed only when the work is gone.
 
 mod execute;
 pub mod signals;
 
 pub use execute::{execute_turn, Execution};
 
-use crate::dispatch::{spawn_and_hand_off, DispatchError, Handoff};
-use crate::protocol::scopes::start_filter;
+use crate::dispatch::{DispatchError, Handoff};
+use crate::driver;
+use crate::protocol::slots::steps::{self, FinishInput, TakeOverEffect, TakeOverInput};
 use crate::protocol::slots::{
-    finish_turn, start_next_parked_where, take_over_reserved_slot, Liveness, ProcessIdentity,
-    QueueEntry, SlotError, SlotToken, StartNext, TakeOver, TurnKey,
+    Liveness, ProcessIdentity, SlotError, SlotToken, TurnKey, WorkId, WorkRecord,
 };
+use crate::queue::Store;
 use crate::runtime::Runtime;
-use crate::tasks::{self, TurnOutcome};
+use crate::tasks::{self, TurnOutcome, TurnRecord};
 
 /// What a detached runner did, for its exit code and its log line.
 #[derive(Debug)]
@@ -33,27 +36,28 @@ pub enum WorkerOutcome {
 }
 
 /// The hidden `worker runner <task> <turn> --slot-token <uuid>`.
-pub fn run_worker<L: Liveness>(
-    rt: &Runtime<L>,
+pub fn run_worker<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
     key: &TurnKey,
     token: SlotToken,
 ) -> Result<WorkerOutcome, DispatchError> {
     let me = crate::process::self_identity()
         .map_err(|e| DispatchError::io("reading this runner's identity", e))?;
     signals::install().map_err(|e| DispatchError::io("installing signal handlers", e.into()))?;
-    if let TakeOver::Refused { holder } = take_over(rt, key, token, me)? {
-        return Ok(WorkerOutcome::Refused { holder });
-    }
-    let mut turn = tasks::load_turn(&rt.home, key)?
-        .ok_or_else(|| SlotError::UnknownRow { key: key.clone() })?;
-    if turn.is_settled() {
-        leave_and_start_next(rt, key, me)?;
-        return Ok(WorkerOutcome::AlreadySettled);
-    }
+    let (effect, turn) = take_over(rt, key, token, me)?;
+    let work = match effect {
+        TakeOverEffect::Refused { holder } => return Ok(WorkerOutcome::Refused { holder }),
+        TakeOverEffect::AlreadySettled => {
+            leave_and_start_next(rt, key, me)?;
+            return Ok(WorkerOutcome::AlreadySettled);
+        }
+        TakeOverEffect::Run { work } => work,
+    };
+    let mut turn = turn;
     turn.started_at_millis = Some(tasks::now_millis());
     turn.runner = Some(me);
     tasks::save_turn(&rt.home, &turn)?;
-    let execution = execute_turn(&rt.home, &turn, false);
+    let execution = run_work(rt, &turn, me, work, false);
     execution.record(&mut turn, tasks::now_millis());
     tasks::save_turn(&rt.home, &turn)?;
     let outcome = execution.outcome;
@@ -61,56 +65,94 @@ pub fn run_worker<L: Liveness>(
     Ok(WorkerOutcome::Ran { outcome, next })
 }
 
-/// The runner's first critical section: take the reserved slot over under `token`.
-pub fn take_over<L: Liveness>(
-    rt: &Runtime<L>,
+/// The runner's first critical section: read the turn's record and take the reserved slot over
+/// under `token`.
+pub fn take_over<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
     key: &TurnKey,
     token: SlotToken,
     me: ProcessIdentity,
-) -> Result<TakeOver, DispatchError> {
+) -> Result<(TakeOverEffect, TurnRecord), DispatchError> {
     rt.store.transact(|state| {
-        take_over_reserved_slot(state, key, token, me, &rt.liveness).map_err(DispatchError::from)
+        let turn = tasks::load_turn(&rt.home, key)?
+            .ok_or_else(|| SlotError::UnknownRow { key: key.clone() })?;
+        let effect = steps::runner_take_over(
+            state,
+            TakeOverInput {
+                key,
+                token,
+                me,
+                settled: turn.is_settled(),
+                liveness: &rt.liveness,
+            },
+        )?;
+        Ok::<_, DispatchError>((effect, turn))
+    })
+}
+
+/// Runs the turn's command as `work`: records its leader right after the spawn (one section),
+/// waits for it, then kills whatever of the work is left (children it left behind), so that the
+/// slot this runner frees next holds no process any more.
+pub fn run_work<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    turn: &TurnRecord,
+    me: ProcessIdentity,
+    work: WorkId,
+    attached: bool,
+) -> Execution {
+    let mut leader = None;
+    let execution = execute_turn(&rt.home, turn, attached, work, |started| {
+        leader = Some(started);
+        if let Err(e) = record_leader(rt, &turn.key, work, started) {
+            // The marker still finds the work; only the process-group half of a kill is lost.
+            tracing::warn!("{}: cannot record the leader of work {work}: {e}", turn.key);
+        }
+    });
+    let record = WorkRecord {
+        key: turn.key.clone(),
+        id: work,
+        runner: me,
+        leader,
+    };
+    driver::kill_work(rt.spawner.as_ref(), &record);
+    execution
+}
+
+/// The section right after the command was spawned: record its leader on the work.
+pub fn record_leader<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    key: &TurnKey,
+    work: WorkId,
+    leader: ProcessIdentity,
+) -> Result<(), DispatchError> {
+    rt.store.transact(|state| {
+        steps::work_started(state, key, work, leader).map_err(DispatchError::from)
     })
 }
 
 /// Leaves the queue for `key` and starts the oldest parked row in the slot this process frees.
-pub fn leave_and_start_next<L: Liveness>(
-    rt: &Runtime<L>,
+pub fn leave_and_start_next<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
     key: &TurnKey,
     me: ProcessIdentity,
 ) -> Result<Option<Handoff>, DispatchError> {
-    match leave_and_pick_next(rt, key, me)? {
-        Some((row, token)) => {
-            spawn_and_hand_off(&rt.store, rt.spawner.as_ref(), me, token, &row).map(Some)
-        }
-        None => Ok(None),
-    }
-}
-
-/// The finishing runner's critical section: leave the queue and reserve the next parked row that
-/// may start (excluding itself from identities). Returns that row as published, with its token.
-pub fn leave_and_pick_next<L: Liveness>(
-    rt: &Runtime<L>,
-    key: &TurnKey,
-    me: ProcessIdentity,
-) -> Result<Option<(QueueEntry, SlotToken)>, DispatchError> {
     let cap = rt.cap();
-    rt.store.transact(|state| {
-        finish_turn(state, key, me)?;
-        let strategies = tasks::parked_strategies(&rt.home, state)?;
-        let next = start_next_parked_where(
+    let next = rt.store.transact(|state| {
+        let strategies = rt.strategies_for(state)?;
+        steps::runner_finish(
             state,
-            me,
-            Some(me.pid),
-            cap,
-            SlotToken::generate(),
-            &rt.liveness,
-            &start_filter(&strategies, tasks::now_millis()),
-        )?;
-        let snapshot = match &next {
-            StartNext::Acquired { key, token } => state.row(key).cloned().map(|row| (row, *token)),
-            StartNext::Saturated | StartNext::NoneParked => None,
-        };
-        Ok::<_, DispatchError>(snapshot)
-    })
+            FinishInput {
+                key,
+                me,
+                fresh_token: rt.spawner.fresh_token(),
+                now_millis: rt.spawner.now_millis(),
+                cap,
+                strategies: &strategies,
+                liveness: &rt.liveness,
+            },
+        )
+        .map_err(DispatchError::from)
+    })?;
+    next.map(|handoff| driver::hand_off(&rt.store, rt.spawner.as_ref(), handoff))
+        .transpose()
 }

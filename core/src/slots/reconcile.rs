@@ -88,31 +88,6 @@ pub fn reconcile_step(
     )
 }
 
-/// [`reconcile_step`] where only rows `eligible` says may start now are started from the parked
-/// set (scope strategies); repairs of dead owners are not restricted.
-#[allow(clippy::too_many_arguments)]
-pub fn reconcile_step_where(
-    state: &mut QueueState,
-    reconciler: ProcessIdentity,
-    cap: usize,
-    fresh_token: SlotToken,
-    liveness: &impl Liveness,
-    is_settled: &impl Fn(&TurnKey) -> bool,
-    eligible: &impl Fn(&QueueState, &QueueEntry) -> bool,
-) -> Result<ReconcileStep, SlotError> {
-    reconcile_step_general(
-        &ProductionRules,
-        state,
-        reconciler,
-        cap,
-        fresh_token,
-        liveness,
-        is_settled,
-        eligible,
-        Orphans::NONE,
-    )
-}
-
 /// [`reconcile_step`] under explicit [`SlotRules`]: the seam the model's broken variants use.
 pub fn reconcile_step_with(
     rules: &impl SlotRules,

@@ -301,30 +301,6 @@ pub(crate) fn every_row(_: &QueueState, _: &QueueEntry) -> bool {
     true
 }
 
-/// [`start_next_parked`] restricted to rows `eligible` says may start now (the scope strategies
-/// of `crate::scopes` decide that: per-task concurrency, debounce deadlines).
-#[allow(clippy::too_many_arguments)]
-pub fn start_next_parked_where(
-    state: &mut QueueState,
-    reserver: ProcessIdentity,
-    exclude_reserver: Option<u32>,
-    cap: usize,
-    fresh_token: SlotToken,
-    liveness: &impl Liveness,
-    eligible: &impl Fn(&QueueState, &QueueEntry) -> bool,
-) -> Result<StartNext, SlotError> {
-    start_next_parked_general(
-        &ProductionRules,
-        state,
-        reserver,
-        exclude_reserver,
-        cap,
-        fresh_token,
-        liveness,
-        eligible,
-    )
-}
-
 /// [`start_next_parked`] under explicit [`SlotRules`]: the seam the model's broken variants use.
 pub fn start_next_parked_with(
     rules: &impl SlotRules,

@@ -24,8 +24,8 @@ use super::reserve::{
 use super::takeover::{finish_turn, take_over_reserved_slot, TakeOver};
 use super::{
     acting_queue_holder, enqueue, live_runner_for_turn, validate_task_name, Liveness,
-    ProcessIdentity, ProductionRules, QueueEntry, QueueState, ReconcileStep, SlotError, SlotRules,
-    SlotToken, TurnKey, WorkId, WorkRecord,
+    ProcessIdentity, ProductionRules, QueueEntry, QueueState, ReconcileStep, RowState, SlotError,
+    SlotRules, SlotToken, TurnKey, WorkId, WorkRecord,
 };
 use crate::admission::Strategy;
 use crate::scopes::{plan_submit, start_filter, SubmitPlan};
@@ -153,6 +153,31 @@ pub fn handoff_publish_second(
 /// reservation was still this handoff's to release (a stolen or bound one is left alone).
 pub fn spawn_failed(state: &mut QueueState, handoff: Handoff) -> bool {
     release_runner_slot(state, handoff.key(), handoff.token, handoff.reserver)
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the shell must read for a step's input.
+// ---------------------------------------------------------------------------------------------
+
+/// The tasks whose strategies a start decision needs (those with parked rows): the shell reads
+/// their records and passes the map as `strategies` to [`runner_finish`] and [`reconcile`].
+pub fn strategies_needed(state: &QueueState) -> BTreeSet<&str> {
+    state
+        .entries
+        .iter()
+        .filter(|e| matches!(e.state, RowState::Parked))
+        .map(|e| e.key.task.as_str())
+        .collect()
+}
+
+/// The turns whose settledness [`reconcile`] needs (the dispatched rows): the shell reads their
+/// records and passes those with an outcome as `settled`.
+pub fn settled_needed(state: &QueueState) -> impl Iterator<Item = &TurnKey> {
+    state
+        .entries
+        .iter()
+        .filter(|e| matches!(e.state, RowState::Dispatching { .. }))
+        .map(|e| &e.key)
 }
 
 // ---------------------------------------------------------------------------------------------

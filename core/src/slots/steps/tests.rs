@@ -391,3 +391,34 @@ fn attached_start_runs_uncapped_and_drop_refuses_it() {
         AttachedEffect::Dropped { running: first }
     );
 }
+
+#[test]
+fn a_take_over_of_a_settled_turn_runs_nothing_and_records_no_work() {
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    world.live.insert(id(10));
+    let key = TurnKey::new("job", 1);
+    let SubmitEffect::Spawn(handoff) =
+        submit_one(&mut state, &world, &key, id(10), 1, 1, Strategy::default()).effect
+    else {
+        panic!("expected a spawn")
+    };
+    world.live.insert(id(20));
+    let bound = handoff_publish_first(&mut state, handoff, id(20)).unwrap();
+    handoff_publish_second(&mut state, bound).unwrap();
+    let effect = runner_take_over(
+        &mut state,
+        TakeOverInput {
+            key: &key,
+            token: token(1),
+            me: id(20),
+            settled: true,
+            liveness: &world,
+        },
+    )
+    .unwrap();
+    assert_eq!(effect, TakeOverEffect::AlreadySettled);
+    assert!(
+        state.works.is_empty(),
+        "no work for a turn that already ended"
+    );
+}

@@ -27,6 +27,11 @@ impl SlotModel {
 
     /// A step that reserved a slot handed back `handoff`: note its token and go spawn.
     fn hold(&self, st: &mut SlotState, role: usize, handoff: Handoff, then: Then) {
+        // S11: no step reserves a slot for a turn that already ended (reconcile must remove a
+        // dead runner's row whose turn has a result, never start it again).
+        if st.ended & turn_bit(handoff.key()) != 0 {
+            st.violations |= violation::ENDED_RAN;
+        }
         st.note_installed(handoff.token());
         st.roles[role].pc = Pc::Spawn { handoff, then };
     }

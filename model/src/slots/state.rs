@@ -184,7 +184,8 @@ pub mod violation {
     /// A submit kept a second waiter under `queue`/`debounce`, or enqueued under `drop` while its
     /// task was busy (S10).
     pub const STRATEGY: u16 = 1 << 6;
-    /// A turn that had ended (ran, superseded, dropped, cancelled) started a work again (S11).
+    /// A turn that had ended (ran, superseded, dropped, cancelled) started a work again, or got a
+    /// slot reserved for a runner (S11).
     pub const ENDED_RAN: u16 = 1 << 7;
 }
 

@@ -113,7 +113,6 @@ pub struct DeadRun {
     pub forgotten: bool,
 }
 
-
 fn with_lock<T>(
     home: &Path,
     f: impl FnOnce(&mut SweepList) -> Result<T, SweepError>,

@@ -21,8 +21,6 @@ fn clock_ticks_per_second() -> u64 {
 /// What `/proc/<pid>/stat` says: the process state letter and its start time in ticks.
 pub(crate) struct Stat {
     pub(crate) state: char,
-    /// The process group (field 5).
-    pub(crate) pgrp: u32,
     start_ticks: u64,
 }
 
@@ -31,15 +29,9 @@ fn parse_stat(text: &str) -> Option<Stat> {
     let rest = &text[text.rfind(')')? + 1..];
     let mut fields = rest.split_ascii_whitespace();
     let state = fields.next()?.chars().next()?;
-    let _ppid = fields.next()?;
-    let pgrp = fields.next()?.parse().ok()?;
-    // After the process group (field 5), start time is field 22: 17 more fields on.
-    let start_ticks = fields.nth(16)?.parse().ok()?;
-    Some(Stat {
-        state,
-        pgrp,
-        start_ticks,
-    })
+    // After the state (field 3), start time is field 22: 19 more fields on.
+    let start_ticks = fields.nth(18)?.parse().ok()?;
+    Some(Stat { state, start_ticks })
 }
 
 pub(crate) enum Read {
@@ -129,7 +121,6 @@ mod tests {
         let stat = parse_stat(line).expect("parses");
         assert_eq!(stat.state, 'S');
         assert_eq!(stat.start_ticks, 987654);
-        assert_eq!(stat.pgrp, 4242);
     }
 
     #[test]

@@ -1,30 +1,24 @@
-//! A turn's work on this host: finding its processes and killing them.
+//! A turn's work on this host: finding its processes and killing them, through the one
+//! containment module ([`super::containment`]) that `tollgate run`'s items use too.
 //!
-//! A work's processes are the ones whose environment carries `TOLLGATE_WORK=<id>` (the runner
-//! starts the command with it, and children inherit it), plus the members of the command's process
-//! group while that group is provably the work's (its leader still matches, or a member carries the
-//! marker). A process that both clears its environment and leaves the group escapes this; the
-//! containment issue (cgroups) closes that gap in this same module.
+//! A work is a containment unit without a cgroup (yet): its processes are the ones whose
+//! environment carries `TOLLGATE_WORK=<id>` (the runner starts the command with it, and children
+//! inherit it), the members of the command's process group while that group is provably the
+//! work's (its leader still matches, or a member carries the marker), and their descendants. A
+//! process that both clears its environment and leaves the group escapes this; a cgroup per turn
+//! closes that gap (issue "Turn containment").
 //!
-//! Killing is TERM to every process found and to the group, a bounded grace, then KILL, then a
-//! bounded wait until none is left. Zombies are not alive (they run nothing and only wait to be
-//! reaped) and are never counted.
+//! Killing is TERM, a bounded grace, then KILL, then a bounded wait until none is left. Zombies
+//! are not alive (they run nothing and only wait to be reaped) and are never counted.
 
-use super::identity::{read_stat, Read};
-use super::ProcLiveness;
-use crate::protocol::slots::{Liveness, Observation, ProcessIdentity, WorkId};
-use nix::sys::signal::{kill, killpg, Signal};
-use nix::unistd::Pid;
-use std::time::{Duration, Instant};
+use super::containment::{self, Marker, UnitIdentity};
+use crate::protocol::slots::{Observation, ProcessIdentity, WorkId};
+use std::time::Duration;
 
 /// How long a work's processes get between SIGTERM and SIGKILL.
 pub const WORK_TERM_GRACE_MILLIS: u64 = 2_000;
-/// How long to wait after SIGKILL for the processes to disappear before reporting them left.
-pub const WORK_KILL_WAIT_MILLIS: u64 = 2_000;
-/// Poll period while waiting for a work's processes to go.
+#[cfg(test)]
 const WORK_POLL_MILLIS: u64 = 10;
-/// Upper bound on the processes a scan reports (a fork bomb must not grow our memory).
-const MAX_WORK_PROCESSES: usize = 65_536;
 
 /// What a kill of a work did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -43,58 +37,22 @@ impl WorkKill {
     }
 }
 
-/// The pids of every process on this host whose environment names the work, or that sits in the
-/// work's process group while the group is provably the work's. Our own process is never listed.
-pub fn work_processes(work: WorkId, leader: Option<ProcessIdentity>) -> Vec<u32> {
-    let marker = format!("{}={}", WorkId::ENV, work);
-    let me = std::process::id();
-    let leader_matches = leader.is_some_and(|l| ProcLiveness.observe(&l) == Observation::Matching);
-    let mut marked = Vec::new();
-    let mut grouped = Vec::new();
-    let mut group_is_ours = leader_matches;
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return marked;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Read::Found(stat) = read_stat(pid) else {
-            continue;
-        };
-        if matches!(stat.state, 'Z' | 'X') {
-            continue;
-        }
-        let in_group = leader.is_some_and(|l| l.pid == stat.pgrp);
-        if carries(pid, marker.as_bytes()) {
-            group_is_ours |= in_group;
-            marked.push(pid);
-        } else if in_group {
-            grouped.push(pid);
-        }
-        if marked.len() + grouped.len() >= MAX_WORK_PROCESSES {
-            break;
-        }
+/// The containment unit of a work, as any process can rebuild it from the queue's work record.
+pub fn unit_of(work: WorkId, leader: Option<ProcessIdentity>) -> UnitIdentity {
+    UnitIdentity {
+        cgroup: None,
+        pgid: leader.map(|l| l.pid as i32),
+        marker: Marker::exact(WorkId::ENV, work.to_string()),
+        leader,
     }
-    if group_is_ours {
-        marked.extend(grouped);
-    }
-    marked
 }
 
-/// Whether `/proc/<pid>/environ` holds exactly the entry `marker` (`NAME=value`).
-fn carries(pid: u32, marker: &[u8]) -> bool {
-    match std::fs::read(format!("/proc/{pid}/environ")) {
-        Ok(environ) => environ.split(|b| *b == 0).any(|entry| entry == marker),
-        Err(_) => false,
-    }
+/// The pids of every live process of the work on this host. Our own process is never listed.
+pub fn work_processes(work: WorkId, leader: Option<ProcessIdentity>) -> Vec<u32> {
+    containment::members(&unit_of(work, leader))
+        .into_iter()
+        .filter_map(|(pid, _)| u32::try_from(pid).ok())
+        .collect()
 }
 
 /// Whether any process of the work is alive. An unreadable `/proc` is ambiguous (counted live).
@@ -109,52 +67,21 @@ pub fn observe_work(work: WorkId, leader: Option<ProcessIdentity>) -> Observatio
     }
 }
 
-fn signal_all(pids: &[u32], leader: Option<ProcessIdentity>, signal: Signal) {
-    if let Some(leader) = leader {
-        // Only when some member of the group was found: then the group is the work's.
-        if !pids.is_empty() {
-            let _ = killpg(Pid::from_raw(leader.pid as i32), signal);
-        }
-    }
-    for pid in pids {
-        let _ = kill(Pid::from_raw(*pid as i32), signal);
-    }
-}
-
-/// Polls until the work has no process left or `wait` passes; returns what is left.
-fn wait_gone(work: WorkId, leader: Option<ProcessIdentity>, wait: Duration) -> Vec<u32> {
-    let deadline = Instant::now() + wait;
-    loop {
-        let left = work_processes(work, leader);
-        if left.is_empty() || Instant::now() >= deadline {
-            return left;
-        }
-        std::thread::sleep(Duration::from_millis(WORK_POLL_MILLIS));
-    }
-}
-
-/// Kills every process of the work: TERM, up to [`WORK_TERM_GRACE_MILLIS`], KILL, up to
-/// [`WORK_KILL_WAIT_MILLIS`]. Returns when none is left or the waits ran out.
+/// Kills every process of the work: TERM, up to [`WORK_TERM_GRACE_MILLIS`], KILL, then the
+/// containment module's bounded wait. Returns when none is left or the waits ran out.
 pub fn kill_work(work: WorkId, leader: Option<ProcessIdentity>) -> WorkKill {
-    let found = work_processes(work, leader);
-    if found.is_empty() {
-        return WorkKill::default();
-    }
-    signal_all(&found, leader, Signal::SIGTERM);
-    let left = wait_gone(work, leader, Duration::from_millis(WORK_TERM_GRACE_MILLIS));
-    if left.is_empty() {
-        return WorkKill {
-            found: found.len(),
-            escalated: false,
-            remaining: left,
-        };
-    }
-    signal_all(&left, leader, Signal::SIGKILL);
-    let remaining = wait_gone(work, leader, Duration::from_millis(WORK_KILL_WAIT_MILLIS));
+    let report = containment::kill_unit(
+        &unit_of(work, leader),
+        Duration::from_millis(WORK_TERM_GRACE_MILLIS),
+    );
     WorkKill {
-        found: found.len(),
-        escalated: true,
-        remaining,
+        found: report.signalled,
+        escalated: report.escalated,
+        remaining: report
+            .survivors
+            .into_iter()
+            .filter_map(|pid| u32::try_from(pid).ok())
+            .collect(),
     }
 }
 
@@ -162,6 +89,7 @@ pub fn kill_work(work: WorkId, leader: Option<ProcessIdentity>) -> WorkKill {
 mod tests {
     use super::*;
     use std::os::unix::process::CommandExt;
+    use std::time::Instant;
 
     fn work_id() -> WorkId {
         WorkId::from_token(crate::protocol::slots::SlotToken::generate())

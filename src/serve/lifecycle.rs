@@ -110,7 +110,7 @@ pub fn run(
     listen: Option<String>,
     on_listening: impl FnOnce(SocketAddr),
 ) -> Result<Summary, ServeError> {
-    // `FAIL_POINTS` (e.g. `serve::after_reserve=return`) in builds with the `failpoints` feature.
+    // `FAILPOINTS` (e.g. `serve::after_reserve=return`) in builds with the `failpoints` feature.
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
     let config = home.ensure().map_err(|e| match e {

@@ -55,6 +55,8 @@ pub struct Gate {
 pub enum GateDecision {
     Accepted(Permit),
     Duplicate,
+    /// A delivery of this identity is still being made durable: "retry later", not acknowledged.
+    InFlight,
     Rejected(RejectReason),
 }
 
@@ -114,6 +116,10 @@ impl Gate {
             Admit::Duplicate => {
                 state.stats.duplicates += 1;
                 GateDecision::Duplicate
+            }
+            Admit::InFlight => {
+                *state.stats.rejected.entry("in_flight").or_insert(0) += 1;
+                GateDecision::InFlight
             }
             Admit::Refused { reason } => {
                 *state.stats.rejected.entry(reason_name(reason)).or_insert(0) += 1;
@@ -214,6 +220,12 @@ impl Permit {
 }
 
 impl Permit {
+    /// The delivery's turn is durable: a redelivery is a duplicate from now on (the core's
+    /// `made_durable` step).
+    pub fn made_durable(&self, identity: &EventIdentity) {
+        lock(&self.gate.state).admission.made_durable(identity);
+    }
+
     /// For a delivery that was admitted and marked but could not be dispatched, before anything
     /// was acknowledged: forgets its mark (so the sender's retry is judged afresh, never deduped
     /// away) and settles it as failed: the core's `withdraw` step, both halves in one section.

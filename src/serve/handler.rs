@@ -174,6 +174,14 @@ pub async fn ingress(
             }
             answer(StatusCode::OK, body)
         }
+        GateDecision::InFlight => {
+            // The first delivery of this identity is not durable yet: acknowledging this one
+            // would lose the event if that one is withdrawn or this serve dies now.
+            let mut event = decision_event("in-flight");
+            event.status = Some(503);
+            app.events.record(&event);
+            retry_later(json!({"status": "in_flight", "identity": verified.identity}))
+        }
         GateDecision::Accepted(permit) => {
             // From here the delivery holds capacity: its dispatch runs in its own task, so a
             // client that goes away mid-request cannot cut it between the gate and the watcher.
@@ -319,6 +327,8 @@ async fn accepted(
             )
         }
     };
+    // The turn record holds the delivery: a restart restores its mark from there.
+    permit.made_durable(&identity);
     if let Err(e) = app.dedupe.append(&identity.0, now) {
         // The turn is durable; without the durable mark a redelivery after a restart may run
         // again (extra work, never lost work).

@@ -150,7 +150,9 @@ impl Watcher {
                 }
             };
             let turn = match &record {
-                Some(turn) => turn.outcome.map_or(TurnNow::Live, |o| TurnNow::Ended(turn_end(o))),
+                Some(turn) => turn
+                    .outcome
+                    .map_or(TurnNow::Live, |o| TurnNow::Ended(turn_end(o))),
                 None => TurnNow::Missing,
             };
             let now = tasks::now_millis();

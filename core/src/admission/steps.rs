@@ -8,6 +8,7 @@
 //! | section | step | effect |
 //! |---|---|---|
 //! | a delivery at the gate | [`Admission::admit_and_mark`] | [`Admit`] |
+//! | its turn is durable | [`Admission::made_durable`] | none |
 //! | a mark from the durable dedupe log, at start | [`Admission::restore_mark`] | none |
 //! | a delivery an earlier serve admitted, at start | [`Admission::readopt`] | [`Readopt`] |
 //! | start-up, after every readopt | [`recovery`] | [`Recovery`] |
@@ -19,10 +20,11 @@
 //! | the drain is over | [`Admission::hand_off`] | the handed-off ids |
 
 use super::{
-    decide_delivery, Dedupe, DeliveryDecision, DeliveryId, Dispatch, EventIdentity, Ledger,
-    Limits, Outcome, RejectReason, Tenant,
+    decide_delivery, Dedupe, DeliveryDecision, DeliveryId, Dispatch, EventIdentity, Ledger, Limits,
+    Outcome, RejectReason, Tenant,
 };
 use crate::slots::{Liveness, ProcessIdentity, QueueEntry, RowState};
+use std::collections::BTreeMap;
 
 /// What serve's gate holds under its one mutex: the ledger and the dedupe set.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -30,6 +32,11 @@ pub struct Admission {
     pub ledger: Ledger,
     pub dedupe: Dedupe,
     pub dedupe_ttl_millis: u64,
+    /// Identities of admitted deliveries whose turn is not durable yet (admitted and marked, in
+    /// the accept sequence). A redelivery of one is not answered as a duplicate: if this serve
+    /// died before the turn became durable, that answer would have acknowledged lost work (A3).
+    /// Bounded by the ledger: one entry per held delivery.
+    pub in_flight: BTreeMap<EventIdentity, DeliveryId>,
 }
 
 /// One arrival at the gate.
@@ -50,6 +57,10 @@ pub enum Admit {
     Duplicate,
     /// Refused before anything else: the overload answer; never marked, never acknowledged (A2).
     Refused { reason: RejectReason },
+    /// The identity is marked by a delivery whose turn is not durable yet: answer "retry later"
+    /// (not acknowledged; capacity returned). Its retry is a duplicate once that turn is durable,
+    /// or admitted afresh if it was withdrawn.
+    InFlight,
 }
 
 /// How a turn ended, as the delivery-outcome rule needs it (the shell's turn record outcome).
@@ -298,6 +309,7 @@ impl Admission {
             ledger: Ledger::new(limits),
             dedupe: Dedupe::new(),
             dedupe_ttl_millis,
+            in_flight: BTreeMap::new(),
         }
     }
 
@@ -313,10 +325,22 @@ impl Admission {
             self.dedupe_ttl_millis,
         );
         match decision {
-            DeliveryDecision::Accepted { id } => Admit::Admitted { id },
+            DeliveryDecision::Accepted { id } => {
+                self.in_flight.insert(delivery.identity.clone(), id);
+                Admit::Admitted { id }
+            }
+            DeliveryDecision::Duplicate if self.in_flight.contains_key(&delivery.identity) => {
+                Admit::InFlight
+            }
             DeliveryDecision::Duplicate => Admit::Duplicate,
             DeliveryDecision::Rejected { reason } => Admit::Refused { reason },
         }
+    }
+
+    /// The delivery's turn is durable (its record, with the delivery, is in the queue): from now
+    /// on a redelivery of its identity is a duplicate, here and after a restart.
+    pub fn made_durable(&mut self, identity: &EventIdentity) {
+        self.in_flight.remove(identity);
     }
 
     /// Restores a mark an earlier serve made at `marked_at_millis` (its durable dedupe log), so
@@ -354,6 +378,7 @@ impl Admission {
 
     /// Records `outcome` for `id` and releases its capacity, once (A5).
     pub fn settle(&mut self, id: DeliveryId, outcome: Outcome) -> Settled {
+        self.in_flight.retain(|_, held| *held != id);
         match self.ledger.settle(id) {
             Ok(()) => Settled::Released { outcome },
             Err(_) => Settled::AlreadyEnded,
@@ -448,6 +473,29 @@ mod tests {
         assert!(!adm.dedupe.contains(&a.identity, 0));
         assert_eq!(adm.ledger.retained(), 0);
         assert!(matches!(adm.admit_and_mark(&a, 1), Admit::Admitted { .. }));
+    }
+
+    #[test]
+    fn a_redelivery_while_the_first_is_not_durable_is_told_to_retry_not_acknowledged() {
+        let mut adm = admission(3);
+        let a = delivery("t", "a");
+        let Admit::Admitted { id } = adm.admit_and_mark(&a, 0) else {
+            panic!("admitted");
+        };
+        assert_eq!(adm.admit_and_mark(&a, 0), Admit::InFlight);
+        assert_eq!(adm.ledger.retained(), 1, "the retry's capacity came back");
+        adm.made_durable(&a.identity);
+        assert_eq!(adm.admit_and_mark(&a, 0), Admit::Duplicate);
+        // A withdrawn first delivery: its retry is admitted afresh.
+        let b = delivery("t", "b");
+        let Admit::Admitted { id: b_id } = adm.admit_and_mark(&b, 0) else {
+            panic!("admitted");
+        };
+        assert_eq!(adm.admit_and_mark(&b, 0), Admit::InFlight);
+        adm.withdraw(b_id, &b.identity);
+        assert!(matches!(adm.admit_and_mark(&b, 0), Admit::Admitted { .. }));
+        adm.settle(id, Outcome::Completed);
+        assert!(adm.in_flight.contains_key(&b.identity));
     }
 
     #[test]
@@ -623,7 +671,10 @@ mod tests {
             }
         );
         assert_eq!(
-            adm.readopt(&retained(TurnAtStart::Ended(TurnEnd::Completed), false), 500),
+            adm.readopt(
+                &retained(TurnAtStart::Ended(TurnEnd::Completed), false),
+                500
+            ),
             Readopt::Ended
         );
         assert_eq!(adm.ledger.retained(), 1, "ended turns are not counted");

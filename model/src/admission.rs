@@ -1334,7 +1334,13 @@ impl Model for AdmissionModel {
         if self.cfg.shutdown {
             props.push(Property::sometimes(names::HANDED_OFF, handed_off));
         }
-        if self.cfg.restarts > 0 {
+        // Debounce never starts a turn on arrival (its waker does), so only another strategy
+        // leaves a row reserved by serve.
+        if self.cfg.restarts > 0
+            && self
+                .cfg
+                .has_strategy(|s| !matches!(s, Strategy::Debounce { .. }))
+        {
             props.push(Property::sometimes(names::RECOVERED, recovered));
         }
         if self.cfg.submit_failures && self.cfg.events.iter().any(|e| e.deliveries >= 2) {

@@ -5,8 +5,8 @@
 //! (`loom-tests/tests/gate.rs`).
 
 use crate::protocol::admission::{
-    decide_delivery, Dedupe, DeliveryDecision, DeliveryId, Dispatch, EventIdentity, Ledger, Limits,
-    Outcome, RejectReason, Tenant,
+    Admission, Admit, Delivery, DeliveryId, Dispatch, EventIdentity, Limits, Outcome, Readopt,
+    RejectReason, Retained, Settled, Tenant,
 };
 use crate::sync::{lock, Arc, Mutex};
 use std::collections::{BTreeMap, VecDeque};
@@ -24,20 +24,24 @@ pub struct GateStats {
 }
 
 struct GateState {
-    ledger: Ledger,
-    dedupe: Dedupe,
-    dedupe_ttl_millis: u64,
+    /// The core's admission state: every decision on it is one step of `protocol::admission`.
+    admission: Admission,
     stats: GateStats,
     recent: VecDeque<(DeliveryId, Outcome)>,
 }
 
 impl GateState {
-    fn record(&mut self, id: DeliveryId, outcome: Outcome) {
+    /// Performs a settle's effect: counts and remembers a released delivery's outcome.
+    fn record(&mut self, id: DeliveryId, settled: Settled) -> bool {
+        let Settled::Released { outcome } = settled else {
+            return false;
+        };
         *self.stats.outcomes.entry(outcome.to_string()).or_insert(0) += 1;
         if self.recent.len() == RECENT_OUTCOMES {
             self.recent.pop_front();
         }
         self.recent.push_back((id, outcome));
+        true
     }
 }
 
@@ -51,6 +55,8 @@ pub struct Gate {
 pub enum GateDecision {
     Accepted(Permit),
     Duplicate,
+    /// A delivery of this identity is still being made durable: "retry later", not acknowledged.
+    InFlight,
     Rejected(RejectReason),
 }
 
@@ -62,20 +68,32 @@ fn reason_name(reason: RejectReason) -> &'static str {
     }
 }
 
+/// What re-adopting one delivery did: the core's effect, and the permit when it is watched.
+pub struct Readopted {
+    pub effect: Readopt,
+    pub permit: Option<Permit>,
+}
+
 impl Gate {
     pub fn new(limits: Limits, dedupe_ttl_millis: u64) -> Gate {
         Gate {
             state: Arc::new(Mutex::new(GateState {
-                ledger: Ledger::new(limits),
-                dedupe: Dedupe::new(),
-                dedupe_ttl_millis,
+                admission: Admission::new(limits, dedupe_ttl_millis),
                 stats: GateStats::default(),
                 recent: VecDeque::with_capacity(RECENT_OUTCOMES),
             })),
         }
     }
 
-    /// Admit, then mark, in one critical section (the core's [`decide_delivery`]).
+    fn permit(&self, id: DeliveryId) -> Permit {
+        Permit {
+            gate: self.clone(),
+            id,
+            settled: false,
+        }
+    }
+
+    /// Admit, then mark, in one critical section (the core's `admit_and_mark` step).
     pub fn deliver(
         &self,
         tenant: &Tenant,
@@ -83,27 +101,27 @@ impl Gate {
         dispatch: Dispatch,
         now_millis: u64,
     ) -> GateDecision {
+        let delivery = Delivery {
+            tenant: tenant.clone(),
+            identity: identity.clone(),
+            dispatch,
+        };
         let mut state = lock(&self.state);
-        let ttl = state.dedupe_ttl_millis;
-        let GateState { ledger, dedupe, .. } = &mut *state;
-        let decision = decide_delivery(ledger, dedupe, tenant, identity, dispatch, now_millis, ttl);
-        let limits = state.ledger.limits();
-        debug_assert!(state.ledger.retained() <= limits.max_detached());
-        match decision {
-            DeliveryDecision::Accepted { id } => {
+        match state.admission.admit_and_mark(&delivery, now_millis) {
+            Admit::Admitted { id } => {
                 state.stats.admitted += 1;
                 drop(state);
-                GateDecision::Accepted(Permit {
-                    gate: self.clone(),
-                    id,
-                    settled: false,
-                })
+                GateDecision::Accepted(self.permit(id))
             }
-            DeliveryDecision::Duplicate => {
+            Admit::Duplicate => {
                 state.stats.duplicates += 1;
                 GateDecision::Duplicate
             }
-            DeliveryDecision::Rejected { reason } => {
+            Admit::InFlight => {
+                *state.stats.rejected.entry("in_flight").or_insert(0) += 1;
+                GateDecision::InFlight
+            }
+            Admit::Refused { reason } => {
                 *state.stats.rejected.entry(reason_name(reason)).or_insert(0) += 1;
                 GateDecision::Rejected(reason)
             }
@@ -113,64 +131,64 @@ impl Gate {
     /// Restores a mark a previous instance made at `marked_at_millis` (from its durable dedupe
     /// log), so a redelivery after a restart is still answered as a duplicate.
     pub fn restore_mark(&self, identity: &EventIdentity, marked_at_millis: u64) {
-        let mut state = lock(&self.state);
-        let ttl = state.dedupe_ttl_millis;
-        state.dedupe.mark_if_absent(identity, marked_at_millis, ttl);
+        lock(&self.state)
+            .admission
+            .restore_mark(identity, marked_at_millis);
     }
 
-    /// Counts a deferred delivery a previous instance admitted and left retained (its turn is
-    /// still in the queue) against the limits again, without marking anything: it was marked
-    /// when it was first admitted. Refused like any admit when there is no room.
-    pub fn readopt(&self, tenant: &Tenant) -> Result<Permit, RejectReason> {
-        let id = lock(&self.state).ledger.admit(tenant, Dispatch::Deferred)?;
-        Ok(Permit {
-            gate: self.clone(),
-            id,
-            settled: false,
-        })
+    /// The core's `readopt` step for a delivery a previous instance admitted: its mark restored,
+    /// and, unless its turn ended, counted against the limits again (a permit to watch it).
+    pub fn readopt(&self, retained: &Retained, detach_timeout_millis: u64) -> Readopted {
+        let effect = lock(&self.state)
+            .admission
+            .readopt(retained, detach_timeout_millis);
+        let permit = match effect {
+            Readopt::Watch { id, .. } => Some(self.permit(id)),
+            Readopt::LogEnded { .. } | Readopt::Ended | Readopt::Unwatched { .. } => None,
+        };
+        Readopted { effect, permit }
     }
 
     /// Settles `id` with `outcome` unless it was already settled (e.g. handed off at shutdown).
     /// Returns whether this call settled it.
     fn settle(&self, id: DeliveryId, outcome: Outcome) -> bool {
         let mut state = lock(&self.state);
-        if state.ledger.settle(id).is_ok() {
-            state.record(id, outcome);
-            true
-        } else {
-            false
-        }
+        let settled = state.admission.settle(id, outcome);
+        state.record(id, settled)
     }
 
     /// Refuses every later delivery; returns how many are still retained.
     pub fn begin_shutdown(&self) -> usize {
-        lock(&self.state).ledger.begin_shutdown().len()
+        lock(&self.state).admission.begin_shutdown()
     }
 
     /// After the drain: every delivery still retained ends as handed off at shutdown.
     pub fn hand_off_remaining(&self) -> Vec<DeliveryId> {
         let mut state = lock(&self.state);
-        let held = state.ledger.held();
-        for id in &held {
-            if state.ledger.settle(*id).is_ok() {
-                state.record(*id, Outcome::HandedOffAtShutdown);
-            }
+        let handed = state.admission.hand_off();
+        for id in &handed {
+            state.record(
+                *id,
+                Settled::Released {
+                    outcome: Outcome::HandedOffAtShutdown,
+                },
+            );
         }
-        held
+        handed
     }
 
     pub fn retained(&self) -> usize {
-        lock(&self.state).ledger.retained()
+        lock(&self.state).admission.ledger.retained()
     }
 
     pub fn is_shutting_down(&self) -> bool {
-        lock(&self.state).ledger.is_shutting_down()
+        lock(&self.state).admission.ledger.is_shutting_down()
     }
 
     pub fn stats(&self) -> GateStats {
         let state = lock(&self.state);
         let mut stats = state.stats.clone();
-        stats.retained = state.ledger.retained();
+        stats.retained = state.admission.ledger.retained();
         stats
     }
 
@@ -202,19 +220,20 @@ impl Permit {
 }
 
 impl Permit {
+    /// The delivery's turn is durable: a redelivery is a duplicate from now on (the core's
+    /// `made_durable` step).
+    pub fn made_durable(&self, identity: &EventIdentity) {
+        lock(&self.gate.state).admission.made_durable(identity);
+    }
+
     /// For a delivery that was admitted and marked but could not be dispatched, before anything
     /// was acknowledged: forgets its mark (so the sender's retry is judged afresh, never deduped
-    /// away) and settles it as failed.
+    /// away) and settles it as failed: the core's `withdraw` step, both halves in one section.
     pub fn withdraw(mut self, identity: &EventIdentity) -> bool {
         self.settled = true;
         let mut state = lock(&self.gate.state);
-        state.dedupe.forget(identity);
-        if state.ledger.settle(self.id).is_ok() {
-            state.record(self.id, Outcome::Failed);
-            true
-        } else {
-            false
-        }
+        let settled = state.admission.withdraw(self.id, identity);
+        state.record(self.id, settled)
     }
 }
 

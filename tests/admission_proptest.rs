@@ -1,15 +1,16 @@
 //! proptest over random interleavings of the admission core's steps: deliveries (tenant, event
 //! identity, scope, deferred or sync), platform retries of rejected deliveries, redeliveries of
-//! accepted ones, completions, clock ticks, shutdown and its drain. The ingress is the one
-//! production follows (`decide_delivery`, acknowledge, `Scope::arrive`; settle at each terminal
-//! outcome) and a shadow of what the test retains is compared with the ledger after every step:
-//! A1-A5 of spec/invariants.md.
+//! accepted ones, completions, clock ticks, shutdown and its drain. The ingress calls the core's
+//! admission steps as serve does (`Admission::admit_and_mark`, `made_durable` and the ack,
+//! `Scope::arrive`; `Admission::settle` at each terminal outcome, `begin_shutdown`, `hand_off`)
+//! and a shadow of what the test retains is compared with the ledger after every step: A1-A5 of
+//! spec/invariants.md.
 
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 use tollgate::protocol::admission::{
-    decide_delivery, AdmissionError, Arrival, Dedupe, DeliveryDecision, DeliveryId, Dispatch,
-    EventIdentity, Ledger, Limits, Outcome, RejectReason, Scope, Strategy as ScopeStrategy, Tenant,
+    Admission, Admit, Arrival, Delivery as GateDelivery, DeliveryId, Dispatch, EventIdentity,
+    Limits, Outcome, RejectReason, Scope, Settled, Strategy as ScopeStrategy, Tenant,
 };
 
 const TTL: u64 = 1_000_000;
@@ -80,8 +81,8 @@ struct Accepted {
 
 struct World {
     limits: Limits,
-    ledger: Ledger,
-    dedupe: Dedupe,
+    /// The gate's state; every change goes through one of its steps.
+    adm: Admission,
     scopes: Vec<Scope<DeliveryId>>,
     now: u64,
     rejected: Vec<Delivery>,
@@ -95,8 +96,7 @@ impl World {
     fn new(limits: Limits) -> Self {
         World {
             limits,
-            ledger: Ledger::new(limits),
-            dedupe: Dedupe::new(),
+            adm: Admission::new(limits, TTL),
             scopes: vec![Scope::default(); STRATEGIES.len()],
             now: 0,
             rejected: Vec::new(),
@@ -107,52 +107,52 @@ impl World {
     }
 
     fn deliver(&mut self, d: Delivery) {
-        let was_marked = self.dedupe.contains(&d.identity, self.now);
-        let retained_before = self.ledger.retained();
-        let decision = decide_delivery(
-            &mut self.ledger,
-            &mut self.dedupe,
-            &d.tenant,
-            &d.identity,
-            d.dispatch,
-            self.now,
-            TTL,
-        );
-        let marked_now = self.dedupe.contains(&d.identity, self.now);
+        let was_marked = self.adm.dedupe.contains(&d.identity, self.now);
+        let retained_before = self.adm.ledger.retained();
+        let gate_delivery = GateDelivery {
+            tenant: d.tenant.clone(),
+            identity: d.identity.clone(),
+            dispatch: d.dispatch,
+        };
+        let decision = self.adm.admit_and_mark(&gate_delivery, self.now);
+        let marked_now = self.adm.dedupe.contains(&d.identity, self.now);
         match decision {
-            DeliveryDecision::Rejected { reason } => {
+            Admit::InFlight => panic!("every accepted turn is made durable before the next step"),
+            Admit::Refused { reason } => {
                 // A2: never marked (the mark state is exactly what it was), never acknowledged
                 // (this ingress only acks `Accepted`).
                 assert_eq!(
                     marked_now, was_marked,
                     "a rejected delivery changed its mark"
                 );
-                assert_eq!(self.ledger.retained(), retained_before);
+                assert_eq!(self.adm.ledger.retained(), retained_before);
                 match reason {
-                    RejectReason::ShuttingDown => assert!(self.ledger.is_shutting_down()),
+                    RejectReason::ShuttingDown => assert!(self.adm.ledger.is_shutting_down()),
                     RejectReason::AtCapacity => {
                         assert_eq!(d.dispatch, Dispatch::Deferred);
-                        assert_eq!(self.ledger.retained(), self.limits.max_detached());
+                        assert_eq!(self.adm.ledger.retained(), self.limits.max_detached());
                     }
                     RejectReason::TenantAtCapacity => {
                         assert_eq!(d.dispatch, Dispatch::Deferred);
                         assert_eq!(
-                            self.ledger.retained_by(&d.tenant),
+                            self.adm.ledger.retained_by(&d.tenant),
                             self.limits.max_detached_per_tenant()
                         );
                     }
                 }
                 self.rejected.push(d);
             }
-            DeliveryDecision::Duplicate => {
+            Admit::Duplicate => {
                 // Only an identity an accepted delivery marked answers as a duplicate: a
                 // rejected first delivery's retry is never deduped away.
                 assert!(was_marked && self.marked_by_accepted.contains(&d.identity));
-                assert_eq!(self.ledger.retained(), retained_before);
+                assert_eq!(self.adm.ledger.retained(), retained_before);
             }
-            DeliveryDecision::Accepted { id } => {
+            Admit::Admitted { id } => {
+                // The turn is durable, then the ack.
+                self.adm.made_durable(&d.identity);
                 assert!(!was_marked && marked_now);
-                assert!(self.ledger.is_held(id));
+                assert!(self.adm.ledger.is_held(id));
                 assert!(!self.accepted.contains_key(&id), "a delivery id was reused");
                 self.marked_by_accepted.insert(d.identity.clone());
                 let scope = d.scope;
@@ -191,7 +191,7 @@ impl World {
         assert!(record.outcome.is_none(), "{id} settled twice");
         record.outcome = Some(outcome);
         record.settles += 1;
-        assert_eq!(self.ledger.settle(id), Ok(()));
+        assert_eq!(self.adm.settle(id, outcome), Settled::Released { outcome });
     }
 
     fn running(&self) -> Vec<(usize, DeliveryId)> {
@@ -261,22 +261,29 @@ impl World {
                     .collect();
                 if !settled.is_empty() {
                     let id = settled[n as usize % settled.len()];
-                    let before = self.ledger.clone();
+                    let before = self.adm.clone();
                     assert_eq!(
-                        self.ledger.settle(id),
-                        Err(AdmissionError::UnknownDelivery(id))
+                        self.adm.settle(id, Outcome::Completed),
+                        Settled::AlreadyEnded
                     );
-                    assert_eq!(self.ledger, before);
+                    assert_eq!(self.adm, before);
                 }
             }
             Op::Shutdown => {
-                let held: BTreeSet<DeliveryId> = self.ledger.begin_shutdown().into_iter().collect();
-                assert_eq!(held, self.unsettled());
+                assert_eq!(self.adm.begin_shutdown(), self.unsettled().len());
             }
             Op::Drain => {
-                if self.ledger.is_shutting_down() && !self.drained {
-                    for id in self.ledger.held() {
-                        self.settle(id, Outcome::HandedOffAtShutdown);
+                if self.adm.ledger.is_shutting_down() && !self.drained {
+                    let expected = self.unsettled();
+                    let handed: BTreeSet<DeliveryId> = self.adm.hand_off().into_iter().collect();
+                    assert_eq!(
+                        handed, expected,
+                        "the hand-off settles exactly what is held"
+                    );
+                    for id in handed {
+                        let record = self.accepted.get_mut(&id).expect("an accepted id");
+                        record.outcome = Some(Outcome::HandedOffAtShutdown);
+                        record.settles += 1;
                     }
                     for scope in self.scopes.iter_mut() {
                         *scope = Scope::default();
@@ -284,7 +291,7 @@ impl World {
                     self.drained = true;
                     // A3 at shutdown: nothing admitted is left without an outcome.
                     assert!(self.unsettled().is_empty());
-                    assert_eq!(self.ledger.retained(), 0);
+                    assert_eq!(self.adm.ledger.retained(), 0);
                 }
             }
         }
@@ -303,11 +310,11 @@ impl World {
         // A1: the cap and the tenant ceilings hold, the ledger's counts are what the shadow
         // retains, and every item a scope retains is held.
         let max = self.limits.max_detached();
-        assert!(self.ledger.retained() <= max);
+        assert!(self.adm.ledger.retained() <= max);
         let unsettled = self.unsettled();
         let deferred = |id: &DeliveryId| self.accepted[id].delivery.dispatch == Dispatch::Deferred;
         assert_eq!(
-            self.ledger.retained(),
+            self.adm.ledger.retained(),
             unsettled.iter().filter(|id| deferred(id)).count()
         );
         for tenant in ["t0", "t1"] {
@@ -316,11 +323,11 @@ impl World {
                 .iter()
                 .filter(|id| deferred(id) && self.accepted[*id].delivery.tenant == tenant)
                 .count();
-            assert_eq!(self.ledger.retained_by(&tenant), shadow);
+            assert_eq!(self.adm.ledger.retained_by(&tenant), shadow);
             let ceiling = self.limits.max_detached_per_tenant();
             assert!(ceiling == 0 || shadow <= ceiling);
         }
-        let held: BTreeSet<DeliveryId> = self.ledger.held().into_iter().collect();
+        let held: BTreeSet<DeliveryId> = self.adm.ledger.held().into_iter().collect();
         assert_eq!(held, unsettled);
         let mut in_scopes = BTreeSet::new();
         for (scope, s) in self.scopes.iter().enumerate() {
@@ -378,7 +385,7 @@ impl World {
             self.check();
         }
         assert!(self.unsettled().is_empty(), "admitted work left unsettled");
-        assert_eq!(self.ledger.retained(), 0);
+        assert_eq!(self.adm.ledger.retained(), 0);
     }
 }
 

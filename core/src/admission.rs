@@ -3,12 +3,14 @@
 //!
 //! Everything here is a value: a [`Ledger`] of admitted deliveries, a [`Dedupe`] set of event
 //! identities, and a [`Scope`] per strategy scope. [`decide_delivery`] fixes the one order every
-//! ingress follows: admit, then mark, and only an admitted delivery is ever marked.
+//! ingress follows: admit, then mark, and only an admitted delivery is ever marked. [`steps`] holds
+//! serve's admission as one pure step per locked section, the sequence production and the model run.
 
 mod dedupe;
 mod delivery;
 mod ledger;
 mod outcome;
+pub mod steps;
 mod strategy;
 
 pub use dedupe::{Dedupe, EventIdentity, MAX_DEDUPE_ENTRIES};
@@ -17,6 +19,11 @@ pub use ledger::{
     DeliveryId, Dispatch, Ledger, Limits, RejectReason, Tenant, DEFAULT_MAX_DETACHED,
 };
 pub use outcome::Outcome;
+pub use steps::{
+    delivery_outcome, drain, recovery, turn_at_start, watch_turn, Admission, Admit, Deadline,
+    Delivery, Drain, DrainInputs, Readopt, Recovery, Retained, Settled, TurnAtStart, TurnEnd,
+    TurnNow, WatchEffect,
+};
 pub use strategy::{Arrival, Scope, Strategy, StrategyParseError, MAX_CONCURRENT};
 
 /// Why an admission operation refused; the ledger is unchanged.

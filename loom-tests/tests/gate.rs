@@ -4,7 +4,7 @@
 
 use tollgate::gate::{Gate, GateDecision};
 use tollgate::protocol::admission::{
-    Dispatch, EventIdentity, Limits, Outcome, RejectReason, Tenant,
+    Dispatch, EventIdentity, Limits, Outcome, RejectReason, Retained, Tenant, TurnAtStart,
 };
 use tollgate::sync::thread;
 
@@ -37,7 +37,9 @@ fn concurrent_admits_and_settles_never_exceed_the_cap_or_leak() {
                             assert_eq!(reason, RejectReason::AtCapacity);
                             false
                         }
-                        GateDecision::Duplicate => panic!("distinct identities"),
+                        GateDecision::Duplicate | GateDecision::InFlight => {
+                            panic!("distinct identities")
+                        }
                     }
                 })
             })
@@ -69,7 +71,7 @@ fn shutdown_racing_admits_rejects_late_admits_and_loses_nothing() {
                     assert_eq!(reason, RejectReason::ShuttingDown);
                     None
                 }
-                GateDecision::Duplicate => panic!("one delivery"),
+                GateDecision::Duplicate | GateDecision::InFlight => panic!("one delivery"),
             }
         });
         let g = gate.clone();
@@ -122,11 +124,20 @@ fn withdraw_racing_a_redelivery_and_a_readopt_never_loses_the_identity_or_exceed
         let redelivery = thread::spawn(move || {
             match g2.deliver(&tenant(), &EventIdentity("e".into()), Dispatch::Deferred, 1) {
                 GateDecision::Accepted(permit) => Some(permit),
-                GateDecision::Duplicate | GateDecision::Rejected(_) => None,
+                GateDecision::Duplicate | GateDecision::InFlight | GateDecision::Rejected(_) => {
+                    None
+                }
             }
         });
         let readopt = thread::spawn(move || {
-            let permit = g.readopt(&tenant()).ok();
+            let retained = Retained {
+                tenant: tenant(),
+                identity: EventIdentity("r".into()),
+                admitted_at_millis: 0,
+                handed_off: false,
+                turn: TurnAtStart::Held,
+            };
+            let permit = g.readopt(&retained, 60_000).permit;
             assert!(g.retained() <= 1, "A1: over the cap");
             permit
         });
@@ -148,6 +159,7 @@ fn withdraw_racing_a_redelivery_and_a_readopt_never_loses_the_identity_or_exceed
             GateDecision::Accepted(_) => assert!(!accepted_again),
             GateDecision::Duplicate => assert!(accepted_again),
             GateDecision::Rejected(reason) => panic!("capacity is free: {reason:?}"),
+            GateDecision::InFlight => panic!("nothing is in flight any more"),
         }
     });
 }

@@ -1,52 +1,74 @@
-//! The admission model: every interleaving of platform deliveries (first deliveries, retries of
-//! rejected ones, redeliveries of accepted ones), completions of running work, a model clock for
-//! debounce, and shutdown with its drain, driven through the production admission core
-//! (`core/src/admission`).
+//! The admission model: every interleaving of platform deliveries (first deliveries, retries,
+//! redeliveries), serve's accept sequence step by step, its watcher, runners finishing turns, a
+//! model clock for debounce, shutdown with its drain and hand-off, and a serve that crashes at
+//! any step and restarts, driven through the core's admission steps
+//! (`core/src/admission/steps.rs`) and nothing else.
+//!
+//! One action is one locked section of serve, calling the step production calls there:
+//!
+//! Configurations with crashes or failing submits run each section of the accept sequence as its
+//! own action; the others run a delivery's sections back to back in one `Deliver`.
+//!
+//! - **Deliver(event)**: the gate, [`Admission::admit_and_mark`]. `Refused`: the overload answer
+//!   (no ack, no mark, admission-rejected). `Duplicate`: the duplicate answer. `Admitted`: the
+//!   accept sequence begins (nothing answered yet).
+//! - **Submit(delivery)**: the durable turn, under the queue lock: the task's strategy decides
+//!   ([`Scope::arrive`], what the core's `plan_submit` calls); a start reserves the row for this
+//!   serve; a superseded waiter's turn ends. Then [`Admission::made_durable`]: until here a
+//!   redelivery of the identity is told to retry (`InFlight`), never answered as a duplicate. **SubmitFails(delivery)** (when the configuration
+//!   allows it): the turn could not be created, [`Admission::withdraw`], answered 503.
+//! - **Spawn(delivery)**: serve starts the runner of the row it reserved; the turn's work runs.
+//! - **Ack(delivery)**: the durable dedupe line, then the 200; the delivery is watched (a `drop`
+//!   turn settles at once through [`delivery_outcome`]).
+//! - **Watch(delivery)**: the watcher's [`watch_turn`] for a delivery whose turn ended: settle.
+//!   **Timeout(delivery)** (when allowed): the detach deadline passes while the turn's work runs:
+//!   [`watch_turn`] says cancel; the turn ends cancelled, the delivery later timed-out.
+//! - **Finish(turn)**: the world: a running turn's runner ends it; what may start starts
+//!   ([`Scope::finish`]: the finishing runner starts the next row). **Tick**: the clock, and the
+//!   debounce waker ([`Scope::start_due`]).
+//! - **Shutdown**: [`Admission::begin_shutdown`]. **Drain**: once no submit is under way
+//!   ([`drain`] says hand off), [`Admission::hand_off`]; the handed-off turns are recorded for the
+//!   next serve, and this serve exits. Its turns run on.
+//! - **Crash**: serve dies (its ledger, dedupe set, watcher and accept sequences are gone; rows,
+//!   turn records, the dedupe log and the hand-off file stay). **Restart**: a new serve:
+//!   [`Admission::restore_mark`] for the dedupe log, [`Admission::readopt`] for every turn still
+//!   in the queue or handed off ([`TurnAtStart`] from the row and who is alive), then
+//!   [`recovery`]: when it says reconcile, the rows only a dead serve held are started.
 //!
 //! The model owns only what production gets from the world: which events the platform still
-//! delivers, a clock, and a record of what the ingress answered each delivery (acknowledged or
-//! not, marked as seen or not, its terminal outcome, how often its capacity was released). Every
-//! decision (admit or refuse, mark, what a scope does with an arrival, what starts when work ends)
-//! is a call into the core. One action of the model is one critical section of the ingress:
+//! delivers, the queue's rows and the turns' work, a clock, which serve is alive, and a record of
+//! what serve answered each delivery and how often each admitted delivery's capacity was released.
 //!
-//! - **Deliver(event)**: the platform delivers `event` once more (its first delivery, a retry after
-//!   a rejection, or a redelivery of an accepted event). The ingress calls [`decide_delivery`]
-//!   (admit, then mark). `Rejected` is answered with the overload signal: no ack, no mark, outcome
-//!   admission-rejected. `Duplicate` is answered as a duplicate. `Accepted` is acknowledged, then
-//!   handed to its scope with [`Scope::arrive`]: `Start` runs it, `Park`/`LineUp` retain it, a
-//!   superseded waiter and a dropped arrival settle at once ([`Ledger::settle`]).
-//! - **Complete(scope, id)**: a running item ends: outcome completed, settle, then
-//!   [`Scope::finish`] starts what may start.
-//! - **Tick**: the clock advances by one millisecond (only while some waiter's deadline lies
-//!   ahead, which bounds the clock), then [`Scope::start_due`] on every scope.
-//! - **Shutdown**: [`Ledger::begin_shutdown`]; later deliveries are refused. Work still runs.
-//! - **Drain**: everything still held settles as handed-off-at-shutdown and the scopes are emptied
-//!   (the shell records those turns for the next instance).
-//!
-//! Not modelled: dedupe expiry and eviction (the TTL outlives the model), failures and timeouts
-//! of running work (they settle through the same path as completion), byte sizes.
+//! Not modelled: dedupe expiry and eviction (the TTL outlives the model), byte sizes, failed
+//! turns (they settle through the same rule as completed ones), a submit still under way when the
+//! drain's lock-timeout bound runs out, and the detach deadline of a turn that has not started
+//! (the model's detach timeout is longer than any wait it has).
 
 use stateright::{Model, Property};
 use std::fmt;
 use tollgate_core::admission::{
-    decide_delivery, Arrival, Dedupe, DeliveryDecision, DeliveryId, Dispatch, EventIdentity,
-    Ledger, Limits, Outcome, RejectReason, Scope, Strategy, Tenant,
+    delivery_outcome, drain, recovery, watch_turn, Admission, Admit, Arrival, Deadline, Delivery,
+    DeliveryId, Dispatch, Drain, DrainInputs, EventIdentity, Limits, Outcome, Readopt,
+    RejectReason, Retained, Scope, Settled, Strategy, Tenant, TurnAtStart, TurnEnd, TurnNow,
+    WatchEffect,
 };
 
 /// How long a mark lasts: longer than any model run, so expiry never plays a part.
 pub const DEDUPE_TTL_MILLIS: u64 = 1_000_000;
+/// The detach timeout: longer than any model run; only `Timeout` makes a deadline pass.
+pub const DETACH_TIMEOUT_MILLIS: u64 = 1_000_000;
 
-/// Which ingress the model drives: production, or one deliberately broken variant (the teeth).
+/// Which serve the model drives: production, or one deliberately broken variant (the teeth).
 ///
-/// Each variant replaces exactly one function of the ingress with a model-local copy; the broken
-/// copies live here, never in `src/`. `tests/model_admission.rs` expects the checker to reject
-/// each with a counterexample for the property it breaks.
+/// Each variant replaces exactly one step (or skips one effect) with a model-local copy; the
+/// broken copies live here, never in `core/` or `src/`. `tests/model_admission.rs` expects the
+/// checker to reject each with a counterexample for the property it breaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Variant {
-    /// The production core, unchanged.
+    /// The production steps, unchanged.
     Production,
-    /// The delivery decision marks the identity first and admits second: a rejected delivery is
-    /// marked, so its retry is deduped away (breaks A2).
+    /// The gate marks the identity first and admits second: a rejected delivery is marked, so
+    /// its retry is deduped away (breaks A2).
     MarkBeforeAdmit,
     /// The acknowledgement releases the delivery's capacity while its work is still retained
     /// (breaks A5, and A1's "a scope retains only held work").
@@ -56,29 +78,39 @@ pub enum Variant {
     AckAndDropAtCap,
     /// Debounce keeps every waiter instead of superseding the parked one (breaks A4).
     UnboundedDebounce,
-    /// The shutdown drain hands off only running work and forgets the waiters it empties out
-    /// of the scopes (breaks A3).
+    /// The shutdown drain hands off only deliveries whose turns run, and forgets the others
+    /// (breaks A3).
     DrainRunningOnly,
+    /// Serve's start skips the recovery step's effect: a row reserved by a dead serve is never
+    /// started, and its acknowledged delivery never runs (breaks A3 across serve crashes).
+    SkipRecovery,
+    /// Withdraw releases the capacity but keeps the mark: the sender's retry of a delivery that
+    /// was never acknowledged is answered as a duplicate and never runs (breaks A2).
+    WithdrawKeepsMark,
 }
 
 impl Variant {
-    pub const BROKEN: [Variant; 5] = [
+    pub const BROKEN: [Variant; 7] = [
         Variant::MarkBeforeAdmit,
         Variant::ReleaseAtAck,
         Variant::AckAndDropAtCap,
         Variant::UnboundedDebounce,
         Variant::DrainRunningOnly,
+        Variant::SkipRecovery,
+        Variant::WithdrawKeepsMark,
     ];
 
     /// The properties the checker must find violated for this variant (empty for production).
     pub fn breaks(self) -> &'static [&'static str] {
         match self {
             Variant::Production => &[],
-            Variant::MarkBeforeAdmit | Variant::AckAndDropAtCap => &[names::A2],
+            Variant::MarkBeforeAdmit | Variant::AckAndDropAtCap | Variant::WithdrawKeepsMark => {
+                &[names::A2]
+            }
             // The released work is still retained by its scope, so A1 falls with A5.
             Variant::ReleaseAtAck => &[names::A5, names::A1],
             Variant::UnboundedDebounce => &[names::A4],
-            Variant::DrainRunningOnly => &[names::A3],
+            Variant::DrainRunningOnly | Variant::SkipRecovery => &[names::A3],
         }
     }
 }
@@ -122,6 +154,13 @@ pub struct AdmissionConfig {
     pub events: Vec<EventSpec>,
     /// Whether shutdown may begin (at any point).
     pub shutdown: bool,
+    /// How many times serve may start again after it stopped (crashed or shut down); a crash is
+    /// possible at any step while a restart remains.
+    pub restarts: u8,
+    /// Whether a delivery's turn may fail to be created (the withdraw path).
+    pub submit_failures: bool,
+    /// Whether the detach deadline may pass while a turn's work runs.
+    pub timeouts: bool,
     pub variant: Variant,
 }
 
@@ -133,6 +172,9 @@ impl AdmissionConfig {
             scopes,
             events: Vec::new(),
             shutdown: true,
+            restarts: 0,
+            submit_failures: false,
+            timeouts: false,
             variant: Variant::Production,
         }
     }
@@ -150,6 +192,28 @@ impl AdmissionConfig {
     pub fn without_shutdown(mut self) -> Self {
         self.shutdown = false;
         self
+    }
+
+    pub fn with_restarts(mut self, restarts: u8) -> Self {
+        self.restarts = restarts;
+        self
+    }
+
+    pub fn with_submit_failures(mut self) -> Self {
+        self.submit_failures = true;
+        self
+    }
+
+    pub fn with_timeouts(mut self) -> Self {
+        self.timeouts = true;
+        self
+    }
+
+    /// Whether the accept sequence's sections (gate, submit, spawn, ack) are separate actions,
+    /// so that serve can crash, or a submit fail, between them. Otherwise one `Deliver` runs
+    /// them back to back, which keeps the strategy configurations small.
+    pub fn step_by_step(&self) -> bool {
+        self.restarts > 0 || self.submit_failures
     }
 
     fn limits(&self) -> Limits {
@@ -185,23 +249,41 @@ impl fmt::Display for AdmissionConfig {
             .collect();
         write!(
             f,
-            "max {} per-tenant {} scopes [{}] events [{}]{} {:?}",
+            "max {} per-tenant {} scopes [{}] events [{}]{}{}{}{} {:?}",
             self.max_detached,
             self.max_detached_per_tenant,
             scopes.join(", "),
             events.join(" "),
             if self.shutdown { " +shutdown" } else { "" },
+            if self.restarts > 0 {
+                format!(" +crash/restart x{}", self.restarts)
+            } else {
+                String::new()
+            },
+            if self.submit_failures {
+                " +submit-failures"
+            } else {
+                ""
+            },
+            if self.timeouts { " +timeouts" } else { "" },
             self.variant
         )
     }
 }
 
-/// What the ingress answered one delivery.
+/// What serve answered one delivery.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Answer {
     Rejected(RejectReason),
-    Accepted(DeliveryId),
+    /// Admitted as hold `hold` (acknowledged once `acked`; a crash before that answers nothing).
+    Accepted {
+        hold: u8,
+    },
     Duplicate,
+    /// Its identity's first delivery was not durable yet: "retry later", not acknowledged.
+    InFlight,
+    /// Admitted, but its turn could not be created: withdrawn and answered 503.
+    Withdrawn,
 }
 
 /// The model's record of one delivery (one arrival of an event).
@@ -213,12 +295,76 @@ pub struct Attempt {
     pub acked: bool,
     /// This delivery's call set the event identity's mark (it was unmarked before).
     pub marked: bool,
-    /// The terminal outcome recorded for it.
+    /// The terminal outcome answered for a refused delivery.
     pub outcome: Option<Outcome>,
-    /// Successful `Ledger::settle` calls for its id.
+}
+
+/// One admission in some serve's ledger (a first admission, or a re-adoption after a start).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Hold {
+    /// Which serve start admitted it (ids are per ledger).
+    pub start: u8,
+    pub id: DeliveryId,
+    /// The delivery that was admitted (none for a re-adoption).
+    pub attempt: Option<u8>,
+    pub turn: Option<u8>,
+    pub outcome: Option<Outcome>,
+    /// Successful settles of this id.
     pub releases: u8,
-    /// `Ledger::settle` calls for its id that the core refused (already released).
+    /// Settles of this id the core refused (already released).
     pub refused_settles: u8,
+    /// Its serve crashed while it was held: it ended with its ledger, the turn lives on.
+    pub lost_in_crash: bool,
+}
+
+/// A turn's queue row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Row {
+    /// Reserved by serve start `by`, its runner not started.
+    Reserved { by: u8 },
+    /// Parked or in the scope's line: a finishing runner or the waker starts it.
+    Waiting,
+    /// Its runner runs the turn's work.
+    Running,
+    /// Not in the queue (ended, or never enqueued).
+    Gone,
+}
+
+/// A delivery's durable turn: its record and row.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Turn {
+    pub event: u8,
+    pub row: Row,
+    pub end: Option<TurnEnd>,
+    /// Its work started.
+    pub ran: bool,
+}
+
+/// One admitted delivery in serve's accept sequence, not yet acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct InFlight {
+    pub attempt: u8,
+    pub hold: u8,
+    pub id: DeliveryId,
+    /// Set by the submit.
+    pub turn: Option<u8>,
+}
+
+/// One delivery the watcher watches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Watching {
+    pub hold: u8,
+    pub id: DeliveryId,
+    pub turn: u8,
+    pub deadline: Deadline,
+}
+
+/// A live serve's memory: lost when it crashes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ServeMem {
+    pub admission: Admission,
+    pub inflight: Vec<InFlight>,
+    pub watched: Vec<Watching>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -226,7 +372,8 @@ pub enum Phase {
     Open,
     /// `begin_shutdown` ran; the drain has not.
     ShuttingDown,
-    Drained,
+    /// Serve is not running (it crashed, or exited after its hand-off).
+    Down,
 }
 
 /// Things that happened along the path, for the `sometimes` properties that a state's records
@@ -234,26 +381,44 @@ pub enum Phase {
 pub mod event {
     pub const DEBOUNCE_START: u8 = 1;
     pub const LINE_START: u8 = 2;
+    pub const RECOVERED: u8 = 4;
+    pub const TIMED_OUT_CANCEL: u8 = 8;
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct AdmissionState {
-    pub ledger: Ledger,
-    pub dedupe: Dedupe,
-    pub scopes: Vec<Scope<DeliveryId>>,
-    pub now: u64,
+    pub serve: Option<ServeMem>,
     pub phase: Phase,
+    /// How many serves have started (the first is start 1).
+    pub starts: u8,
+    pub turns: Vec<Turn>,
+    /// The queue's rows per scope, as the strategies see them (turn indexes).
+    pub scopes: Vec<Scope<u8>>,
+    /// Events with a durable dedupe line.
+    pub dedupe_log: Vec<u8>,
+    /// Turns listed in the hand-off file.
+    pub handed_off: Vec<u8>,
+    pub now: u64,
     pub attempts: Vec<Attempt>,
+    pub holds: Vec<Hold>,
     pub events: u8,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AdmissionAction {
     Deliver { event: u8 },
-    Complete { scope: u8, id: DeliveryId },
+    Submit { attempt: u8 },
+    SubmitFails { attempt: u8 },
+    Spawn { attempt: u8 },
+    Ack { attempt: u8 },
+    Watch { hold: u8 },
+    Timeout { hold: u8 },
+    Finish { turn: u8 },
     Tick,
     Shutdown,
     Drain,
+    Crash,
+    Restart,
 }
 
 pub struct AdmissionModel {
@@ -267,53 +432,61 @@ impl AdmissionModel {
 
     pub fn initial_state(&self) -> AdmissionState {
         AdmissionState {
-            ledger: Ledger::new(self.cfg.limits()),
-            dedupe: Dedupe::new(),
-            scopes: vec![Scope::default(); self.cfg.scopes.len()],
-            now: 0,
+            serve: Some(self.fresh_serve()),
             phase: Phase::Open,
+            starts: 1,
+            turns: Vec::new(),
+            scopes: vec![Scope::default(); self.cfg.scopes.len()],
+            dedupe_log: Vec::new(),
+            handed_off: Vec::new(),
+            now: 0,
             attempts: Vec::new(),
+            holds: Vec::new(),
             events: 0,
         }
     }
 
+    fn fresh_serve(&self) -> ServeMem {
+        ServeMem {
+            admission: Admission::new(self.cfg.limits(), DEDUPE_TTL_MILLIS),
+            inflight: Vec::new(),
+            watched: Vec::new(),
+        }
+    }
+
+    fn strategy_of_turn(&self, st: &AdmissionState, turn: u8) -> (usize, Strategy) {
+        let scope = self.cfg.events[st.turns[turn as usize].event as usize].scope as usize;
+        (scope, self.cfg.scopes[scope])
+    }
+
     fn deliver(&self, st: &mut AdmissionState, event: u8) {
         let spec = self.cfg.events[event as usize];
-        let identity = identity_of(event);
-        let tenant = tenant_of(spec.tenant);
-        let marked_before = st.dedupe.contains(&identity, st.now);
-        let decision = match self.cfg.variant {
-            Variant::MarkBeforeAdmit => mark_then_admit(
-                &mut st.ledger,
-                &mut st.dedupe,
-                &tenant,
-                &identity,
-                spec.dispatch,
-                st.now,
-                DEDUPE_TTL_MILLIS,
-            ),
-            _ => decide_delivery(
-                &mut st.ledger,
-                &mut st.dedupe,
-                &tenant,
-                &identity,
-                spec.dispatch,
-                st.now,
-                DEDUPE_TTL_MILLIS,
-            ),
+        let delivery = Delivery {
+            tenant: tenant_of(spec.tenant),
+            identity: identity_of(event),
+            dispatch: spec.dispatch,
         };
-        let marked = !marked_before && st.dedupe.contains(&identity, st.now);
+        let now = st.now;
+        let starts = st.starts;
+        let Some(serve) = st.serve.as_mut() else {
+            return;
+        };
+        let marked_before = serve.admission.dedupe.contains(&delivery.identity, now);
+        let admit = match self.cfg.variant {
+            Variant::MarkBeforeAdmit => mark_then_admit(&mut serve.admission, &delivery, now),
+            _ => serve.admission.admit_and_mark(&delivery, now),
+        };
+        let marked = !marked_before && serve.admission.dedupe.contains(&delivery.identity, now);
+        let attempt_index = st.attempts.len() as u8;
         let mut attempt = Attempt {
             event,
             answer: Answer::Duplicate,
             acked: false,
             marked,
             outcome: None,
-            releases: 0,
-            refused_settles: 0,
         };
-        match decision {
-            DeliveryDecision::Rejected { reason } => {
+        match admit {
+            Admit::Refused { reason } => {
                 attempt.answer = Answer::Rejected(reason);
                 if self.cfg.variant == Variant::AckAndDropAtCap
                     && reason != RejectReason::ShuttingDown
@@ -324,67 +497,212 @@ impl AdmissionModel {
                 } else {
                     attempt.outcome = Some(Outcome::AdmissionRejected);
                 }
-                st.attempts.push(attempt);
             }
-            DeliveryDecision::Duplicate => {
-                attempt.acked = true;
-                st.attempts.push(attempt);
+            Admit::Duplicate => attempt.acked = true,
+            Admit::InFlight => attempt.answer = Answer::InFlight,
+            Admit::Admitted { id } => {
+                let hold = st.holds.len() as u8;
+                attempt.answer = Answer::Accepted { hold };
+                st.holds.push(Hold {
+                    start: starts,
+                    id,
+                    attempt: Some(attempt_index),
+                    turn: None,
+                    outcome: None,
+                    releases: 0,
+                    refused_settles: 0,
+                    lost_in_crash: false,
+                });
+                serve.inflight.push(InFlight {
+                    attempt: attempt_index,
+                    hold,
+                    id,
+                    turn: None,
+                });
             }
-            DeliveryDecision::Accepted { id } => {
-                attempt.answer = Answer::Accepted(id);
-                st.attempts.push(attempt);
-                self.acknowledge(st, id);
-                let scope = spec.scope as usize;
-                let strategy = self.cfg.scopes[scope];
-                let arrival = match (self.cfg.variant, strategy) {
-                    (Variant::UnboundedDebounce, Strategy::Debounce { quiet_millis }) => {
-                        debounce_keeping_every_waiter(
-                            &mut st.scopes[scope],
-                            quiet_millis,
-                            id,
-                            st.now,
-                        )
-                    }
-                    _ => st.scopes[scope].arrive(strategy, id, st.now),
-                };
-                match arrival {
-                    Arrival::Start(_) | Arrival::LineUp(_) => {}
-                    Arrival::Park { superseded, .. } => {
-                        if let Some(old) = superseded {
-                            self.settle(st, old, Outcome::Superseded);
-                        }
-                    }
-                    Arrival::Dropped { dropped, .. } => self.settle(st, dropped, Outcome::Dropped),
+        }
+        st.attempts.push(attempt);
+    }
+
+    fn inflight(st: &AdmissionState, attempt: u8) -> Option<InFlight> {
+        st.serve
+            .as_ref()?
+            .inflight
+            .iter()
+            .find(|f| f.attempt == attempt)
+            .copied()
+    }
+
+    /// The submit section: the durable turn, the strategy's decision, a reservation by this serve.
+    fn submit(&self, st: &mut AdmissionState, attempt: u8) {
+        let Some(flight) = Self::inflight(st, attempt) else {
+            return;
+        };
+        let event = st.attempts[attempt as usize].event;
+        let scope = self.cfg.events[event as usize].scope as usize;
+        let strategy = self.cfg.scopes[scope];
+        let turn = st.turns.len() as u8;
+        st.turns.push(Turn {
+            event,
+            row: Row::Waiting,
+            end: None,
+            ran: false,
+        });
+        let arrival = match (self.cfg.variant, strategy) {
+            (Variant::UnboundedDebounce, Strategy::Debounce { quiet_millis }) => {
+                debounce_keeping_every_waiter(&mut st.scopes[scope], quiet_millis, turn, st.now)
+            }
+            _ => st.scopes[scope].arrive(strategy, turn, st.now),
+        };
+        match arrival {
+            Arrival::Start(_) => {
+                st.turns[turn as usize].row = Row::Reserved { by: st.starts };
+            }
+            Arrival::LineUp(_) => {}
+            Arrival::Park { superseded, .. } => {
+                if let Some(old) = superseded {
+                    let old = &mut st.turns[old as usize];
+                    old.end = Some(TurnEnd::Superseded);
+                    old.row = Row::Gone;
                 }
             }
+            Arrival::Dropped { .. } => {
+                let t = &mut st.turns[turn as usize];
+                t.end = Some(TurnEnd::Dropped);
+                t.row = Row::Gone;
+            }
+        }
+        st.holds[flight.hold as usize].turn = Some(turn);
+        if let Some(serve) = st.serve.as_mut() {
+            serve.admission.made_durable(&identity_of(event));
+        }
+        if let Some(serve) = st.serve.as_mut() {
+            for f in serve.inflight.iter_mut().filter(|f| f.attempt == attempt) {
+                f.turn = Some(turn);
+            }
         }
     }
 
-    /// The acknowledgement of an accepted delivery (the platform's 2xx).
-    fn acknowledge(&self, st: &mut AdmissionState, id: DeliveryId) {
-        if let Some(a) = attempt_mut(st, id) {
-            a.acked = true;
+    /// The turn could not be created: the withdraw step, then the 503.
+    fn submit_fails(&self, st: &mut AdmissionState, attempt: u8) {
+        let Some(flight) = Self::inflight(st, attempt) else {
+            return;
+        };
+        let identity = identity_of(st.attempts[attempt as usize].event);
+        let Some(serve) = st.serve.as_mut() else {
+            return;
+        };
+        serve.inflight.retain(|f| f.attempt != attempt);
+        let settled = match self.cfg.variant {
+            // The broken withdraw: only the first half.
+            Variant::WithdrawKeepsMark => serve.admission.settle(flight.id, Outcome::Failed),
+            _ => serve.admission.withdraw(flight.id, &identity),
+        };
+        record_settle(st, flight.hold, settled, Outcome::Failed);
+        st.attempts[attempt as usize].answer = Answer::Withdrawn;
+    }
+
+    fn spawn(&self, st: &mut AdmissionState, attempt: u8) {
+        let Some(InFlight {
+            turn: Some(turn), ..
+        }) = Self::inflight(st, attempt)
+        else {
+            return;
+        };
+        let t = &mut st.turns[turn as usize];
+        if t.row == (Row::Reserved { by: st.starts }) {
+            t.row = Row::Running;
+            t.ran = true;
         }
+    }
+
+    /// The durable dedupe line, the 200, and the watcher (a dropped turn settles at once).
+    fn ack(&self, st: &mut AdmissionState, attempt: u8) {
+        let Some(InFlight {
+            hold,
+            id,
+            turn: Some(turn),
+            ..
+        }) = Self::inflight(st, attempt)
+        else {
+            return;
+        };
+        let event = st.attempts[attempt as usize].event;
+        if !st.dedupe_log.contains(&event) {
+            st.dedupe_log.push(event);
+            st.dedupe_log.sort_unstable();
+        }
+        st.attempts[attempt as usize].acked = true;
+        let dropped = st.turns[turn as usize].end == Some(TurnEnd::Dropped);
+        let Some(serve) = st.serve.as_mut() else {
+            return;
+        };
+        serve.inflight.retain(|f| f.attempt != attempt);
         if self.cfg.variant == Variant::ReleaseAtAck {
             // The broken acknowledgement: capacity back while the work is still to be done.
-            release(st, id);
+            let settled = serve.admission.settle(id, Outcome::Completed);
+            count_release(st, hold, settled);
+        }
+        let Some(serve) = st.serve.as_mut() else {
+            return;
+        };
+        if dropped {
+            let outcome = delivery_outcome(TurnEnd::Dropped, false);
+            let settled = serve.admission.settle(id, outcome);
+            record_settle(st, hold, settled, outcome);
+        } else {
+            serve.watched.push(Watching {
+                hold,
+                id,
+                turn,
+                deadline: Deadline::new(0, DETACH_TIMEOUT_MILLIS),
+            });
         }
     }
 
-    /// Records `outcome` as the terminal outcome of `id`, then releases its capacity.
-    fn settle(&self, st: &mut AdmissionState, id: DeliveryId, outcome: Outcome) {
-        if let Some(a) = attempt_mut(st, id) {
-            a.outcome = Some(outcome);
+    /// The watcher's step for one delivery, at `now_millis`; performs its effect.
+    fn watch(&self, st: &mut AdmissionState, hold: u8, now_millis: u64) {
+        let Some(serve) = st.serve.as_mut() else {
+            return;
+        };
+        let Some(pos) = serve.watched.iter().position(|w| w.hold == hold) else {
+            return;
+        };
+        let turn = serve.watched[pos].turn;
+        let turn_now = Self::turn_now_of(&st.turns, turn);
+        let Some(serve) = st.serve.as_mut() else {
+            return;
+        };
+        match watch_turn(&mut serve.watched[pos].deadline, turn_now, now_millis) {
+            WatchEffect::Wait => {}
+            WatchEffect::Settle { outcome } => {
+                let w = serve.watched.remove(pos);
+                let settled = serve.admission.settle(w.id, outcome);
+                record_settle(st, hold, settled, outcome);
+            }
+            WatchEffect::Cancel => {
+                st.events |= event::TIMED_OUT_CANCEL;
+                self.end_turn(st, turn, TurnEnd::Cancelled);
+            }
         }
-        release(st, id);
     }
 
-    fn complete(&self, st: &mut AdmissionState, scope: usize, id: DeliveryId) {
-        self.settle(st, id, Outcome::Completed);
-        let strategy = self.cfg.scopes[scope];
+    fn turn_now_of(turns: &[Turn], turn: u8) -> TurnNow {
+        match turns[turn as usize].end {
+            Some(end) => TurnNow::Ended(end),
+            None => TurnNow::Live,
+        }
+    }
+
+    /// A running turn ends (its runner finished, or it was cancelled); the next may start.
+    fn end_turn(&self, st: &mut AdmissionState, turn: u8, end: TurnEnd) {
+        let t = &mut st.turns[turn as usize];
+        t.end = Some(end);
+        t.row = Row::Gone;
+        let (scope, strategy) = self.strategy_of_turn(st, turn);
         let had_line = !st.scopes[scope].line.is_empty();
-        let started = st.scopes[scope].finish(strategy, &id, st.now);
-        note_starts(st, strategy, &started, had_line);
+        let started = st.scopes[scope].finish(strategy, &turn, st.now);
+        start_turns(st, strategy, &started, had_line);
     }
 
     fn tick(&self, st: &mut AdmissionState) {
@@ -392,59 +710,237 @@ impl AdmissionModel {
         for (scope, strategy) in self.cfg.scopes.iter().enumerate() {
             let had_line = !st.scopes[scope].line.is_empty();
             let started = st.scopes[scope].start_due(*strategy, st.now);
-            note_starts(st, *strategy, &started, had_line);
+            start_turns(st, *strategy, &started, had_line);
         }
     }
 
     fn drain(&self, st: &mut AdmissionState) {
-        let held = match self.cfg.variant {
-            // The broken drain: only what runs is handed off.
-            Variant::DrainRunningOnly => st.scopes.iter().flat_map(|s| s.running.clone()).collect(),
-            _ => st.ledger.held(),
+        let Some(mut serve) = st.serve.take() else {
+            return;
         };
-        for id in held {
-            self.settle(st, id, Outcome::HandedOffAtShutdown);
+        // The drain's time is over; what is still watched is handed off.
+        let effect = drain(DrainInputs {
+            watched: serve.watched.len(),
+            dispatching: serve.inflight.len(),
+            now_millis: 1,
+            drain_until_millis: 1,
+            submit_until_millis: 1,
+        });
+        debug_assert_eq!(effect, Drain::HandOff);
+        let handed: Vec<DeliveryId> = match self.cfg.variant {
+            // The broken hand-off: only deliveries whose turns run.
+            Variant::DrainRunningOnly => {
+                let running: Vec<DeliveryId> = serve
+                    .watched
+                    .iter()
+                    .filter(|w| st.turns[w.turn as usize].row == Row::Running)
+                    .map(|w| w.id)
+                    .collect();
+                for id in &running {
+                    let _ = serve.admission.settle(*id, Outcome::HandedOffAtShutdown);
+                }
+                running
+            }
+            _ => serve.admission.hand_off(),
+        };
+        for id in handed {
+            if let Some(hold) = st
+                .holds
+                .iter()
+                .position(|h| h.start == st.starts && h.id == id)
+            {
+                record_settle(
+                    st,
+                    hold as u8,
+                    Settled::Released {
+                        outcome: Outcome::HandedOffAtShutdown,
+                    },
+                    Outcome::HandedOffAtShutdown,
+                );
+            }
         }
-        for scope in st.scopes.iter_mut() {
-            *scope = Scope::default();
+        let mut handed_turns: Vec<u8> = serve.watched.iter().map(|w| w.turn).collect();
+        handed_turns.sort_unstable();
+        st.handed_off = handed_turns;
+        st.phase = Phase::Down;
+    }
+
+    fn crash(&self, st: &mut AdmissionState) {
+        st.serve = None;
+        st.phase = Phase::Down;
+        let starts = st.starts;
+        for h in st.holds.iter_mut() {
+            if h.start == starts && h.outcome.is_none() {
+                h.lost_in_crash = true;
+            }
         }
-        st.phase = Phase::Drained;
+    }
+
+    /// Serve's start: marks from the dedupe log, readopt every turn in the queue or handed off,
+    /// then the recovery step.
+    fn restart(&self, st: &mut AdmissionState) {
+        st.starts += 1;
+        let mut serve = self.fresh_serve();
+        for &event in &st.dedupe_log {
+            serve.admission.restore_mark(&identity_of(event), 0);
+        }
+        let mut effects = Vec::new();
+        for turn in 0..st.turns.len() as u8 {
+            let t = &st.turns[turn as usize];
+            let handed_off = st.handed_off.contains(&turn);
+            if t.row == Row::Gone && !handed_off {
+                continue;
+            }
+            let at_start = match (t.end, t.row) {
+                (Some(end), _) => TurnAtStart::Ended(end),
+                // Every earlier serve is dead.
+                (None, Row::Reserved { .. }) | (None, Row::Gone) => TurnAtStart::Orphaned,
+                (None, Row::Waiting) | (None, Row::Running) => TurnAtStart::Held,
+            };
+            let spec = self.cfg.events[t.event as usize];
+            let retained = Retained {
+                tenant: tenant_of(spec.tenant),
+                identity: identity_of(t.event),
+                admitted_at_millis: 0,
+                handed_off,
+                turn: at_start,
+            };
+            let effect = serve.admission.readopt(&retained, DETACH_TIMEOUT_MILLIS);
+            if let Readopt::Watch {
+                id,
+                deadline_millis,
+                ..
+            } = effect
+            {
+                let hold = st.holds.len() as u8;
+                st.holds.push(Hold {
+                    start: st.starts,
+                    id,
+                    attempt: None,
+                    turn: Some(turn),
+                    outcome: None,
+                    releases: 0,
+                    refused_settles: 0,
+                    lost_in_crash: false,
+                });
+                serve.watched.push(Watching {
+                    hold,
+                    id,
+                    turn,
+                    deadline: Deadline {
+                        deadline_millis,
+                        timing_out: false,
+                    },
+                });
+            }
+            effects.push(effect);
+        }
+        st.handed_off.clear();
+        st.serve = Some(serve);
+        st.phase = Phase::Open;
+        let skip = self.cfg.variant == Variant::SkipRecovery;
+        if recovery(&effects) == tollgate_core::admission::Recovery::Reconcile && !skip {
+            // Reconcile steals the dead serve's reservations and starts their runners.
+            for t in st.turns.iter_mut() {
+                if t.end.is_none() && matches!(t.row, Row::Reserved { .. }) {
+                    t.row = Row::Running;
+                    t.ran = true;
+                    st.events |= event::RECOVERED;
+                }
+            }
+        }
     }
 
     fn apply(&self, last: &AdmissionState, action: AdmissionAction) -> AdmissionState {
         let mut st = last.clone();
         match action {
-            AdmissionAction::Deliver { event } => self.deliver(&mut st, event),
-            AdmissionAction::Complete { scope, id } => self.complete(&mut st, scope as usize, id),
+            AdmissionAction::Deliver { event } => {
+                let attempt = st.attempts.len() as u8;
+                self.deliver(&mut st, event);
+                if !self.cfg.step_by_step() {
+                    // Without crashes or failing submits, the accept sequence's sections run
+                    // back to back (the same steps, in the same order).
+                    self.submit(&mut st, attempt);
+                    self.spawn(&mut st, attempt);
+                    self.ack(&mut st, attempt);
+                }
+            }
+            AdmissionAction::Submit { attempt } => self.submit(&mut st, attempt),
+            AdmissionAction::SubmitFails { attempt } => self.submit_fails(&mut st, attempt),
+            AdmissionAction::Spawn { attempt } => self.spawn(&mut st, attempt),
+            AdmissionAction::Ack { attempt } => self.ack(&mut st, attempt),
+            AdmissionAction::Watch { hold } => {
+                let now = st.now;
+                self.watch(&mut st, hold, now)
+            }
+            AdmissionAction::Timeout { hold } => self.watch(&mut st, hold, DETACH_TIMEOUT_MILLIS),
+            AdmissionAction::Finish { turn } => self.end_turn(&mut st, turn, TurnEnd::Completed),
             AdmissionAction::Tick => self.tick(&mut st),
             AdmissionAction::Shutdown => {
-                st.ledger.begin_shutdown();
+                if let Some(serve) = st.serve.as_mut() {
+                    serve.admission.begin_shutdown();
+                }
                 st.phase = Phase::ShuttingDown;
             }
             AdmissionAction::Drain => self.drain(&mut st),
+            AdmissionAction::Crash => self.crash(&mut st),
+            AdmissionAction::Restart => self.restart(&mut st),
         }
         st
     }
 
-    /// Every action enabled in `st` except `Shutdown` (which the environment may always choose
-    /// while the runtime is open; an idle runtime that is not shut down is at rest).
+    fn may_restart(&self, st: &AdmissionState) -> bool {
+        st.starts <= self.cfg.restarts
+    }
+
+    /// Every action enabled in `st` except the environment's `Shutdown` and `Crash` (a runtime
+    /// where only those remain is at rest).
     fn work_actions(&self, st: &AdmissionState, actions: &mut Vec<AdmissionAction>) {
-        for (event, spec) in self.cfg.events.iter().enumerate() {
-            let delivered = st
-                .attempts
-                .iter()
-                .filter(|a| a.event as usize == event)
-                .count();
-            if delivered < spec.deliveries as usize {
-                actions.push(AdmissionAction::Deliver { event: event as u8 });
+        if let Some(serve) = &st.serve {
+            for (event, spec) in self.cfg.events.iter().enumerate() {
+                let delivered = st
+                    .attempts
+                    .iter()
+                    .filter(|a| a.event as usize == event)
+                    .count();
+                if delivered < spec.deliveries as usize {
+                    actions.push(AdmissionAction::Deliver { event: event as u8 });
+                }
             }
+            for f in &serve.inflight {
+                let attempt = f.attempt;
+                match f.turn {
+                    None => {
+                        actions.push(AdmissionAction::Submit { attempt });
+                        if self.cfg.submit_failures {
+                            actions.push(AdmissionAction::SubmitFails { attempt });
+                        }
+                    }
+                    Some(turn)
+                        if st.turns[turn as usize].row == (Row::Reserved { by: st.starts }) =>
+                    {
+                        actions.push(AdmissionAction::Spawn { attempt })
+                    }
+                    Some(_) => actions.push(AdmissionAction::Ack { attempt }),
+                }
+            }
+            for w in &serve.watched {
+                let t = &st.turns[w.turn as usize];
+                if t.end.is_some() {
+                    actions.push(AdmissionAction::Watch { hold: w.hold });
+                } else if self.cfg.timeouts && t.row == Row::Running && !w.deadline.timing_out {
+                    actions.push(AdmissionAction::Timeout { hold: w.hold });
+                }
+            }
+            if st.phase == Phase::ShuttingDown && serve.inflight.is_empty() {
+                actions.push(AdmissionAction::Drain);
+            }
+        } else if self.may_restart(st) {
+            actions.push(AdmissionAction::Restart);
         }
-        for (scope, s) in st.scopes.iter().enumerate() {
-            for id in &s.running {
-                actions.push(AdmissionAction::Complete {
-                    scope: scope as u8,
-                    id: *id,
-                });
+        for (turn, t) in st.turns.iter().enumerate() {
+            if t.row == Row::Running {
+                actions.push(AdmissionAction::Finish { turn: turn as u8 });
             }
         }
         let waiting_on_clock = st
@@ -454,12 +950,9 @@ impl AdmissionModel {
         if waiting_on_clock {
             actions.push(AdmissionAction::Tick);
         }
-        if st.phase == Phase::ShuttingDown {
-            actions.push(AdmissionAction::Drain);
-        }
     }
 
-    /// No action can happen any more except beginning shutdown (the runtime is at rest).
+    /// No action can happen any more except beginning shutdown or a crash (at rest).
     pub fn quiescent(&self, st: &AdmissionState) -> bool {
         let mut actions = Vec::new();
         self.work_actions(st, &mut actions);
@@ -475,31 +968,31 @@ fn tenant_of(tenant: u8) -> Tenant {
     Tenant::new("platform", format!("t{tenant}"))
 }
 
-fn attempt_mut(st: &mut AdmissionState, id: DeliveryId) -> Option<&mut Attempt> {
-    st.attempts
-        .iter_mut()
-        .find(|a| a.answer == Answer::Accepted(id))
-}
-
-/// `Ledger::settle`, counted per delivery (a refused settle is counted too: the ingress asked to
+/// Counts a settle's effect on hold `hold` (a refused settle is counted too: serve asked to
 /// release twice).
-fn release(st: &mut AdmissionState, id: DeliveryId) {
-    let released = st.ledger.settle(id).is_ok();
-    if let Some(a) = attempt_mut(st, id) {
-        if released {
-            a.releases += 1;
-        } else {
-            a.refused_settles += 1;
-        }
+fn count_release(st: &mut AdmissionState, hold: u8, settled: Settled) {
+    let h = &mut st.holds[hold as usize];
+    match settled {
+        Settled::Released { .. } => h.releases += 1,
+        Settled::AlreadyEnded => h.refused_settles += 1,
     }
 }
 
-fn note_starts(
-    st: &mut AdmissionState,
-    strategy: Strategy,
-    started: &[DeliveryId],
-    had_line: bool,
-) {
+/// Performs a settle's effect: the outcome recorded with the release.
+fn record_settle(st: &mut AdmissionState, hold: u8, settled: Settled, outcome: Outcome) {
+    count_release(st, hold, settled);
+    if let Settled::Released { .. } = settled {
+        st.holds[hold as usize].outcome = Some(outcome);
+    }
+}
+
+/// Turns a finishing runner or the waker starts: their work runs.
+fn start_turns(st: &mut AdmissionState, strategy: Strategy, started: &[u8], had_line: bool) {
+    for &turn in started {
+        let t = &mut st.turns[turn as usize];
+        t.row = Row::Running;
+        t.ran = true;
+    }
     if started.is_empty() {
         return;
     }
@@ -510,34 +1003,29 @@ fn note_starts(
     }
 }
 
-/// Broken copy of `decide_delivery` (variant `MarkBeforeAdmit`): probes dedupe by marking, then
+/// Broken copy of `admit_and_mark` (variant `MarkBeforeAdmit`): probes dedupe by marking, then
 /// asks the ledger.
-fn mark_then_admit(
-    ledger: &mut Ledger,
-    dedupe: &mut Dedupe,
-    tenant: &Tenant,
-    identity: &EventIdentity,
-    dispatch: Dispatch,
-    now_millis: u64,
-    ttl_millis: u64,
-) -> DeliveryDecision {
-    if !dedupe.mark_if_absent(identity, now_millis, ttl_millis) {
-        return DeliveryDecision::Duplicate;
+fn mark_then_admit(admission: &mut Admission, delivery: &Delivery, now_millis: u64) -> Admit {
+    if !admission
+        .dedupe
+        .mark_if_absent(&delivery.identity, now_millis, DEDUPE_TTL_MILLIS)
+    {
+        return Admit::Duplicate;
     }
-    match ledger.admit(tenant, dispatch) {
-        Ok(id) => DeliveryDecision::Accepted { id },
-        Err(reason) => DeliveryDecision::Rejected { reason },
+    match admission.ledger.admit(&delivery.tenant, delivery.dispatch) {
+        Ok(id) => Admit::Admitted { id },
+        Err(reason) => Admit::Refused { reason },
     }
 }
 
 /// Broken copy of `Scope::arrive` for debounce (variant `UnboundedDebounce`): the newest arrival
 /// becomes the parked waiter, and the one it replaces is kept waiting instead of superseded.
 fn debounce_keeping_every_waiter(
-    scope: &mut Scope<DeliveryId>,
+    scope: &mut Scope<u8>,
     quiet_millis: u64,
-    item: DeliveryId,
+    item: u8,
     now_millis: u64,
-) -> Arrival<DeliveryId> {
+) -> Arrival<u8> {
     let ready_at_millis = now_millis.saturating_add(quiet_millis);
     if let Some((old, _)) = scope.parked.replace((item, ready_at_millis)) {
         scope.line.push_back(old);
@@ -569,10 +1057,20 @@ pub mod names {
     pub const DROPPED: &str = "drop: an arrival at a busy scope is dropped";
     pub const DEBOUNCE_START: &str = "debounce: a waiter starts after the quiet period";
     pub const LINE_START: &str = "concurrent: the head of the line starts";
+    pub const RECOVERED: &str = "a restarted serve recovers a row a dead serve reserved";
+    pub const WITHDRAWN_RETRY: &str = "a withdrawn delivery's retry is admitted";
+    pub const TIMED_OUT: &str = "a delivery past its deadline ends timed-out";
+}
+
+fn current_ledger(st: &AdmissionState) -> Option<&tollgate_core::admission::Ledger> {
+    st.serve.as_ref().map(|s| &s.admission.ledger)
 }
 
 fn a1_bounded_retention(model: &AdmissionModel, st: &AdmissionState) -> bool {
-    if st.ledger.retained() > model.cfg.max_detached {
+    let Some(ledger) = current_ledger(st) else {
+        return true;
+    };
+    if ledger.retained() > model.cfg.max_detached {
         return false;
     }
     let ceiling = model.cfg.max_detached_per_tenant;
@@ -581,34 +1079,82 @@ fn a1_bounded_retention(model: &AdmissionModel, st: &AdmissionState) -> bool {
             .cfg
             .events
             .iter()
-            .any(|e| st.ledger.retained_by(&tenant_of(e.tenant)) > ceiling)
+            .any(|e| ledger.retained_by(&tenant_of(e.tenant)) > ceiling)
     {
         return false;
     }
+    // Everything the scopes retain is held by this serve's ledger.
     st.scopes.iter().all(|s| {
         s.running
             .iter()
-            .chain(s.parked.as_ref().map(|(id, _)| id))
+            .chain(s.parked.as_ref().map(|(t, _)| t))
             .chain(s.line.iter())
-            .all(|id| st.ledger.is_held(*id))
+            .all(|turn| {
+                st.holds
+                    .iter()
+                    .any(|h| h.start == st.starts && h.turn == Some(*turn) && ledger.is_held(h.id))
+            })
     })
 }
 
 fn a2_honest_rejection(_: &AdmissionModel, st: &AdmissionState) -> bool {
-    st.attempts.iter().all(|a| match a.answer {
+    st.attempts.iter().enumerate().all(|(i, a)| match a.answer {
         Answer::Rejected(_) => {
             !a.acked && !a.marked && a.outcome == Some(Outcome::AdmissionRejected)
         }
-        Answer::Accepted(_) | Answer::Duplicate => true,
+        Answer::Withdrawn | Answer::InFlight => !a.acked,
+        // Only an identity an admitted, not withdrawn delivery marked answers as a duplicate:
+        // a retry is never deduped away by a delivery that was refused or withdrawn.
+        Answer::Duplicate => st.attempts[..i]
+            .iter()
+            .any(|b| b.event == a.event && matches!(b.answer, Answer::Accepted { .. })),
+        Answer::Accepted { .. } => true,
+    })
+}
+
+/// Whether an acknowledged event's work is accounted for: its turn ran and ended, or its
+/// strategy ended it without running (dropped, superseded).
+fn event_done(st: &AdmissionState, event: u8) -> bool {
+    st.turns.iter().any(|t| {
+        t.event == event
+            && match t.end {
+                Some(TurnEnd::Dropped) | Some(TurnEnd::Superseded) => true,
+                Some(_) => t.ran,
+                None => false,
+            }
     })
 }
 
 fn a3_no_silent_loss(model: &AdmissionModel, st: &AdmissionState) -> bool {
-    !model.quiescent(st)
-        || st.attempts.iter().all(|a| match a.answer {
-            Answer::Accepted(id) => a.outcome.is_some() && !st.ledger.is_held(id),
-            Answer::Rejected(_) | Answer::Duplicate => true,
-        })
+    if !model.quiescent(st) {
+        return true;
+    }
+    // Every admission of a serve that did not crash has its outcome, and the ledger is empty.
+    let settled = st
+        .holds
+        .iter()
+        .all(|h| h.lost_in_crash || h.outcome.is_some())
+        && current_ledger(st).is_none_or_empty();
+    // Across serve crashes: every acknowledged delivery ran (or its strategy ended it).
+    let ran = st
+        .attempts
+        .iter()
+        .filter(|a| a.acked && !matches!(a.answer, Answer::Rejected(_)))
+        .all(|a| event_done(st, a.event));
+    settled && ran
+}
+
+trait LedgerEmpty {
+    fn is_none_or_empty(&self) -> bool;
+}
+
+impl LedgerEmpty for Option<&tollgate_core::admission::Ledger> {
+    fn is_none_or_empty(&self) -> bool {
+        match self {
+            Some(ledger) => ledger.held().is_empty(),
+            None => true,
+        }
+    }
 }
 
 fn a4_one_parked_waiter(model: &AdmissionModel, st: &AdmissionState) -> bool {
@@ -622,14 +1168,15 @@ fn a4_one_parked_waiter(model: &AdmissionModel, st: &AdmissionState) -> bool {
 }
 
 fn a5_capacity_at_outcome(_: &AdmissionModel, st: &AdmissionState) -> bool {
-    st.attempts.iter().all(|a| match a.answer {
-        Answer::Accepted(id) => {
-            let settled = a.outcome.is_some();
-            a.refused_settles == 0
-                && a.releases == u8::from(settled)
-                && st.ledger.is_held(id) != settled
-        }
-        Answer::Rejected(_) | Answer::Duplicate => a.releases == 0 && a.refused_settles == 0,
+    let ledger = current_ledger(st);
+    st.holds.iter().all(|h| {
+        let settled = h.outcome.is_some();
+        let held_now = match ledger {
+            Some(ledger) if h.start == st.starts => ledger.is_held(h.id),
+            _ => false,
+        };
+        let live = h.start == st.starts && st.serve.is_some();
+        h.refused_settles == 0 && h.releases == u8::from(settled) && (!live || held_now != settled)
     })
 }
 
@@ -658,20 +1205,20 @@ fn event_saw(st: &AdmissionState, steps: &[fn(&Answer) -> bool]) -> bool {
 
 /// A3 is not vacuous: some quiescent state follows admitted work.
 fn at_rest(model: &AdmissionModel, st: &AdmissionState) -> bool {
-    st.attempts
-        .iter()
-        .any(|a| matches!(a.answer, Answer::Accepted(_)))
-        && model.quiescent(st)
+    !st.holds.is_empty() && model.quiescent(st)
 }
 
 fn is_rejected(a: &Answer) -> bool {
     matches!(a, Answer::Rejected(_))
 }
 fn is_accepted(a: &Answer) -> bool {
-    matches!(a, Answer::Accepted(_))
+    matches!(a, Answer::Accepted { .. })
 }
 fn is_duplicate(a: &Answer) -> bool {
     matches!(a, Answer::Duplicate)
+}
+fn is_withdrawn(a: &Answer) -> bool {
+    matches!(a, Answer::Withdrawn)
 }
 
 fn retry_admitted(_: &AdmissionModel, st: &AdmissionState) -> bool {
@@ -682,6 +1229,10 @@ fn duplicate_converges(_: &AdmissionModel, st: &AdmissionState) -> bool {
     event_saw(st, &[is_accepted, is_rejected, is_duplicate])
 }
 
+fn withdrawn_retry(_: &AdmissionModel, st: &AdmissionState) -> bool {
+    event_saw(st, &[is_withdrawn, is_accepted])
+}
+
 fn tenant_ceiling(_: &AdmissionModel, st: &AdmissionState) -> bool {
     st.attempts
         .iter()
@@ -689,7 +1240,7 @@ fn tenant_ceiling(_: &AdmissionModel, st: &AdmissionState) -> bool {
 }
 
 fn outcome_seen(st: &AdmissionState, outcome: Outcome) -> bool {
-    st.attempts.iter().any(|a| a.outcome == Some(outcome))
+    st.holds.iter().any(|h| h.outcome == Some(outcome))
 }
 
 fn handed_off(_: &AdmissionModel, st: &AdmissionState) -> bool {
@@ -704,12 +1255,20 @@ fn dropped(_: &AdmissionModel, st: &AdmissionState) -> bool {
     outcome_seen(st, Outcome::Dropped)
 }
 
+fn timed_out(_: &AdmissionModel, st: &AdmissionState) -> bool {
+    outcome_seen(st, Outcome::TimedOut)
+}
+
 fn debounce_start(_: &AdmissionModel, st: &AdmissionState) -> bool {
     st.events & event::DEBOUNCE_START != 0
 }
 
 fn line_start(_: &AdmissionModel, st: &AdmissionState) -> bool {
     st.events & event::LINE_START != 0
+}
+
+fn recovered(_: &AdmissionModel, st: &AdmissionState) -> bool {
+    st.events & event::RECOVERED != 0
 }
 
 impl Model for AdmissionModel {
@@ -724,6 +1283,9 @@ impl Model for AdmissionModel {
         self.work_actions(st, actions);
         if self.cfg.shutdown && st.phase == Phase::Open {
             actions.push(AdmissionAction::Shutdown);
+        }
+        if st.serve.is_some() && self.may_restart(st) {
+            actions.push(AdmissionAction::Crash);
         }
     }
 
@@ -740,7 +1302,6 @@ impl Model for AdmissionModel {
                     e.tenant, e.scope
                 )
             }
-            AdmissionAction::Complete { scope, id } => format!("Complete(s{scope}, {id})"),
             other => format!("{other:?}"),
         }
     }
@@ -755,9 +1316,13 @@ impl Model for AdmissionModel {
             Property::always(names::A4, a4_one_parked_waiter),
             Property::always(names::A5, a5_capacity_at_outcome),
             Property::sometimes(names::AT_REST, at_rest),
-            Property::sometimes(names::RETRY_ADMITTED, retry_admitted),
         ];
-        if self.cfg.events.iter().any(|e| e.deliveries >= 3) {
+        let cap_bites =
+            self.cfg.events.len() > self.cfg.max_detached || self.cfg.max_detached_per_tenant > 0;
+        if cap_bites {
+            props.push(Property::sometimes(names::RETRY_ADMITTED, retry_admitted));
+        }
+        if cap_bites && self.cfg.events.iter().any(|e| e.deliveries >= 3) {
             props.push(Property::sometimes(
                 names::DUPLICATE_CONVERGES,
                 duplicate_converges,
@@ -769,9 +1334,29 @@ impl Model for AdmissionModel {
         if self.cfg.shutdown {
             props.push(Property::sometimes(names::HANDED_OFF, handed_off));
         }
+        // Debounce never starts a turn on arrival (its waker does), so only another strategy
+        // leaves a row reserved by serve.
+        if self.cfg.restarts > 0
+            && self
+                .cfg
+                .has_strategy(|s| !matches!(s, Strategy::Debounce { .. }))
+        {
+            props.push(Property::sometimes(names::RECOVERED, recovered));
+        }
+        if self.cfg.submit_failures && self.cfg.events.iter().any(|e| e.deliveries >= 2) {
+            props.push(Property::sometimes(names::WITHDRAWN_RETRY, withdrawn_retry));
+        }
+        if self.cfg.timeouts {
+            props.push(Property::sometimes(names::TIMED_OUT, timed_out));
+        }
+        // Debounce supersedes a parked waiter with two retained; queue parks only behind running
+        // work, so it needs three (or an uncapped sync delivery).
+        let queue_supersedes = self.cfg.max_detached >= 3
+            || self.cfg.events.iter().any(|e| e.dispatch == Dispatch::Sync);
         if self
             .cfg
-            .has_strategy(|s| matches!(s, Strategy::Queue | Strategy::Debounce { .. }))
+            .has_strategy(|s| matches!(s, Strategy::Debounce { .. }))
+            || (queue_supersedes && self.cfg.has_strategy(|s| matches!(s, Strategy::Queue)))
         {
             props.push(Property::sometimes(names::SUPERSEDED, superseded));
         }
@@ -784,9 +1369,11 @@ impl Model for AdmissionModel {
         {
             props.push(Property::sometimes(names::DEBOUNCE_START, debounce_start));
         }
-        if self
-            .cfg
-            .has_strategy(|s| matches!(s, Strategy::Concurrent { .. }))
+        // A line needs two retained deliveries in one scope.
+        if self.cfg.max_detached >= 2
+            && self
+                .cfg
+                .has_strategy(|s| matches!(s, Strategy::Concurrent { .. }))
         {
             props.push(Property::sometimes(names::LINE_START, line_start));
         }
@@ -810,22 +1397,38 @@ pub fn describe(
     out
 }
 
-/// One line: clock, phase, held ids, each scope's running/parked/line, each delivery's answer.
+/// One line: clock, serve, held ids, each scope's running/parked/line, turns, answers.
 pub fn summarize(st: &AdmissionState) -> String {
-    let held: Vec<String> = st.ledger.held().iter().map(|id| id.to_string()).collect();
+    let held: Vec<String> = current_ledger(st)
+        .map(|l| l.held().iter().map(|id| id.to_string()).collect())
+        .unwrap_or_default();
     let scopes: Vec<String> = st
         .scopes
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let ids = |v: &mut dyn Iterator<Item = &DeliveryId>| {
-                v.map(|id| id.to_string()).collect::<Vec<_>>().join(",")
+            let ids = |v: &mut dyn Iterator<Item = &u8>| {
+                v.map(|t| format!("T{t}")).collect::<Vec<_>>().join(",")
             };
             format!(
                 "s{i}[run {} park {} line {}]",
                 ids(&mut s.running.iter()),
-                ids(&mut s.parked.iter().map(|(id, _)| id)),
+                ids(&mut s.parked.iter().map(|(t, _)| t)),
                 ids(&mut s.line.iter())
+            )
+        })
+        .collect();
+    let turns: Vec<String> = st
+        .turns
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let end = t.end.map(|e| format!("={e:?}")).unwrap_or_default();
+            format!(
+                "T{i}:ev{}:{:?}{}{end}",
+                t.event,
+                t.row,
+                if t.ran { "+ran" } else { "" }
             )
         })
         .collect();
@@ -835,12 +1438,17 @@ pub fn summarize(st: &AdmissionState) -> String {
         .map(|a| {
             let answer = match a.answer {
                 Answer::Rejected(r) => format!("rejected({r:?})"),
-                Answer::Accepted(id) => format!("{id}"),
+                Answer::Accepted { hold } => {
+                    let h = &st.holds[hold as usize];
+                    let outcome = h.outcome.map(|o| format!("={o}")).unwrap_or_default();
+                    format!("#{}/{}{outcome}", h.start, h.id)
+                }
                 Answer::Duplicate => "duplicate".to_string(),
+                Answer::Withdrawn => "withdrawn".to_string(),
+                Answer::InFlight => "in-flight".to_string(),
             };
-            let outcome = a.outcome.map(|o| format!("={o}")).unwrap_or_default();
             format!(
-                "ev{}:{answer}{}{}{outcome}",
+                "ev{}:{answer}{}{}",
                 a.event,
                 if a.acked { "+ack" } else { "" },
                 if a.marked { "+mark" } else { "" }
@@ -848,11 +1456,13 @@ pub fn summarize(st: &AdmissionState) -> String {
         })
         .collect();
     format!(
-        "t={} {:?} held [{}] {} | {}",
+        "t={} serve#{} {:?} held [{}] {} | turns {} | {}",
         st.now,
+        st.starts,
         st.phase,
         held.join(","),
         scopes.join(" "),
+        turns.join(" "),
         answers.join(" ")
     )
 }

@@ -12,7 +12,9 @@ use super::watcher::{Watched, Watcher};
 use crate::config::Config;
 use crate::gate::{Gate, GateDecision, Permit};
 use crate::home::Home;
-use crate::protocol::admission::{Dispatch, EventIdentity, Outcome, RejectReason, Tenant};
+use crate::protocol::admission::{
+    delivery_outcome, Deadline, Dispatch, EventIdentity, RejectReason, Tenant, TurnEnd,
+};
 use crate::protocol::slots::ProcessIdentity;
 use crate::submit::{submit_detached_with, Placement, SubmitRequest, Submitted};
 use crate::tasks::{self, DeliveryMeta};
@@ -256,6 +258,14 @@ pub async fn ingress(
             }
             answer(StatusCode::OK, body)
         }
+        GateDecision::InFlight => {
+            // The first delivery of this identity is not durable yet: acknowledging this one
+            // would lose the event if that one is withdrawn or this serve dies now.
+            let mut event = decision_event("in-flight");
+            event.status = Some(503);
+            app.events.record(&event);
+            retry_later(json!({"status": "in_flight", "identity": verified.identity}))
+        }
         GateDecision::Accepted(permit) => {
             // From here the delivery holds capacity: its dispatch runs in its own task, so a
             // client that goes away mid-request cannot cut it between the gate and the watcher.
@@ -451,6 +461,8 @@ async fn accepted(
             )
         }
     };
+    // The turn record holds the delivery: a restart restores its mark from there.
+    permit.made_durable(&identity);
     if let Err(e) = app.dedupe.append(&identity.0, now) {
         // The turn is durable; without the durable mark a redelivery after a restart may run
         // again (extra work, never lost work).
@@ -476,20 +488,21 @@ async fn accepted(
         key: key.clone(),
         meta: meta.clone(),
         route: route.table.path.clone(),
-        deadline_millis: now.saturating_add(app.settings.detach_timeout_millis),
-        timing_out: false,
+        deadline: Deadline::new(now, app.settings.detach_timeout_millis),
         readopted: false,
         reply,
     };
     if let Placement::Dropped { .. } = submitted.placement {
-        // The task's `drop` strategy ended the turn at once: so does the delivery.
+        // The task's `drop` strategy ended the turn at once: so does the delivery (the core's
+        // turn-outcome rule names its outcome).
+        let outcome = delivery_outcome(TurnEnd::Dropped, false);
         let watched = watched(None);
-        let event = watched.event("outcome", Outcome::Dropped.to_string());
-        if watched.permit.settle(Outcome::Dropped) {
+        let event = watched.event("outcome", outcome.to_string());
+        if watched.permit.settle(outcome) {
             app.events.record(&event);
         }
         let mut body = body;
-        body["outcome"] = json!(Outcome::Dropped.to_string());
+        body["outcome"] = json!(outcome.to_string());
         return interactive_or(route, body, &key);
     }
     match route.dispatch() {
@@ -628,7 +641,8 @@ fn submit(
         env,
     };
     let _spawning = crate::sync::lock(&app.spawn_lock);
-    let rt = super::runtime_for(&app.home, &app.config);
+    let mut rt = super::runtime_for(&app.home, &app.config);
+    rt.spawner = Box::new(AcceptSpawner(rt.spawner));
     submit_detached_with(&rt, app.me, request, move |home, turn| {
         let path = home.turn_dir(&turn.key).join(PAYLOAD_FILE);
         crate::fsutil::publish_bytes(&path, &body)?;
@@ -638,4 +652,25 @@ fn submit(
         Ok(())
     })
     .map_err(|e| e.to_string())
+}
+
+/// The spawner of the accept sequence: the runtime's own, behind the failpoint
+/// `serve::after_reserve` (spec/ingress.md, "Crash windows"): the turn's row is durable and its
+/// slot reserved by this serve, its runner not started yet.
+struct AcceptSpawner(Box<dyn crate::process::RunnerSpawner>);
+
+impl crate::process::RunnerSpawner for AcceptSpawner {
+    fn spawn(
+        &self,
+        key: &crate::protocol::slots::TurnKey,
+        token: crate::protocol::slots::SlotToken,
+    ) -> Result<ProcessIdentity, crate::process::SpawnError> {
+        // A crash here is what `tests/failpoints_serve_recovery.rs` injects (`return` aborts).
+        fail::fail_point!("serve::after_reserve", |_| std::process::abort());
+        self.0.spawn(key, token)
+    }
+
+    fn spawn_waker(&self, at_millis: u64) -> Result<(), crate::process::SpawnError> {
+        self.0.spawn_waker(at_millis)
+    }
 }

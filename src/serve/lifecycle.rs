@@ -7,13 +7,15 @@ use super::handler::{self, dedupe_key_of, App};
 use super::metrics::Counters;
 use super::refused::RefusedLog;
 use super::settings::{ServeError, ServePaths, Settings};
-use super::watcher::{delivery_outcome, Watched, Watcher, WATCH_POLL_MILLIS};
+use super::watcher::{turn_end, Watched, Watcher, WATCH_POLL_MILLIS};
 use crate::fsutil;
 use crate::gate::Gate;
 use crate::home::Home;
-use crate::protocol::admission::{EventIdentity, Outcome, Tenant};
+use crate::protocol::admission::{
+    drain, recovery, turn_at_start, Deadline, Drain, DrainInputs, EventIdentity, Outcome, Readopt,
+    Recovery, Retained, Tenant,
+};
 use crate::protocol::slots::TurnKey;
-use crate::queue::QueueStore;
 use crate::tasks::{self, DeliveryMeta};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
@@ -23,7 +25,7 @@ use std::io::{Read, Seek, Write};
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -106,6 +108,9 @@ pub fn run(
     listen: Option<String>,
     on_listening: impl FnOnce(SocketAddr),
 ) -> Result<Summary, ServeError> {
+    // `FAILPOINTS` (e.g. `serve::after_reserve=return`) in builds with the `failpoints` feature.
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     let config = home.ensure().map_err(|e| match e {
         crate::home::HomeError::File(f) => ServeError::File(f),
         other => ServeError::Config(other.to_string()),
@@ -175,13 +180,18 @@ pub fn run(
     })
 }
 
-/// Counts the previous instance's retained deliveries (turns with a delivery record still in the
-/// queue, and those it recorded as handed off) against the limits again and watches them; the
-/// outcome of a handed-off one that ended meanwhile is logged now.
+/// Serve's start: every delivery a previous instance admitted whose turn has no outcome (its
+/// row is still in the queue) or that it handed off is re-adopted through the core's `readopt`
+/// step, and its effect performed: watch it (counted against the limits again), log the end of
+/// a handed-off one that ended meanwhile, or warn that it runs on unwatched. Then the core's
+/// `recovery` step: when a retained delivery's row is held only by dead processes (a serve
+/// killed between reserving the row and starting its runner, or a runner bound but not
+/// recorded), reconcile repairs it, so every acknowledged delivery runs (A3).
 fn readopt(app: &Arc<App>, paths: &ServePaths) -> Result<usize, ServeError> {
     let handed: Vec<HandedOff> = fsutil::load_json(&paths.handed_off)?.unwrap_or_default();
-    let store = QueueStore::new(app.home.clone(), app.config.lock_timeout());
-    let state = store
+    let rt = super::runtime_for(&app.home, &app.config);
+    let state = rt
+        .store
         .load()
         .map_err(|e| ServeError::Config(e.to_string()))?;
     let mut keys: Vec<TurnKey> = state.entries.iter().map(|e| e.key.clone()).collect();
@@ -198,8 +208,8 @@ fn readopt(app: &Arc<App>, paths: &ServePaths) -> Result<usize, ServeError> {
             .map(|h| h.route.clone())
             .unwrap_or_default()
     };
-    let was_handed = |meta: &DeliveryMeta| handed.iter().any(|h| h.delivery.id == meta.id);
     let mut count = 0;
+    let mut effects = Vec::new();
     for key in keys {
         let Some(turn) = tasks::load_turn(&app.home, &key)? else {
             continue;
@@ -207,18 +217,19 @@ fn readopt(app: &Arc<App>, paths: &ServePaths) -> Result<usize, ServeError> {
         let Some(meta) = turn.delivery.clone() else {
             continue;
         };
-        app.gate
-            .restore_mark(&dedupe_key_of(&meta), meta.admitted_at_millis);
-        if let Some(outcome) = turn.outcome {
-            if was_handed(&meta) {
-                let mut event = outcome_event(&meta, &key, route_of(&meta));
-                event.outcome = delivery_outcome(outcome, false).to_string();
-                app.events.record(&event);
-            }
-            continue;
-        }
-        match app.gate.readopt(&Tenant::new(meta.adapter.clone(), meta.tenant.clone())) {
-            Ok(permit) => {
+        let retained = Retained {
+            tenant: Tenant::new(meta.adapter.clone(), meta.tenant.clone()),
+            identity: dedupe_key_of(&meta),
+            admitted_at_millis: meta.admitted_at_millis,
+            handed_off: handed.iter().any(|h| h.delivery.id == meta.id),
+            turn: turn_at_start(turn.outcome.map(turn_end), state.row(&key), &rt.liveness),
+        };
+        let readopted = app
+            .gate
+            .readopt(&retained, app.settings.detach_timeout_millis);
+        effects.push(readopted.effect);
+        match (readopted.effect, readopted.permit) {
+            (Readopt::Watch { .. }, Some(permit)) => {
                 Counters::bump(&app.counters.readopted);
                 let mut event = outcome_event(&meta, &key, route_of(&meta));
                 event.kind = "decision";
@@ -229,23 +240,42 @@ fn readopt(app: &Arc<App>, paths: &ServePaths) -> Result<usize, ServeError> {
                     key,
                     route: route_of(&meta),
                     // The deadline runs from the first admission, not from this restart.
-                    deadline_millis: meta
-                        .admitted_at_millis
-                        .saturating_add(app.settings.detach_timeout_millis),
+                    deadline: Deadline::new(
+                        meta.admitted_at_millis,
+                        app.settings.detach_timeout_millis,
+                    ),
                     meta,
-                    timing_out: false,
                     readopted: true,
                     reply: None,
                 });
                 count += 1;
             }
-            Err(reason) => tracing::warn!(
+            (Readopt::LogEnded { outcome }, _) => {
+                let mut event = outcome_event(&meta, &key, route_of(&meta));
+                event.outcome = outcome.to_string();
+                app.events.record(&event);
+            }
+            (Readopt::Unwatched { reason, .. }, _) => tracing::warn!(
                 "{key}: cannot re-adopt delivery {} ({reason:?}: max_detached was lowered?); its turn runs on, unwatched",
                 meta.id
             ),
+            (Readopt::Ended, _) | (Readopt::Watch { .. }, None) => {}
         }
     }
     fsutil::publish_json(&paths.handed_off, &Vec::<HandedOff>::new())?;
+    match recovery(&effects) {
+        Recovery::Reconcile => match crate::reconcile::reconcile(&rt, app.me) {
+            Ok(report) => tracing::info!(
+                "recovered the rows of an earlier serve: {} reconcile step(s), {} runner(s) started",
+                report.steps.len(),
+                report.handoffs.len()
+            ),
+            Err(e) => tracing::error!(
+                "cannot recover the rows of an earlier serve ({e}); `tollgate reconcile` repairs them"
+            ),
+        },
+        Recovery::Nothing => {}
+    }
     Ok(count)
 }
 
@@ -321,20 +351,25 @@ async fn serve(
         "{which}: admission stopped; draining {retained} retained delivery(ies) for up to {} ms",
         app.settings.drain_timeout_millis
     );
-    let deadline =
-        tokio::time::Instant::now() + Duration::from_millis(app.settings.drain_timeout_millis);
-    while (!app.watcher.is_empty() || app.dispatching.load(Ordering::SeqCst) > 0)
-        && tokio::time::Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(WATCH_POLL_MILLIS)).await;
-    }
-    // A delivery between the gate and the watcher finishes its submit (bounded by the queue lock
-    // timeout) before the hand-off, so it is handed off with its turn.
-    let submit_deadline = tokio::time::Instant::now() + app.config.lock_timeout();
-    while app.dispatching.load(Ordering::SeqCst) > 0
-        && tokio::time::Instant::now() < submit_deadline
-    {
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    // The core's drain step decides when to hand off: retained deliveries may end until
+    // `drain_timeout`; a delivery between the gate and the watcher finishes its submit (bounded
+    // by the queue lock timeout after that) so it is handed off with its turn.
+    let started = tasks::now_millis();
+    let drain_until_millis = started.saturating_add(app.settings.drain_timeout_millis);
+    let submit_until_millis = drain_until_millis
+        .saturating_add(u64::try_from(app.config.lock_timeout().as_millis()).unwrap_or(u64::MAX));
+    loop {
+        let inputs = DrainInputs {
+            watched: app.watcher.len(),
+            dispatching: app.dispatching.load(std::sync::atomic::Ordering::SeqCst),
+            now_millis: tasks::now_millis(),
+            drain_until_millis,
+            submit_until_millis,
+        };
+        match drain(inputs) {
+            Drain::Wait => tokio::time::sleep(Duration::from_millis(WATCH_POLL_MILLIS)).await,
+            Drain::HandOff => break,
+        }
     }
     let _ = stop_tx.send(true);
     if let Err(e) = watcher_task.await {

@@ -6,7 +6,7 @@
 use super::events::{Event, EventLog};
 use crate::gate::Permit;
 use crate::home::Home;
-use crate::protocol::admission::Outcome;
+use crate::protocol::admission::{watch_turn, Deadline, Outcome, TurnEnd, TurnNow, WatchEffect};
 use crate::protocol::slots::TurnKey;
 use crate::tasks::{self, DeliveryMeta, TurnOutcome};
 use std::collections::BTreeMap;
@@ -29,8 +29,8 @@ pub struct Watched {
     pub key: TurnKey,
     pub meta: DeliveryMeta,
     pub route: String,
-    pub deadline_millis: u64,
-    pub timing_out: bool,
+    /// The detach deadline (from the first admission) and whether the turn was cancelled for it.
+    pub deadline: Deadline,
     pub readopted: bool,
     pub reply: Option<oneshot::Sender<Ended>>,
 }
@@ -54,17 +54,15 @@ impl Watched {
     }
 }
 
-/// The delivery outcome a turn's outcome means.
-pub fn delivery_outcome(turn: TurnOutcome, timing_out: bool) -> Outcome {
-    if timing_out {
-        return Outcome::TimedOut;
-    }
+/// A turn record's outcome in the core's terms (the delivery-outcome rule is the core's).
+pub fn turn_end(turn: TurnOutcome) -> TurnEnd {
     match turn {
-        TurnOutcome::Completed => Outcome::Completed,
-        TurnOutcome::Failed | TurnOutcome::Unstartable => Outcome::Failed,
-        TurnOutcome::Cancelled => Outcome::Cancelled,
-        TurnOutcome::Dropped => Outcome::Dropped,
-        TurnOutcome::Superseded => Outcome::Superseded,
+        TurnOutcome::Completed => TurnEnd::Completed,
+        TurnOutcome::Failed => TurnEnd::Failed,
+        TurnOutcome::Unstartable => TurnEnd::Unstartable,
+        TurnOutcome::Cancelled => TurnEnd::Cancelled,
+        TurnOutcome::Dropped => TurnEnd::Dropped,
+        TurnOutcome::Superseded => TurnEnd::Superseded,
     }
 }
 
@@ -118,10 +116,6 @@ impl Watcher {
         crate::sync::lock(&self.entries).len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Polls until `stop` says so.
     pub async fn run(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         let mut interval = tokio::time::interval(Duration::from_millis(WATCH_POLL_MILLIS));
@@ -138,23 +132,16 @@ impl Watcher {
         }
     }
 
-    /// One poll: settles every delivery whose turn ended; cancels the turns of those past their
-    /// deadline.
+    /// One poll: for every watched delivery, read its turn record and run the core's
+    /// `watch_turn` step (under the entries' lock) and perform its effect: settle the permit, or
+    /// cancel a turn past its deadline.
     pub fn tick(&self) {
         self.reap();
-        let now = tasks::now_millis();
-        let snapshot: Vec<(String, TurnKey, bool, bool)> = crate::sync::lock(&self.entries)
+        let snapshot: Vec<(String, TurnKey)> = crate::sync::lock(&self.entries)
             .iter()
-            .map(|(id, w)| {
-                (
-                    id.clone(),
-                    w.key.clone(),
-                    w.deadline_millis <= now,
-                    w.timing_out,
-                )
-            })
+            .map(|(id, w)| (id.clone(), w.key.clone()))
             .collect();
-        for (id, key, overdue, timing_out) in snapshot {
+        for (id, key) in snapshot {
             let record = match tasks::load_turn(&self.home, &key) {
                 Ok(record) => record,
                 Err(e) => {
@@ -162,27 +149,33 @@ impl Watcher {
                     continue;
                 }
             };
-            let ended = match &record {
-                Some(turn) => turn.outcome.map(|o| (o, turn.exit_code)),
-                // The record is gone (the task's directory was removed): nothing will run.
-                None => Some((TurnOutcome::Cancelled, None)),
+            let turn = match &record {
+                Some(turn) => turn
+                    .outcome
+                    .map_or(TurnNow::Live, |o| TurnNow::Ended(turn_end(o))),
+                None => TurnNow::Missing,
             };
-            if let Some((turn_outcome, exit_code)) = ended {
-                let watched = crate::sync::lock(&self.entries).remove(&id);
-                if let Some(watched) = watched {
-                    self.settle(
-                        watched,
-                        delivery_outcome(turn_outcome, timing_out),
-                        exit_code,
-                    );
+            let now = tasks::now_millis();
+            let mut entries = crate::sync::lock(&self.entries);
+            let Some(watched) = entries.get_mut(&id) else {
+                continue;
+            };
+            match watch_turn(&mut watched.deadline, turn, now) {
+                WatchEffect::Wait => {}
+                WatchEffect::Settle { outcome } => {
+                    let watched = entries.remove(&id);
+                    drop(entries);
+                    if let Some(watched) = watched {
+                        let exit_code = record.as_ref().and_then(|t| t.exit_code);
+                        self.settle(watched, outcome, exit_code);
+                    }
                 }
-            } else if overdue && !timing_out {
-                if let Some(w) = crate::sync::lock(&self.entries).get_mut(&id) {
-                    w.timing_out = true;
-                }
-                let rt = super::runtime_for(&self.home, &self.config);
-                if let Err(e) = crate::cancel::cancel_turn(&rt, &key) {
-                    tracing::warn!("{key}: past detach_timeout, cannot cancel it: {e}");
+                WatchEffect::Cancel => {
+                    drop(entries);
+                    let rt = super::runtime_for(&self.home, &self.config);
+                    if let Err(e) = crate::cancel::cancel_turn(&rt, &key) {
+                        tracing::warn!("{key}: past detach_timeout, cannot cancel it: {e}");
+                    }
                 }
             }
         }

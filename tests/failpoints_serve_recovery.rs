@@ -1,0 +1,135 @@
+//! Serve's recovery (spec/ingress.md, "Lifecycle"; A3 across serve crashes): a `serve` that dies
+//! between reserving a delivery's row and starting its runner leaves a row only a dead process
+//! holds. The restarted `serve` must run that delivery's turn to completion itself (no manual
+//! `reconcile`), answer the platform's retry as a duplicate, and cancel nothing.
+//!
+//! The crash is the failpoint `serve::after_reserve` with the `return` action, which aborts the
+//! process (no unwinding, no cleanup: a SIGKILL's effect at exactly that point).
+#![cfg(feature = "failpoints")]
+#![cfg(feature = "serve")]
+
+mod serve_support;
+
+use serve_support::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Starts `serve` with `FAILPOINTS` set, and returns it with the address it listens on.
+fn serve_with_failpoint(home: &TestHome, failpoints: &str) -> Serve {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("--home")
+        .arg(&home.home)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env(SECRET_ENV, SECRET)
+        .env("TOLLGATE_LOG", "warn")
+        .env("FAILPOINTS", failpoints)
+        .current_dir(home.dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if let Some(addr) = line.strip_prefix("listening on http://") {
+                let _ = tx.send(addr.to_string());
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("serve did not say where it listens");
+    Serve { child, addr }
+}
+
+/// The raw answer to a request the server may die in the middle of (no HTTP head: empty).
+fn post_raw(addr: &str, path: &str, headers: &[(&str, String)], body: &[u8]) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    let _ = stream.write_all(body);
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    raw
+}
+
+#[test]
+fn a_serve_killed_after_reserving_a_row_has_its_delivery_run_by_the_next_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran_log = dir.path().join("ran.log");
+    let release = dir.path().join("release");
+    // The turn runs at once (the release file exists): the test waits on its end, not a clock.
+    std::fs::write(&release, b"").unwrap();
+    let home = TestHome::new(
+        2,
+        &format!(
+            // A detach timeout far beyond the test: a turn that never starts is not "rescued" by
+            // it, and nothing may end as cancelled or timed-out.
+            "[serve]\nmax_detached = 4\ndetach_timeout = \"10m\"\n\n{}",
+            held_route("/hooks/r", "generic", &release, &ran_log, "")
+        ),
+    );
+    let body = b"{}";
+    let headers = generic_headers("r1", None, body);
+
+    // The first serve dies in the accept sequence, right after its slot reservation is durable.
+    let mut doomed = serve_with_failpoint(&home, "serve::after_reserve=return");
+    let raw = post_raw(&doomed.addr, "/hooks/r", &headers, body);
+    assert!(
+        raw.is_empty(),
+        "the serve died before it could answer: {:?}",
+        String::from_utf8_lossy(&raw)
+    );
+    let code = doomed.wait_exit(30);
+    assert_ne!(code, 0, "the failpoint aborted the serve");
+    assert!(ran(&ran_log).is_empty(), "the turn never started");
+    let queue = home.status();
+    assert!(
+        queue.to_string().contains("job-r1"),
+        "the reserved row outlived its serve: {queue}"
+    );
+
+    // A new serve recovers the orphaned row: the turn runs and completes.
+    let serve = Serve::start(&home);
+    assert_eq!(serve.metric("tollgate_readopted_total"), 1);
+    // The platform never got its answer and retries: the delivery is already durable, so the
+    // retry is a duplicate (it must not run twice).
+    let retry = serve.post("/hooks/r", &headers, body);
+    assert_eq!(retry.status, 200, "{}", retry.text());
+    assert_eq!(retry.json()["status"], "duplicate");
+
+    wait_until(60, "the recovered delivery to complete", || {
+        home.log().iter().any(|l| {
+            l["kind"] == "outcome"
+                && l["identity"] == "r1"
+                && l["outcome"] == "completed"
+                && l["readopted"] == true
+        })
+    });
+    assert_eq!(ran(&ran_log), vec!["r1".to_string()], "it ran exactly once");
+    let log = home.log();
+    assert!(
+        !log.iter().any(|l| l["kind"] == "outcome"
+            && (l["outcome"] == "cancelled" || l["outcome"] == "timed-out")),
+        "nothing was cancelled: {log:?}"
+    );
+    wait_until(30, "the delivery's capacity to come back", || {
+        serve.metric("tollgate_retained") == 0
+    });
+}

@@ -108,9 +108,8 @@ pub fn run(
     listen: Option<String>,
     on_listening: impl FnOnce(SocketAddr),
 ) -> Result<Summary, ServeError> {
-    // `FAILPOINTS` (e.g. `serve::after_reserve=return`) in builds with the `failpoints` feature.
-    #[cfg(feature = "failpoints")]
-    let _failpoints = fail::FailScenario::setup();
+    // `FAILPOINTS` (e.g. `serve::after_reserve=return`) is read once for every subcommand, in
+    // `cli::main`: a second `FailScenario` here would wait forever on the first one's lock.
     let config = home.ensure().map_err(|e| match e {
         crate::home::HomeError::File(f) => ServeError::File(f),
         other => ServeError::Config(other.to_string()),

@@ -128,6 +128,7 @@ fn cgroup_available() -> Option<PathBuf> {
 enum Cleaner {
     Sweep,
     NextRun,
+    Reconcile,
 }
 
 fn run_killed_then_cleaned(force_subreaper: bool, cleaner: Cleaner) {
@@ -194,6 +195,13 @@ fn run_killed_then_cleaned(force_subreaper: bool, cleaner: Cleaner) {
             .arg("--home")
             .arg(&home)
             .arg("sweep")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap(),
+        Cleaner::Reconcile => Command::new(BIN)
+            .arg("--home")
+            .arg(&home)
+            .arg("reconcile")
             .stdin(Stdio::null())
             .output()
             .unwrap(),
@@ -282,6 +290,19 @@ fn killed_run_is_swept_on_the_subreaper_path() {
 fn killed_run_is_cleaned_by_the_next_run_through_the_cgroup() {
     match cgroup_available() {
         Some(_) => run_killed_then_cleaned(false, Cleaner::NextRun),
+        None => eprintln!("SKIPPED: no delegable cgroup v2 group with cgroup.kill here"),
+    }
+}
+
+#[test]
+fn killed_run_is_cleaned_by_reconcile_on_the_subreaper_path() {
+    run_killed_then_cleaned(true, Cleaner::Reconcile);
+}
+
+#[test]
+fn killed_run_is_cleaned_by_reconcile_through_the_cgroup() {
+    match cgroup_available() {
+        Some(_) => run_killed_then_cleaned(false, Cleaner::Reconcile),
         None => eprintln!("SKIPPED: no delegable cgroup v2 group with cgroup.kill here"),
     }
 }

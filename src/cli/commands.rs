@@ -483,18 +483,44 @@ fn describe(step: &ReconcileStep) -> String {
 
 pub fn reconcile(home: Option<PathBuf>, args: ReconcileArgs) -> Result<i32, CliError> {
     let rt = open(home)?;
+    // What a SIGKILLed `tollgate run` left on this home is killed too (spec/execution.md, D8).
+    let dead_runs = crate::exec::sweep::sweep_dead_runs(rt.home.root()).map_err(|e| match e {
+        e @ crate::exec::sweep::SweepError::Unreadable { .. } => CliError::Usage(e.to_string()),
+        e => CliError::Environment(e.to_string()),
+    })?;
     let report = reconcile_shell::reconcile(&rt, me()?)?;
     let failed: Vec<String> = report
         .handoffs
         .iter()
         .filter_map(|(key, r)| r.as_ref().err().map(|e| format!("{key}: {e}")))
         .collect();
+    let runs: Vec<String> = dead_runs
+        .iter()
+        .map(|d| {
+            let mut line = format!(
+                "run {} (pid {} is gone): killed {} process(es) it left",
+                d.run_id, d.run_pid, d.killed
+            );
+            if !d.survivors.is_empty() {
+                line.push_str(&format!(
+                    ", {} survived SIGKILL: {:?}",
+                    d.survivors.len(),
+                    d.survivors
+                ));
+            }
+            line
+        })
+        .collect();
     if args.json {
         print_json(&json!({
             "steps": report.steps.iter().map(describe).collect::<Vec<_>>(),
             "spawn_failures": failed,
+            "dead_runs": runs,
         }))?;
     } else {
+        for line in &runs {
+            println!("{line}");
+        }
         for step in &report.steps {
             println!("{}", describe(step));
         }

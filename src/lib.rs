@@ -13,6 +13,7 @@
 
 pub mod cancel;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod dispatch;
 pub mod driver;

@@ -565,8 +565,5 @@ pub fn list_turns(home: &Home, task: &str) -> Result<Vec<u32>, FileError> {
     Ok(turns)
 }
 
-pub fn now_millis() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+/// The millisecond clock lives in [`crate::clock`]; this path is kept for existing callers.
+pub use crate::clock::now_millis;

@@ -18,6 +18,7 @@ pub mod config;
 pub mod dispatch;
 pub mod driver;
 pub mod exec;
+pub mod flock;
 pub mod fsutil;
 pub mod gate;
 pub mod home;

@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub const TASK_FORMAT_VERSION: u32 = 1;
-/// Arguments of one command, bounded so a turn record stays small.
-pub const MAX_ARGV: usize = 4096;
+/// Arguments of one command (defined in [`crate::config::limits`], which the config checks too).
+pub use crate::config::limits::MAX_ARGV;
 
 fn default_task_version() -> u32 {
     TASK_FORMAT_VERSION

@@ -22,6 +22,7 @@ pub mod flock;
 pub mod fsutil;
 pub mod gate;
 pub mod home;
+pub mod jsonl;
 pub mod process;
 pub mod queue;
 pub mod reconcile;

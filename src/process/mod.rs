@@ -1,7 +1,9 @@
 //! Processes as the slot protocol sees them: identities read from `/proc`, liveness answered from
 //! `/proc`, the detached spawn of a runner, and a turn's work (found and killed by its marker).
+//! Every read of `/proc/<pid>/…` goes through [`procfs`].
 
 mod identity;
+pub(crate) mod procfs;
 mod spawn;
 pub mod work;
 

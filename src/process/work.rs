@@ -10,7 +10,7 @@
 //! bounded wait until none is left. Zombies are not alive (they run nothing and only wait to be
 //! reaped) and are never counted.
 
-use super::identity::{read_stat, Read};
+use super::procfs::{self, read_stat, Read};
 use super::ProcLiveness;
 use crate::protocol::slots::{Liveness, Observation, ProcessIdentity, WorkId};
 use nix::sys::signal::{kill, killpg, Signal};
@@ -52,28 +52,21 @@ pub fn work_processes(work: WorkId, leader: Option<ProcessIdentity>) -> Vec<u32>
     let mut marked = Vec::new();
     let mut grouped = Vec::new();
     let mut group_is_ours = leader_matches;
-    let Ok(dir) = std::fs::read_dir("/proc") else {
+    let Some(pids) = procfs::pids() else {
         return marked;
     };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in pids {
         if pid == me {
             continue;
         }
         let Read::Found(stat) = read_stat(pid) else {
             continue;
         };
-        if matches!(stat.state, 'Z' | 'X') {
+        if stat.is_exited() {
             continue;
         }
         let in_group = leader.is_some_and(|l| l.pid == stat.pgrp);
-        if carries(pid, marker.as_bytes()) {
+        if procfs::environ_carries(pid, marker.as_bytes()) {
             group_is_ours |= in_group;
             marked.push(pid);
         } else if in_group {
@@ -89,17 +82,9 @@ pub fn work_processes(work: WorkId, leader: Option<ProcessIdentity>) -> Vec<u32>
     marked
 }
 
-/// Whether `/proc/<pid>/environ` holds exactly the entry `marker` (`NAME=value`).
-fn carries(pid: u32, marker: &[u8]) -> bool {
-    match std::fs::read(format!("/proc/{pid}/environ")) {
-        Ok(environ) => environ.split(|b| *b == 0).any(|entry| entry == marker),
-        Err(_) => false,
-    }
-}
-
 /// Whether any process of the work is alive. An unreadable `/proc` is ambiguous (counted live).
 pub fn observe_work(work: WorkId, leader: Option<ProcessIdentity>) -> Observation {
-    if std::fs::metadata("/proc/self").is_err() {
+    if !procfs::available() {
         return Observation::Ambiguous;
     }
     if work_processes(work, leader).is_empty() {

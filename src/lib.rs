@@ -9,6 +9,9 @@
 //!   (performs the effects of the core's steps: spawn and two-publish handoff, kills),
 //!   [`dispatch`] (its error), [`submit`], [`runner`], [`reconcile`], [`cancel`], [`status`], and
 //!   [`cli`].
+//! - one module per file or OS primitive the shell uses everywhere: [`fsutil`] (atomic publish,
+//!   bounded strict reads), [`jsonl`] (JSON-lines logs), [`flock`] (exclusive locks with a
+//!   bounded wait), [`clock`] (the millisecond wall clock), `process::procfs` (`/proc` parsing).
 //! - `model/` (feature `model-check`): stateright models that call the same core functions.
 
 pub mod cancel;

@@ -129,7 +129,6 @@ mod tests {
     fn a_spawned_process_is_found_with_its_parent_and_its_environment_marker() {
         let marker = format!("TOLLGATE_PROCFS_TEST={}", std::process::id());
         let (name, value) = marker.split_once('=').expect("NAME=value");
-        // spawn returns once the child has exec'd, so its environ is the one given here.
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .env(name, value)
@@ -141,7 +140,14 @@ mod tests {
             _ => None,
         };
         let listed = pids().expect("/proc").any(|p| p == pid);
-        let carries = environ_carries(pid, marker.as_bytes());
+        // spawn returns once the child is in execve, which sets up the new environment a moment
+        // later: a bounded poll until it shows.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut carries = environ_carries(pid, marker.as_bytes());
+        while !carries && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            carries = environ_carries(pid, marker.as_bytes());
+        }
         let carries_other = environ_carries(pid, b"TOLLGATE_PROCFS_TEST=other");
         let _ = child.kill();
         let _ = child.wait();

@@ -1,8 +1,17 @@
 //! `tollgate.toml`: the home's configuration. Unknown keys and bad values are refused with the key
 //! (and line) at fault; a config that does not load changes nothing.
+//!
+//! The schema is this module and its children: [`serve`] (`[serve]`, `[[route]]`), [`conn`] (the
+//! `[serve]` keys of connections and the log) and [`limits`] (bounds shared with the turn records).
+//! They import nothing of `serve`, `tasks` or `home`, so `home` → `config` → `config::serve` →
+//! `config::conn` is a DAG; `serve` reads these types (re-exported as `serve::config`).
 
+pub mod conn;
+pub mod limits;
+pub mod serve;
+
+use self::serve::{RouteTable, ServeTable};
 use crate::fsutil::{self, FileError};
-use crate::serve::config::{RouteTable, ServeTable};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
@@ -103,7 +112,7 @@ impl Config {
                 humantime::format_duration(MAX_LOCK_TIMEOUT)
             )));
         }
-        crate::serve::config::validate_routes(&self.routes).map_err(invalid)?;
+        serve::validate_routes(&self.routes).map_err(invalid)?;
         Ok(())
     }
 

@@ -9,17 +9,23 @@
 //!   (performs the effects of the core's steps: spawn and two-publish handoff, kills),
 //!   [`dispatch`] (its error), [`submit`], [`runner`], [`reconcile`], [`cancel`], [`status`], and
 //!   [`cli`].
+//! - one module per file or OS primitive the shell uses everywhere: [`fsutil`] (atomic publish,
+//!   bounded strict reads), [`jsonl`] (JSON-lines logs), [`flock`] (exclusive locks with a
+//!   bounded wait), [`clock`] (the millisecond wall clock), `process::procfs` (`/proc` parsing).
 //! - `model/` (feature `model-check`): stateright models that call the same core functions.
 
 pub mod cancel;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod dispatch;
 pub mod driver;
 pub mod exec;
+pub mod flock;
 pub mod fsutil;
 pub mod gate;
 pub mod home;
+pub mod jsonl;
 pub mod process;
 pub mod queue;
 pub mod reconcile;

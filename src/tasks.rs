@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub const TASK_FORMAT_VERSION: u32 = 1;
-/// Arguments of one command, bounded so a turn record stays small.
-pub const MAX_ARGV: usize = 4096;
+/// Arguments of one command (defined in [`crate::config::limits`], which the config checks too).
+pub use crate::config::limits::MAX_ARGV;
 
 fn default_task_version() -> u32 {
     TASK_FORMAT_VERSION
@@ -565,8 +565,5 @@ pub fn list_turns(home: &Home, task: &str) -> Result<Vec<u32>, FileError> {
     Ok(turns)
 }
 
-pub fn now_millis() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+/// The millisecond clock lives in [`crate::clock`]; this path is kept for existing callers.
+pub use crate::clock::now_millis;

@@ -1,8 +1,10 @@
 //! Processes as the slot protocol sees them: identities read from `/proc`, liveness answered from
 //! `/proc`, the detached spawn of a runner, and a turn's work (found and killed by its marker).
+//! Every read of `/proc/<pid>/…` goes through [`procfs`].
 
 pub mod containment;
 mod identity;
+pub(crate) mod procfs;
 mod spawn;
 pub mod work;
 

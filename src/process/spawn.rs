@@ -56,7 +56,7 @@ pub trait RunnerSpawner {
 
     /// "Now" for a step's input (ms since the epoch); fixtures keep their own clock.
     fn now_millis(&self) -> u64 {
-        crate::tasks::now_millis()
+        crate::clock::now_millis()
     }
 
     /// Kills every process of a turn's work (see [`super::work`]); fixtures kill their own.

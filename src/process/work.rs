@@ -57,7 +57,7 @@ pub fn work_processes(work: WorkId, leader: Option<ProcessIdentity>) -> Vec<u32>
 
 /// Whether any process of the work is alive. An unreadable `/proc` is ambiguous (counted live).
 pub fn observe_work(work: WorkId, leader: Option<ProcessIdentity>) -> Observation {
-    if std::fs::metadata("/proc/self").is_err() {
+    if !super::procfs::available() {
         return Observation::Ambiguous;
     }
     if work_processes(work, leader).is_empty() {

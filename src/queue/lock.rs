@@ -1,14 +1,14 @@
-//! `queue.lock`: an exclusive flock with a bounded wait.
+//! `queue.lock`: an exclusive flock with a bounded wait ([`crate::flock`]).
 //!
 //! flock is released by the kernel when the holder dies, so a crashed command can never wedge the
 //! queue; the bounded wait turns a stuck holder into a clear error instead of a hang.
 
+use crate::flock::{self, WaitError};
 use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use nix::fcntl::Flock;
+use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
@@ -28,47 +28,22 @@ pub struct QueueLock {
     _lock: Flock<File>,
 }
 
-/// Longest pause between two tries; short enough that a freed lock is taken promptly.
-const MAX_BACKOFF_MICROS: u64 = 20_000;
-
 impl QueueLock {
     pub fn acquire(path: &Path, timeout: Duration) -> Result<QueueLock, LockError> {
-        let start = Instant::now();
-        let mut backoff_micros = 50u64;
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(path)
-            .map_err(|source| LockError::Open {
+        let file = flock::open(path).map_err(|source| LockError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        match flock::exclusive_within(file, timeout) {
+            Ok(lock) => Ok(QueueLock { _lock: lock }),
+            Err(WaitError::TimedOut { waited }) => Err(LockError::Timeout {
                 path: path.to_path_buf(),
-                source,
-            })?;
-        loop {
-            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-                Ok(lock) => return Ok(QueueLock { _lock: lock }),
-                Err((returned, Errno::EWOULDBLOCK)) | Err((returned, Errno::EINTR)) => {
-                    file = returned;
-                }
-                Err((_, errno)) => {
-                    return Err(LockError::Flock {
-                        path: path.to_path_buf(),
-                        errno,
-                    })
-                }
-            }
-            let waited = start.elapsed();
-            if waited >= timeout {
-                return Err(LockError::Timeout {
-                    path: path.to_path_buf(),
-                    waited_millis: waited.as_millis(),
-                });
-            }
-            let remaining = timeout - waited;
-            std::thread::sleep(Duration::from_micros(backoff_micros).min(remaining));
-            backoff_micros = (backoff_micros * 2).min(MAX_BACKOFF_MICROS);
+                waited_millis: waited.as_millis(),
+            }),
+            Err(WaitError::Failed(errno)) => Err(LockError::Flock {
+                path: path.to_path_buf(),
+                errno,
+            }),
         }
     }
 }

@@ -6,11 +6,11 @@
 //! [`DedupeLog::legacy_marked`] answers for them.
 
 use crate::fsutil::{self, FileError};
+use crate::jsonl::{self, Durability};
 use crate::protocol::admission::MAX_DEDUPE_ENTRIES;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -44,8 +44,11 @@ pub struct DedupeLog {
     legacy: BTreeMap<String, u64>,
 }
 
+/// What the file is called in errors.
+const KIND: &str = "dedupe log";
+
 fn open_append(path: &Path) -> Result<File, FileError> {
-    crate::fsutil::open_private_file(path, "dedupe log", true)
+    jsonl::open_append(path, KIND)
 }
 
 impl DedupeLog {
@@ -59,26 +62,14 @@ impl DedupeLog {
         ttl_millis: u64,
     ) -> Result<(Self, Vec<Mark>), FileError> {
         let limit = crate::fsutil::limits::LOG_TAIL_BYTES;
-        let text = crate::fsutil::read_state_text(path, "dedupe log", limit)?.unwrap_or_default();
-        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        // The whole file, bounded (a larger one is refused, not cut: every mark counts).
+        let text = crate::fsutil::read_state_text(path, KIND, limit)?.unwrap_or_default();
         let mut live = BTreeMap::new();
-        for (i, line) in lines.iter().enumerate() {
-            match serde_json::from_str::<Mark>(line) {
-                Ok(mark) => {
-                    if mark.marked_at_millis.saturating_add(ttl_millis) > now_millis {
-                        live.insert(mark.identity, mark.marked_at_millis);
-                    }
-                }
-                Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => {}
-                Err(e) => {
-                    return Err(FileError::Corrupt {
-                        path: path.to_path_buf(),
-                        format: "JSON lines",
-                        detail: format!("line {}: {e}", i + 1),
-                    })
-                }
+        jsonl::parse_lines(path, &text, usize::MAX, |mark: Mark| {
+            if mark.marked_at_millis.saturating_add(ttl_millis) > now_millis {
+                live.insert(mark.identity, mark.marked_at_millis);
             }
-        }
+        })?;
         let mut marks: Vec<Mark> = live
             .iter()
             .map(|(identity, at)| Mark {
@@ -116,36 +107,17 @@ impl DedupeLog {
     }
 
     fn rewrite(path: &Path, marks: &[Mark]) -> Result<(), FileError> {
-        let mut body = Vec::new();
-        for mark in marks {
-            let line = serde_json::to_string(mark).map_err(|e| FileError::Corrupt {
-                path: path.to_path_buf(),
-                format: "JSON",
-                detail: e.to_string(),
-            })?;
-            body.extend_from_slice(line.as_bytes());
-            body.push(b'\n');
-        }
-        fsutil::publish_bytes(path, &body)
+        fsutil::publish_bytes(path, &jsonl::render_all(path, marks)?)
     }
 
     /// Appends one mark and fsyncs it; compacts now and then.
     pub fn append(&self, identity: &str, marked_at_millis: u64) -> Result<(), FileError> {
         let mut inner = crate::sync::lock(&self.inner);
-        let line = serde_json::to_string(&Mark {
+        let mark = Mark {
             identity: identity.to_string(),
             marked_at_millis,
-        })
-        .map_err(|e| FileError::Corrupt {
-            path: self.path.clone(),
-            format: "JSON",
-            detail: e.to_string(),
-        })?;
-        let write = |file: &mut File| -> std::io::Result<()> {
-            file.write_all(format!("{line}\n").as_bytes())?;
-            file.sync_data()
         };
-        write(&mut inner.file).map_err(|e| FileError::io(&self.path, e))?;
+        jsonl::append(&mut inner.file, &self.path, &mark, Durability::Synced)?;
         if inner.live.len() >= MAX_DEDUPE_ENTRIES {
             let oldest = inner
                 .live

@@ -16,9 +16,8 @@ use super::config::ServeTable;
 use crate::fsutil::FileError;
 use serde::Serialize;
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -122,12 +121,9 @@ pub struct EventLog {
     stats: Arc<LogStats>,
 }
 
-fn open_append(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)
+/// Opened through [`crate::jsonl`]: append, 0600, a regular file only.
+fn open_append(path: &Path) -> Result<File, FileError> {
+    crate::jsonl::open_append(path, "serve log")
 }
 
 impl EventLog {
@@ -137,7 +133,7 @@ impl EventLog {
     }
 
     pub fn open_bounded(path: &Path, bounds: LogBounds) -> Result<Self, FileError> {
-        let file = open_append(path).map_err(|e| FileError::io(path, e))?;
+        let file = open_append(path)?;
         let size_bytes = file.metadata().map_err(|e| FileError::io(path, e))?.len();
         Ok(EventLog {
             path: path.to_path_buf(),
@@ -230,20 +226,20 @@ impl EventLog {
     }
 
     fn write(&self, inner: &mut Inner, event: &Event) {
-        let line = match serde_json::to_string(event) {
-            Ok(line) => line,
+        let bytes = match crate::jsonl::render_line(&self.path, event) {
+            Ok(bytes) => bytes,
             Err(e) => {
                 tracing::error!("cannot render a serve log line: {e}");
                 return;
             }
         };
+        let line = String::from_utf8_lossy(bytes.strip_suffix(b"\n").unwrap_or(&bytes));
         tracing::info!(target: "tollgate::serve", "{line}");
-        let bytes = format!("{line}\n");
         let len = bytes.len() as u64;
         if inner.size_bytes > 0 && inner.size_bytes.saturating_add(len) > self.bounds.max_bytes {
             self.rotate(inner);
         }
-        match inner.file.write_all(bytes.as_bytes()) {
+        match inner.file.write_all(&bytes) {
             Ok(()) => {
                 inner.size_bytes = inner.size_bytes.saturating_add(len);
                 self.stats.lines.fetch_add(1, Ordering::Relaxed);
@@ -291,7 +287,8 @@ impl EventLog {
             }
             Err(e) => {
                 self.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::error!("{}: {e}", self.path.display());
+                // The error names the path.
+                tracing::error!("{e}");
             }
         }
     }

@@ -2,7 +2,8 @@
 //! core (`protocol::admission`) behind the in-process gate (`gate`); this module verifies senders,
 //! maps the gate's answers to HTTP, makes admitted deliveries durable turns and watches them.
 //!
-//! - [`config`]: the `[serve]` table and `[[route]]` array of `tollgate.toml` (always compiled)
+//! - [`config`]: the `[serve]` table and `[[route]]` array of `tollgate.toml` (in `src/config/`,
+//!   re-exported here; always compiled)
 //! - `settings`: validated settings with secrets, paths in the home, errors
 //! - `adapters`: sender verification and event identity per adapter
 //! - `handler`: one delivery, in order: verify, admit + mark, durable turn, acknowledge
@@ -10,11 +11,14 @@
 //! - `dedupe_log`, `refused`, `events`, `metrics`: durable marks, refused github deliveries, the
 //!   JSON-lines log and `/metrics`
 //! - `conn`: the accept loop and each connection: cap, timeouts, EMFILE back-off
-//! - `conn_config`: the `[serve]` keys of connections and the log (always compiled)
+//! - `conn_config`: the `[serve]` keys of connections and the log (`src/config/conn.rs`)
 //! - `lifecycle`: single instance per home, re-adoption at start, drain and hand-off at shutdown
 
-pub mod config;
-pub mod conn_config;
+/// The connection and log keys of `[serve]`, declared in [`crate::config::conn`].
+pub use crate::config::conn as conn_config;
+/// The `[serve]` and `[[route]]` schema, declared in [`crate::config::serve`] (the config must
+/// not import the ingress); kept under this path for the ingress's modules.
+pub use crate::config::serve as config;
 
 #[cfg(feature = "serve")]
 mod adapters;

@@ -2,14 +2,16 @@
 //! `<home>/serve/refused.jsonl` so `tollgate deliveries --refused` can list them for redelivery.
 
 use crate::fsutil::FileError;
+use crate::jsonl::{self, Durability};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// The most refusals `deliveries --refused` reads back (the newest ones).
 pub const MAX_LISTED: usize = 10_000;
+/// What the file is called in errors.
+const KIND: &str = "refused-delivery list";
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RefusedDelivery {
@@ -31,7 +33,7 @@ pub struct RefusedLog {
 
 impl RefusedLog {
     pub fn open(path: &Path) -> Result<Self, FileError> {
-        let file = crate::fsutil::open_private_file(path, "refused-delivery list", true)?;
+        let file = jsonl::open_append(path, KIND)?;
         Ok(RefusedLog {
             path: path.to_path_buf(),
             file: Mutex::new(file),
@@ -40,15 +42,8 @@ impl RefusedLog {
 
     /// Appends and fsyncs one refusal (before the 503 is answered).
     pub fn record(&self, refused: &RefusedDelivery) -> Result<(), FileError> {
-        let line = serde_json::to_string(refused).map_err(|e| FileError::Corrupt {
-            path: self.path.clone(),
-            format: "JSON",
-            detail: e.to_string(),
-        })?;
         let mut file = crate::sync::lock(&self.file);
-        file.write_all(format!("{line}\n").as_bytes())
-            .and_then(|()| file.sync_data())
-            .map_err(|e| FileError::io(&self.path, e))
+        jsonl::append(&mut file, &self.path, refused, Durability::Synced)
     }
 }
 
@@ -56,37 +51,12 @@ impl RefusedLog {
 /// skipped.
 pub fn load_refused(path: &Path) -> Result<Vec<RefusedDelivery>, FileError> {
     // The newest part only (a bounded read of a regular file; a cut tail loses its partial line).
-    let kind = "refused-delivery list";
-    let tail = crate::fsutil::limits::LOG_TAIL_BYTES;
-    let Some((mut bytes, cut)) = crate::fsutil::read_state_tail(path, kind, tail)? else {
-        return Ok(Vec::new());
-    };
-    if cut {
-        bytes.drain(
-            ..bytes
-                .iter()
-                .position(|&b| b == b'\n')
-                .map_or(bytes.len(), |i| i + 1),
-        );
-    }
-    let text = crate::fsutil::utf8(path, bytes)?;
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    let skip = lines.len().saturating_sub(MAX_LISTED);
-    let mut out = Vec::with_capacity(lines.len() - skip);
-    for (i, line) in lines.iter().enumerate().skip(skip) {
-        match serde_json::from_str(line) {
-            Ok(refused) => out.push(refused),
-            Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => {}
-            Err(e) => {
-                return Err(FileError::Corrupt {
-                    path: path.to_path_buf(),
-                    format: "JSON lines",
-                    detail: format!("line {}: {e}", i + 1),
-                })
-            }
-        }
-    }
-    Ok(out)
+    jsonl::read_tail(
+        path,
+        KIND,
+        crate::fsutil::limits::LOG_TAIL_BYTES,
+        MAX_LISTED,
+    )
 }
 
 #[cfg(test)]

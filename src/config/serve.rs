@@ -4,7 +4,7 @@
 //! every build. Each value is checked while it is parsed, by a function that names its key, so a
 //! bad value is refused with the key and (through toml's span) the line at fault.
 
-use super::conn_config as cc;
+use super::conn as cc;
 use crate::protocol::admission::Strategy;
 use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::BTreeMap;
@@ -90,7 +90,7 @@ pub struct ServeTable {
     /// Largest request body accepted, in bytes; larger ones are answered 413.
     #[serde(default = "body_limit_default", deserialize_with = "de_body_limit")]
     pub body_limit: usize,
-    // Connections and the serve log: defaults and checks in `conn_config`.
+    // Connections and the serve log: defaults and checks in `conn`.
     #[serde(
         default = "cc::header_timeout_default",
         deserialize_with = "cc::de_header_timeout"
@@ -155,6 +155,15 @@ impl ServeTable {
     }
     pub fn drain_timeout(&self) -> Duration {
         duration_or(&self.drain_timeout, DEFAULT_DRAIN_TIMEOUT)
+    }
+    pub fn header_timeout(&self) -> Duration {
+        cc::header_timeout(&self.header_timeout)
+    }
+    pub fn body_timeout(&self) -> Duration {
+        cc::body_timeout(&self.body_timeout)
+    }
+    pub fn idle_timeout(&self) -> Duration {
+        cc::idle_timeout(&self.idle_timeout)
     }
 }
 
@@ -757,8 +766,8 @@ fn de_run<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     keyed(d, "run", |argv: Vec<String>| {
         if argv.is_empty() || argv[0].is_empty() {
             Err("the command is empty; give an argv such as [\"./hook.sh\"]".to_string())
-        } else if argv.len() > crate::tasks::MAX_ARGV {
-            Err(format!("more than {} arguments", crate::tasks::MAX_ARGV))
+        } else if argv.len() > super::limits::MAX_ARGV {
+            Err(format!("more than {} arguments", super::limits::MAX_ARGV))
         } else {
             Ok(argv)
         }

@@ -1,8 +1,9 @@
 //! The `[serve]` keys that bound connections and the serve log (spec/ingress.md, "Connections
 //! and logs"): their defaults, their checks (each names its key, like the rest of `[serve]`), and
-//! typed accessors. Compiled with or without the `serve` feature, like [`super::config`].
+//! typed readings. Compiled with or without the `serve` feature, like [`super::serve`], which
+//! declares the keys; this module depends on nothing of the config, so the config's modules form
+//! a DAG (`config` → `config::serve` → `config::conn`).
 
-use super::config::ServeTable;
 use serde::{Deserialize, Deserializer};
 use std::time::Duration;
 
@@ -48,16 +49,17 @@ pub fn log_rotated_files_default() -> usize {
     DEFAULT_LOG_ROTATED_FILES
 }
 
-impl ServeTable {
-    pub fn header_timeout(&self) -> Duration {
-        duration_or(&self.header_timeout, DEFAULT_HEADER_TIMEOUT)
-    }
-    pub fn body_timeout(&self) -> Duration {
-        duration_or(&self.body_timeout, DEFAULT_BODY_TIMEOUT)
-    }
-    pub fn idle_timeout(&self) -> Duration {
-        duration_or(&self.idle_timeout, DEFAULT_IDLE_TIMEOUT)
-    }
+/// `header_timeout` as a duration (see [`super::serve::ServeTable::header_timeout`]).
+pub fn header_timeout(text: &str) -> Duration {
+    duration_or(text, DEFAULT_HEADER_TIMEOUT)
+}
+/// `body_timeout` as a duration.
+pub fn body_timeout(text: &str) -> Duration {
+    duration_or(text, DEFAULT_BODY_TIMEOUT)
+}
+/// `idle_timeout` as a duration.
+pub fn idle_timeout(text: &str) -> Duration {
+    duration_or(text, DEFAULT_IDLE_TIMEOUT)
 }
 
 /// Validated on load; the fallback only serves values built in code.

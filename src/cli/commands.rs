@@ -483,12 +483,17 @@ fn describe(step: &ReconcileStep) -> String {
 
 pub fn reconcile(home: Option<PathBuf>, args: ReconcileArgs) -> Result<i32, CliError> {
     let rt = open(home)?;
-    // What a SIGKILLed `tollgate run` left on this home is killed too (spec/execution.md, D8).
-    let dead_runs = crate::exec::sweep::sweep_dead_runs(rt.home.root()).map_err(|e| match e {
-        e @ crate::exec::sweep::SweepError::Unreadable { .. } => CliError::Usage(e.to_string()),
-        e => CliError::Environment(e.to_string()),
-    })?;
     let report = reconcile_shell::reconcile(&rt, me()?)?;
+    // What a SIGKILLed `tollgate run` left on this home is killed too (spec/execution.md, D8).
+    // Only when a run ever recorded itself here: a home without a sweep list gains no file.
+    let dead_runs = if rt.home.root().join(crate::exec::sweep::SWEEP_FILE).exists() {
+        crate::exec::sweep::sweep_dead_runs(rt.home.root()).map_err(|e| match e {
+            e @ crate::exec::sweep::SweepError::Unreadable { .. } => CliError::Usage(e.to_string()),
+            e => CliError::Environment(e.to_string()),
+        })?
+    } else {
+        Vec::new()
+    };
     let failed: Vec<String> = report
         .handoffs
         .iter()

@@ -11,40 +11,13 @@
 mod serve_support;
 
 use serve_support::*;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 /// Starts `serve` with `FAILPOINTS` set, and returns it with the address it listens on.
 fn serve_with_failpoint(home: &TestHome, failpoints: &str) -> Serve {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .arg("--home")
-        .arg(&home.home)
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env(SECRET_ENV, SECRET)
-        .env("TOLLGATE_LOG", "warn")
-        .env("FAILPOINTS", failpoints)
-        .current_dir(home.dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if let Some(addr) = line.strip_prefix("listening on http://") {
-                let _ = tx.send(addr.to_string());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("serve did not say where it listens");
-    Serve { child, addr }
+    let mut cmd = Serve::command(home);
+    cmd.env("FAILPOINTS", failpoints);
+    Serve::spawn(cmd)
 }
 
 /// The raw answer to a request the server may die in the middle of (no HTTP head: empty).

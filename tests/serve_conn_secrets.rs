@@ -6,10 +6,6 @@
 mod serve_support;
 
 use serve_support::*;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
 
 /// The secret exported a second time, under a name no route mentions.
 const COPY_ENV: &str = "SERVE_TEST_SECRET_COPY";
@@ -45,33 +41,9 @@ fn neither_the_runner_nor_the_turn_sees_a_route_secret() {
             "[[route]]\npath = \"/held\"\nadapter = \"generic\"\nsecret_env = \"{SECRET_ENV}\"\ntask = \"held\"\nrun = [\"sh\", \"-c\", {script:?}]\n"
         ),
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .arg("--home")
-        .arg(&home.home)
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env(SECRET_ENV, SECRET)
-        .env(COPY_ENV, SECRET)
-        .env("TOLLGATE_LOG", "warn")
-        .current_dir(home.dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if let Some(addr) = line.strip_prefix("listening on http://") {
-                let _ = tx.send(addr.to_string());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("serve did not say where it listens");
-    let serve = Serve { child, addr };
+    let mut cmd = Serve::command(&home);
+    cmd.env(COPY_ENV, SECRET);
+    let serve = Serve::spawn(cmd);
     // serve itself holds both (it reads the secret from there): the check below is meaningful.
     let own = environ(serve.child.id());
     assert!(own.iter().any(|v| v.starts_with(&format!("{SECRET_ENV}="))));

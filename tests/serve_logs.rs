@@ -7,40 +7,15 @@
 mod serve_support;
 
 use serve_support::*;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Starts `serve` logging at info (every line also goes to stderr), stderr into `stderr`.
 fn start(home: &TestHome, stderr: &Path) -> Serve {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .arg("--home")
-        .arg(&home.home)
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env(SECRET_ENV, SECRET)
-        .env("TOLLGATE_LOG", "info")
-        .current_dir(home.dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(stderr).unwrap())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if let Some(addr) = line.strip_prefix("listening on http://") {
-                let _ = tx.send(addr.to_string());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("serve did not say where it listens");
-    Serve { child, addr }
+    let mut cmd = Serve::command(home);
+    cmd.env("TOLLGATE_LOG", "info")
+        .stderr(std::fs::File::create(stderr).unwrap());
+    Serve::spawn(cmd)
 }
 
 fn route(serve_keys: &str) -> String {

@@ -75,8 +75,14 @@ pub struct Serve {
 
 impl Serve {
     pub fn start(home: &TestHome) -> Serve {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .arg("--home")
+        Serve::spawn(Serve::command(home))
+    }
+
+    /// The command `start` runs: `serve` on an ephemeral loopback port, with the route secret in
+    /// its environment, stderr inherited. Tests add variables or redirect stderr before `spawn`.
+    pub fn command(home: &TestHome) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+        cmd.arg("--home")
             .arg(&home.home)
             .args(["serve", "--listen", "127.0.0.1:0"])
             .env(SECRET_ENV, SECRET)
@@ -84,9 +90,13 @@ impl Serve {
             .current_dir(home.dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::inherit());
+        cmd
+    }
+
+    /// Spawns `cmd` (a [`Serve::command`]) and waits for the line saying where it listens.
+    pub fn spawn(mut cmd: Command) -> Serve {
+        let mut child = cmd.spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {

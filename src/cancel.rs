@@ -1,6 +1,9 @@
-//! `tollgate cancel TASK`: rows nobody runs yet end as cancelled at once; live executors are asked
-//! to stop (SIGTERM), and they record the cancellation and leave the queue themselves; the work of
-//! a dead runner is killed first, and its row leaves in the next section.
+//! `tollgate cancel TASK [--turn N]`: rows nobody runs yet end as cancelled at once; a row someone
+//! starts or runs keeps the request durably (a runner that has not spawned its command yet honours
+//! it at its take-over) and its live executor is asked to stop (SIGTERM): it kills its work's
+//! whole unit (TERM, the grace, KILL, until empty), records what happened and leaves the queue
+//! itself; the work of a dead runner is killed here first, and its row leaves in the next
+//! section. Then one bounded repair ([`crate::runner::repair`]).
 
 use crate::dispatch::DispatchError;
 use crate::driver;
@@ -36,6 +39,20 @@ pub fn cancel<L: Liveness, S: Store>(
     run_cancel(rt, CancelSelection::Task(task))
 }
 
+/// `tollgate cancel TASK --turn N`: [`cancel_turn`] after checking that the task exists.
+pub fn cancel_one_turn<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    key: &TurnKey,
+) -> Result<CancelReport, DispatchError> {
+    if tasks::load_task(&rt.home, &key.task)?.is_none() {
+        return Err(DispatchError::UnknownTask {
+            task: key.task.clone(),
+            home: rt.home.root().display().to_string(),
+        });
+    }
+    cancel_turn(rt, key)
+}
+
 /// Cancels one turn of a task (a delivery that ran out of time): removed if nobody runs it yet
 /// (it ends as cancelled), else its live executor is asked to stop.
 pub fn cancel_turn<L: Liveness, S: Store>(
@@ -68,6 +85,10 @@ fn run_cancel<L: Liveness, S: Store>(
         if !effect.again() {
             break;
         }
+    }
+    match crate::process::self_identity() {
+        Ok(me) => crate::runner::repair::after_section(rt, me),
+        Err(e) => tracing::warn!("no repair after cancel: {e}"),
     }
     Ok(report)
 }

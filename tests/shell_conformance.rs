@@ -249,6 +249,7 @@ impl Mirror {
                 token,
                 me,
                 settled,
+                cgroup: None,
                 liveness: &self.world,
             },
         )
@@ -527,7 +528,9 @@ impl Walk {
                                 tollgate::runner::record_leader(&self.rt, &child.key, work, leader);
                             Phase::Running(work)
                         }
-                        Ok(TakeOverEffect::AlreadySettled) => Phase::Leaving,
+                        Ok(TakeOverEffect::AlreadySettled | TakeOverEffect::Cancelled) => {
+                            Phase::Leaving
+                        }
                         Ok(TakeOverEffect::Refused { .. }) | Err(_) => Phase::Done,
                     };
                     format!(

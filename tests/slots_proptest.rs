@@ -358,6 +358,7 @@ impl World {
                         token: runner.token,
                         me: runner.me,
                         settled: self.settled.contains(&runner.key),
+                        cgroup: None,
                         liveness: &seen,
                     },
                 );
@@ -381,7 +382,9 @@ impl World {
                         });
                         self.runners[r].phase = Phase::Running(work);
                     }
-                    Ok(TakeOverEffect::AlreadySettled) => self.runners[r].phase = Phase::Leaving,
+                    Ok(TakeOverEffect::AlreadySettled | TakeOverEffect::Cancelled) => {
+                        self.runners[r].phase = Phase::Leaving
+                    }
                     Ok(TakeOverEffect::Refused { .. }) | Err(_) => {
                         self.runners[r].phase = Phase::Done
                     }

@@ -110,6 +110,7 @@ fn one_running(runner: ProcessIdentity) -> QueueState {
             token: token(1),
             me: runner,
             settled: false,
+            cgroup: None,
             liveness: &ALL_LIVE,
         },
     )

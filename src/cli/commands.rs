@@ -148,6 +148,7 @@ pub(super) fn submit_request(
         return Ok(execution.shell_exit_code());
     }
     let submitted = submit_detached(&rt, me, request)?;
+    crate::runner::repair::after_section(&rt, me);
     let key = &submitted.key;
     if let Placement::Dropped { running } = &submitted.placement {
         return dropped(key, running, how.json);
@@ -279,6 +280,7 @@ pub fn status(home: Option<PathBuf>, args: StatusArgs) -> Result<i32, CliError> 
         let value = serde_json::to_value(&view)
             .map_err(|e| CliError::Environment(format!("cannot render JSON: {e}")))?;
         print_json(&value)?;
+        crate::runner::repair::after_section(&rt, me()?);
         return Ok(exit::OK);
     }
     let style = super::status_table::TableStyle::detect();
@@ -288,6 +290,7 @@ pub fn status(home: Option<PathBuf>, args: StatusArgs) -> Result<i32, CliError> 
             "{}",
             super::status_table::render(&view, tasks::now_millis(), &style)
         );
+        crate::runner::repair::after_section(&rt, me()?);
         return Ok(exit::OK);
     }
     let interval = humantime::parse_duration(&args.interval)
@@ -422,7 +425,21 @@ fn why_no_output(rt: &Runtime, turn: &TurnRecord) -> Result<String, CliError> {
 
 pub fn cancel(home: Option<PathBuf>, args: CancelArgs) -> Result<i32, CliError> {
     let rt = open(home)?;
-    let report = cancel_shell::cancel(&rt, &args.task)?;
+    let report = match args.turn {
+        None => cancel_shell::cancel(&rt, &args.task)?,
+        Some(turn) => {
+            let key = TurnKey::new(args.task.clone(), turn);
+            if tasks::load_task(&rt.home, &args.task)?.is_some()
+                && tasks::load_turn(&rt.home, &key)?.is_none()
+            {
+                return Err(CliError::Usage(format!(
+                    "--turn {turn}: task {} has no turn {turn} (`tollgate status {}` lists its turns)",
+                    args.task, args.task
+                )));
+            }
+            cancel_shell::cancel_one_turn(&rt, &key)?
+        }
+    };
     if args.json {
         print_json(&json!({
             "task": args.task,

@@ -186,6 +186,9 @@ pub struct LogsArgs {
 #[derive(Debug, Args)]
 pub struct CancelArgs {
     pub task: String,
+    /// Cancel only this turn of the task.
+    #[arg(long)]
+    pub turn: Option<u32>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,

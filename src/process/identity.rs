@@ -3,14 +3,14 @@
 //! The start time (field 22, clock ticks since boot) is what makes an identity survive pid reuse:
 //! a recycled pid has a later start time, so the old identity observes as gone.
 
-use super::procfs::{read_stat, ticks_to_micros as micros, Read};
+use super::procfs::{read as read_stat, ticks_to_micros as micros, Read};
 use crate::protocol::slots::{Liveness, Observation, ProcessIdentity, WorkRecord};
 use std::io;
 
 /// The identity of a running process, or `None` if it is gone (or already a zombie).
 pub fn identity_of(pid: u32) -> Option<ProcessIdentity> {
     match read_stat(pid) {
-        Read::Found(stat) if !stat.is_exited() => Some(ProcessIdentity {
+        Read::Found(stat) if stat.is_alive() => Some(ProcessIdentity {
             pid,
             start_time_micros: micros(stat.start_ticks),
         }),
@@ -47,7 +47,7 @@ impl Liveness for ProcLiveness {
         match read_stat(identity.pid) {
             Read::Missing => Observation::Gone,
             Read::Unreadable => Observation::Ambiguous,
-            Read::Found(stat) if stat.is_exited() => Observation::Gone,
+            Read::Found(stat) if !stat.is_alive() => Observation::Gone,
             Read::Found(stat) if micros(stat.start_ticks) == identity.start_time_micros => {
                 Observation::Matching
             }
@@ -57,7 +57,7 @@ impl Liveness for ProcLiveness {
 
     /// Scans `/proc` for the work's marker and its process group (see [`super::work`]).
     fn observe_work(&self, work: &WorkRecord) -> Observation {
-        super::work::observe_work(work.id, work.leader)
+        super::work::observe_work(work)
     }
 }
 

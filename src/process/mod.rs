@@ -4,7 +4,7 @@
 
 pub mod containment;
 mod identity;
-pub(crate) mod procfs;
+pub mod procfs;
 mod spawn;
 pub mod work;
 

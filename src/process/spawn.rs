@@ -61,7 +61,7 @@ pub trait RunnerSpawner {
 
     /// Kills every process of a turn's work (see [`super::work`]); fixtures kill their own.
     fn kill_work(&self, work: &WorkRecord) -> super::work::WorkKill {
-        super::work::kill_work(work.id, work.leader)
+        super::work::kill_work(work)
     }
 
     /// Asks a live executor to stop (SIGTERM), only if its start time still matches (a reused

@@ -1,22 +1,32 @@
-//! Running a turn's command and waiting for it, with cancellation by signal.
+//! Running a turn's command as its work's containment unit and waiting for it, with
+//! cancellation by signal.
+//!
+//! The recorded outcome is what happened: a cancel (SIGTERM/SIGINT to this process) that arrives
+//! before the spawn starts nothing (`cancelled`); one that arrives while the command runs kills
+//! the whole unit (TERM, [`TERM_GRACE_MILLIS`], KILL, wait until empty) and the turn is
+//! `cancelled` unless the command had already exited on its own or still exits 0 (then it ran to
+//! its end: `completed`).
 
 use super::signals;
 use crate::home::Home;
-use crate::protocol::slots::{ProcessIdentity, WorkId};
+use crate::process::containment::{cgroup, UnitIdentity};
+use crate::protocol::slots::ProcessIdentity;
 use crate::tasks::{TurnOutcome, TurnRecord};
-use nix::sys::signal::{kill, killpg, Signal};
+use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// How long a cancelled command gets between SIGTERM and SIGKILL.
-pub const TERM_GRACE_MILLIS: u64 = 5_000;
-/// Poll period while waiting out the term grace (only on the cancel path).
-const GRACE_POLL_MILLIS: u64 = 20;
+/// How long a cancelled command's unit gets between SIGTERM and SIGKILL: the one grace every kill
+/// of a work uses ([`crate::process::work::WORK_TERM_GRACE_MILLIS`]).
+pub const TERM_GRACE_MILLIS: u64 = crate::process::work::WORK_TERM_GRACE_MILLIS;
+/// How often the runner looks for its command's exit and for a cancel request. A blocking
+/// `waitpid` would miss a signal that lands between the flag check and the call.
+const WAIT_POLL_MILLIS: u64 = 10;
 
 /// How a command ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +55,16 @@ impl Execution {
         }
     }
 
+    /// A turn cancelled before its command started: nothing ran.
+    pub fn cancelled_before_start() -> Self {
+        Execution {
+            outcome: TurnOutcome::Cancelled,
+            exit_code: None,
+            signal: None,
+            error: None,
+        }
+    }
+
     fn unstartable(error: String) -> Self {
         Execution {
             outcome: TurnOutcome::Unstartable,
@@ -55,17 +75,19 @@ impl Execution {
     }
 }
 
-/// Runs `turn`'s command to its end as `work`: its environment carries `TOLLGATE_WORK=<work>`, which
-/// every process it starts inherits, and `on_spawn` learns the command's identity right after the
-/// spawn (the runner records it). Detached: stdio to the turn's logs, in its own process group
-/// (so cancel reaches the whole group). Attached: the caller's stdio and process group, so the
-/// terminal's Ctrl-C reaches it. Either way the command's first process is killed if this process
-/// dies; its children are not, which is why the work is recorded and reconcile kills it.
+/// Runs `turn`'s command to its end as the containment unit `unit` (its marker, and its cgroup if
+/// it has one: created here, right before the spawn, the take-over having recorded its path). Its
+/// environment carries the unit's marker (`TOLLGATE_WORK=<work>`), which every process it starts
+/// inherits, and `on_spawn` learns the command's identity right after the spawn (the runner
+/// records it). Detached: stdio to the turn's logs, in its own process group. Attached: the
+/// caller's stdio and process group, so the terminal's Ctrl-C reaches it. Either way the
+/// command's first process is killed if this process dies; the rest of the unit is recorded, and
+/// reconcile or cancel kills it.
 pub fn execute_turn(
     home: &Home,
     turn: &TurnRecord,
     attached: bool,
-    work: WorkId,
+    unit: &mut UnitIdentity,
     on_spawn: impl FnOnce(ProcessIdentity),
 ) -> Execution {
     let Some((program, args)) = turn.argv.split_first() else {
@@ -76,7 +98,7 @@ pub fn execute_turn(
         .args(args)
         .env_clear()
         .envs(&turn.env)
-        .env(WorkId::ENV, work.to_string())
+        .env(&unit.marker.var, &unit.marker.value)
         .stdin(Stdio::null());
     if let Some(cwd) = &turn.cwd {
         command.current_dir(cwd);
@@ -108,9 +130,22 @@ pub fn execute_turn(
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
         });
     }
+    if let Some(dir) = unit.cgroup.clone() {
+        if let Err(e) = create_group(&dir) {
+            // The marker and the process group still find the work.
+            tracing::warn!("cannot create the work's group {}: {e}", dir.display());
+            unit.cgroup = None;
+        }
+    }
+    // A cancel that reached this runner before the spawn: start nothing.
+    if signals::requested().is_some() {
+        remove_group(unit);
+        return Execution::cancelled_before_start();
+    }
     let child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
+            remove_group(unit);
             return Execution::unstartable(format!("cannot start {program:?}: {e}"));
         }
     };
@@ -118,22 +153,49 @@ pub fn execute_turn(
     // The child is reaped by waitpid below, not through the handle. Until then it is at worst a
     // zombie, so its identity can still be read.
     drop(child);
-    if let Some(leader) = crate::process::identity_including_zombie(child_pid(pid)) {
+    let leader = crate::process::identity_including_zombie(child_pid(pid));
+    if let Some(dir) = &unit.cgroup {
+        if let Err(e) = cgroup::adopt(dir, pid.as_raw()) {
+            tracing::warn!("cannot move the command into {}: {e}", dir.display());
+        }
+    }
+    if !attached {
+        // Attached, the command shares our process group: the unit must never signal that.
+        unit.pgid = Some(pid.as_raw());
+        unit.leader = leader;
+    }
+    if let Some(leader) = leader {
         on_spawn(leader);
     }
-    wait_for(pid, attached)
+    wait_for(pid, unit)
+}
+
+fn create_group(dir: &std::path::Path) -> std::io::Result<()> {
+    match std::fs::create_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        other => other,
+    }
+}
+
+fn remove_group(unit: &UnitIdentity) {
+    if let Some(dir) = &unit.cgroup {
+        cgroup::remove_tree(dir);
+    }
 }
 
 fn child_pid(pid: Pid) -> u32 {
     pid.as_raw().unsigned_abs()
 }
 
-fn exited(status: WaitStatus, cancelled: bool) -> Option<Execution> {
+/// The outcome of a command that ended: its own (`completed` for 0, else `failed`), unless this
+/// runner stopped it for a cancel (`signalled`): then `cancelled`, except for an exit 0 — the
+/// command ran to its end before the signal reached it.
+fn exited(status: WaitStatus, signalled: bool) -> Option<Execution> {
     let outcome = |ok: bool| {
-        if cancelled {
-            TurnOutcome::Cancelled
-        } else if ok {
+        if ok {
             TurnOutcome::Completed
+        } else if signalled {
+            TurnOutcome::Cancelled
         } else {
             TurnOutcome::Failed
         }
@@ -155,64 +217,55 @@ fn exited(status: WaitStatus, cancelled: bool) -> Option<Execution> {
     }
 }
 
-fn wait_for(pid: Pid, attached: bool) -> Execution {
-    loop {
-        match waitpid(pid, None) {
-            Ok(status) => {
-                if let Some(done) = exited(status, signals::requested().is_some()) {
-                    return done;
-                }
-            }
-            Err(nix::errno::Errno::EINTR) => {
-                if signals::requested().is_some() {
-                    return cancel(pid, attached);
-                }
-            }
-            Err(e) => {
-                return Execution {
-                    outcome: TurnOutcome::Failed,
-                    exit_code: None,
-                    signal: None,
-                    error: Some(format!("waiting for the command failed: {e}")),
-                }
-            }
-        }
+fn wait_failed(e: nix::errno::Errno, signalled: bool) -> Execution {
+    Execution {
+        outcome: if signalled {
+            TurnOutcome::Cancelled
+        } else {
+            TurnOutcome::Failed
+        },
+        exit_code: None,
+        signal: None,
+        error: Some(format!("waiting for the command failed: {e}")),
     }
 }
 
-/// SIGTERM (to the group when detached), then SIGKILL after the grace.
-fn cancel(pid: Pid, attached: bool) -> Execution {
-    let send = |signal: Signal| {
-        let _ = if attached {
-            kill(pid, signal)
-        } else {
-            killpg(pid, signal)
-        };
-    };
-    send(Signal::SIGTERM);
-    let deadline = Instant::now() + Duration::from_millis(TERM_GRACE_MILLIS);
-    let mut killed = false;
+/// Waits for the command (a bounded poll, so a cancel is seen however it lands), and on a cancel
+/// kills the whole unit before collecting the command's status.
+fn wait_for(pid: Pid, unit: &UnitIdentity) -> Execution {
     loop {
         match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR) => {}
+            Ok(status) => {
+                if let Some(done) = exited(status, false) {
+                    return done;
+                }
+            }
+            Err(e) => return wait_failed(e, false),
+        }
+        if signals::requested().is_some() {
+            return cancel(pid, unit);
+        }
+        std::thread::sleep(Duration::from_millis(WAIT_POLL_MILLIS));
+    }
+}
+
+/// The cancel of a running command: TERM to the whole unit, KILL (and `cgroup.kill`) after the
+/// grace, until it is observed empty; then the command's status, which decides the outcome.
+fn cancel(pid: Pid, unit: &UnitIdentity) -> Execution {
+    let killed = crate::process::work::kill_unit(unit, Duration::from_millis(TERM_GRACE_MILLIS));
+    if !killed.is_complete() {
+        tracing::warn!("cancel left processes of the work alive: {killed:?}");
+    }
+    loop {
+        match waitpid(pid, None) {
             Ok(status) => {
                 if let Some(done) = exited(status, true) {
                     return done;
                 }
             }
-            Err(e) => {
-                return Execution {
-                    outcome: TurnOutcome::Cancelled,
-                    exit_code: None,
-                    signal: None,
-                    error: Some(format!("waiting for the cancelled command failed: {e}")),
-                }
-            }
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return wait_failed(e, true),
         }
-        if !killed && Instant::now() >= deadline {
-            send(Signal::SIGKILL);
-            killed = true;
-        }
-        std::thread::sleep(Duration::from_millis(GRACE_POLL_MILLIS));
     }
 }

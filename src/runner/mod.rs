@@ -1,18 +1,21 @@
 //! The executor of one turn: the hidden `worker runner`, and the foreground (`--attach`) path.
 //!
 //! Sections, each one core step: take the slot over ([`steps::runner_take_over`], which records
-//! the work before the command starts), record the command's leader ([`steps::work_started`]),
-//! and leave the queue starting the next parked row ([`steps::runner_finish`]). Between them the
-//! command runs outside the lock, and whatever is left of its work is killed before leaving, so the
-//! slot is freed only when the work is gone.
+//! the work and its containment unit's cgroup before the command starts, or answers `Cancelled`
+//! when a cancel was recorded on the row first), record the command's leader
+//! ([`steps::work_started`]), and leave the queue starting the next parked row
+//! ([`steps::runner_finish`]). Between them the command runs outside the lock, and whatever is
+//! left of its work is killed before leaving, so the slot is freed only when the work is gone.
 
 mod execute;
+pub mod repair;
 pub mod signals;
 
 pub use execute::{execute_turn, Execution};
 
 use crate::dispatch::{DispatchError, Handoff};
 use crate::driver;
+use crate::process::{containment, work};
 use crate::protocol::slots::steps::{self, FinishInput, TakeOverEffect, TakeOverInput};
 use crate::protocol::slots::{
     Liveness, ProcessIdentity, SlotError, SlotToken, TurnKey, WorkId, WorkRecord,
@@ -20,6 +23,7 @@ use crate::protocol::slots::{
 use crate::queue::Store;
 use crate::runtime::Runtime;
 use crate::tasks::{self, TurnOutcome, TurnRecord};
+use std::path::PathBuf;
 
 /// What a detached runner did, for its exit code and its log line.
 #[derive(Debug)]
@@ -44,12 +48,27 @@ pub fn run_worker<L: Liveness, S: Store>(
     let me = crate::process::self_identity()
         .map_err(|e| DispatchError::io("reading this runner's identity", e))?;
     signals::install().map_err(|e| DispatchError::io("installing signal handlers", e.into()))?;
-    let (effect, turn) = take_over(rt, key, token, me)?;
+    // Subreaper on both paths; the cgroup path where this runner can delegate a group.
+    let (containment, reason) = containment::choose(containment::forced_off_by_env());
+    tracing::debug!("{key}: containment {containment:?} ({reason:?})");
+    let cgroup = work::cgroup_for(&containment, WorkId::from_token(token));
+    let cgroup_text = cgroup.as_ref().map(|d| d.display().to_string());
+    let (effect, turn) = take_over_in(rt, key, token, me, cgroup_text.as_deref())?;
     let work = match effect {
         TakeOverEffect::Refused { holder } => return Ok(WorkerOutcome::Refused { holder }),
         TakeOverEffect::AlreadySettled => {
             leave_and_start_next(rt, key, me)?;
             return Ok(WorkerOutcome::AlreadySettled);
+        }
+        TakeOverEffect::Cancelled => {
+            // The cancel came first: nothing was spawned, and the record says so.
+            let mut turn = turn;
+            Execution::cancelled_before_start().record(&mut turn, tasks::now_millis());
+            let next = record_and_start_next(rt, &turn, me)?;
+            return Ok(WorkerOutcome::Ran {
+                outcome: TurnOutcome::Cancelled,
+                next,
+            });
         }
         TakeOverEffect::Run { work } => work,
     };
@@ -57,7 +76,7 @@ pub fn run_worker<L: Liveness, S: Store>(
     turn.started_at_millis = Some(tasks::now_millis());
     turn.runner = Some(me);
     tasks::save_turn(&rt.home, &turn)?;
-    let execution = run_work(rt, &turn, me, work, false);
+    let execution = run_work_in(rt, &turn, me, work, cgroup, false);
     execution.record(&mut turn, tasks::now_millis());
     let outcome = execution.outcome;
     let next = record_and_start_next(rt, &turn, me)?;
@@ -72,6 +91,17 @@ pub fn take_over<L: Liveness, S: Store>(
     token: SlotToken,
     me: ProcessIdentity,
 ) -> Result<(TakeOverEffect, TurnRecord), DispatchError> {
+    take_over_in(rt, key, token, me, None)
+}
+
+/// [`take_over`] recording `cgroup` (the work's group, not created yet) on the work.
+pub fn take_over_in<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    key: &TurnKey,
+    token: SlotToken,
+    me: ProcessIdentity,
+    cgroup: Option<&str>,
+) -> Result<(TakeOverEffect, TurnRecord), DispatchError> {
     rt.store.transact(|state| {
         let turn = tasks::load_turn(&rt.home, key)?
             .ok_or_else(|| SlotError::UnknownRow { key: key.clone() })?;
@@ -82,6 +112,7 @@ pub fn take_over<L: Liveness, S: Store>(
                 token,
                 me,
                 settled: turn.is_settled(),
+                cgroup,
                 liveness: &rt.liveness,
             },
         )?;
@@ -99,8 +130,22 @@ pub fn run_work<L: Liveness, S: Store>(
     work: WorkId,
     attached: bool,
 ) -> Execution {
+    run_work_in(rt, turn, me, work, None, attached)
+}
+
+/// [`run_work`] in the cgroup `cgroup` (recorded on the work by the take-over; created here, right
+/// before the spawn), or on the process group + marker path when `None`.
+pub fn run_work_in<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    turn: &TurnRecord,
+    me: ProcessIdentity,
+    work: WorkId,
+    cgroup: Option<PathBuf>,
+    attached: bool,
+) -> Execution {
     let mut leader = None;
-    let execution = execute_turn(&rt.home, turn, attached, work, |started| {
+    let mut unit = work::unit_from(work, None, cgroup.as_deref());
+    let execution = execute_turn(&rt.home, turn, attached, &mut unit, |started| {
         leader = Some(started);
         if let Err(e) = record_leader(rt, &turn.key, work, started) {
             // The marker still finds the work; only the process-group half of a kill is lost.
@@ -112,6 +157,7 @@ pub fn run_work<L: Liveness, S: Store>(
         id: work,
         runner: me,
         leader,
+        cgroup: unit.cgroup.as_ref().map(|d| d.display().to_string()),
     };
     driver::kill_work(rt.spawner.as_ref(), &record);
     execution

@@ -576,6 +576,7 @@ mod tests {
             state,
             slot_reservation: reservation,
             ready_at_millis: 0,
+            cancel_requested: false,
         }
     }
 

@@ -108,6 +108,10 @@ pub struct QueueEntry {
     /// Earliest time the row may start (a debounce deadline); 0 when it may start at once.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub ready_at_millis: u64,
+    /// `tollgate cancel` asked for this turn while a runner starts or runs it: the runner honours
+    /// it at its take-over, before it spawns anything. Absent in older queue files (false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cancel_requested: bool,
 }
 
 fn is_zero(value: &u64) -> bool {
@@ -304,6 +308,7 @@ pub fn enqueue(
         },
         slot_reservation: None,
         ready_at_millis: 0,
+        cancel_requested: false,
     });
     debug_assert!(state.check_structure().is_ok());
     Ok(EnqueueOutcome::Enqueued { queue_id })

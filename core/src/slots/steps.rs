@@ -379,17 +379,24 @@ fn attached_start_inner<L: Liveness>(
     let expected = token_fenced_row_after_bind(&snapshot, token, me)?;
     complete_runner_spawn_second(state, &expected, me, true)?;
     let work = WorkId::from_token(token);
-    record_work(state, key, work, me);
+    record_work(state, key, work, me, None);
     Ok(AttachedEffect::Run { work })
 }
 
-fn record_work(state: &mut QueueState, key: &TurnKey, id: WorkId, runner: ProcessIdentity) {
+fn record_work(
+    state: &mut QueueState,
+    key: &TurnKey,
+    id: WorkId,
+    runner: ProcessIdentity,
+    cgroup: Option<&str>,
+) {
     if !state.works.iter().any(|w| w.id == id) {
         state.works.push(WorkRecord {
             key: key.clone(),
             id,
             runner,
             leader: None,
+            cgroup: cgroup.map(str::to_string),
         });
     }
 }
@@ -407,6 +414,9 @@ pub struct TakeOverInput<'a, L: Liveness> {
     pub me: ProcessIdentity,
     /// Whether the turn's record already holds an outcome (a previous runner died while leaving).
     pub settled: bool,
+    /// The cgroup v2 directory the runner will start the work in (`None`: process group + marker
+    /// only), recorded on the work before the command exists so any process can kill it.
+    pub cgroup: Option<&'a str>,
     pub liveness: &'a L,
 }
 
@@ -420,6 +430,9 @@ pub enum TakeOverEffect {
     Refused { holder: ProcessIdentity },
     /// The turn already ended: run nothing, call [`runner_finish`] at once.
     AlreadySettled,
+    /// A cancel was recorded on the row before the command started: run nothing, end the turn as
+    /// cancelled, then call [`runner_finish`].
+    Cancelled,
 }
 
 /// The runner's take-over section: take the reserved slot over under its token (adopting a dead
@@ -432,9 +445,12 @@ pub fn runner_take_over<L: Liveness>(
     match take_over_reserved_slot(state, input.key, input.token, input.me, input.liveness)? {
         TakeOver::Refused { holder } => Ok(TakeOverEffect::Refused { holder }),
         TakeOver::Running { .. } if input.settled => Ok(TakeOverEffect::AlreadySettled),
+        TakeOver::Running { .. } if state.row(input.key).is_some_and(|r| r.cancel_requested) => {
+            Ok(TakeOverEffect::Cancelled)
+        }
         TakeOver::Running { .. } => {
             let work = WorkId::from_token(input.token);
-            record_work(state, input.key, work, input.me);
+            record_work(state, input.key, work, input.me, input.cgroup);
             Ok(TakeOverEffect::Run { work })
         }
     }
@@ -671,8 +687,10 @@ impl CancelEffect {
 }
 
 /// The cancel section. A row with a live executor (runner, acting holder, or bound child) is
-/// signalled; a row whose dead runner's work may be alive stays while that work is killed; every
-/// other selected row leaves with its runner record and its (gone) works.
+/// signalled and keeps the request durably (`cancel_requested`: a runner that has not started the
+/// command yet honours it at its take-over); a row whose dead runner's work may be alive stays
+/// while that work is killed; every other selected row leaves with its runner record and its
+/// (gone) works.
 pub fn cancel<L: Liveness>(
     state: &mut QueueState,
     selection: CancelSelection<'_>,
@@ -699,6 +717,11 @@ pub fn cancel<L: Liveness>(
             effect.signal.push((entry.key.clone(), identity));
         } else if !effect.kill.iter().any(|w| w.key == entry.key) {
             effect.removed.push(entry.key.clone());
+        }
+    }
+    for entry in state.entries.iter_mut() {
+        if selection.selects(&entry.key) && !effect.removed.contains(&entry.key) {
+            entry.cancel_requested = true;
         }
     }
     state.entries.retain(|e| !effect.removed.contains(&e.key));

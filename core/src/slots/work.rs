@@ -46,4 +46,8 @@ pub struct WorkRecord {
     /// between), when the work may exist and only its environment marker finds it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<ProcessIdentity>,
+    /// The work's cgroup v2 directory, chosen by the runner before the command starts (the
+    /// take-over records it); `None` on the process group + marker path and in older queue files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
 }

@@ -196,6 +196,7 @@ impl SlotModel {
                 token,
                 me,
                 settled,
+                cgroup: None,
                 liveness: &liveness,
             },
         );
@@ -208,7 +209,9 @@ impl SlotModel {
         }
         let running = matches!(
             outcome,
-            Ok(TakeOverEffect::Run { .. } | TakeOverEffect::AlreadySettled)
+            Ok(TakeOverEffect::Run { .. }
+                | TakeOverEffect::AlreadySettled
+                | TakeOverEffect::Cancelled)
         );
         // The recorded runner repeating its take-over with the token the second publish cleared
         // may act (spec/slots.md, "Take-over"): it records the work it is about to start, and
@@ -233,6 +236,16 @@ impl SlotModel {
             }
             Ok(TakeOverEffect::AlreadySettled) => {
                 st.events |= event::ALREADY_SETTLED;
+                st.roles[role].pc = Pc::Written {
+                    key,
+                    then: Then::Exit,
+                };
+            }
+            Ok(TakeOverEffect::Cancelled) => {
+                // The cancel recorded on the row is honoured before anything is spawned.
+                st.events |= event::CANCEL_HONOURED;
+                st.ended |= turn_bit(&key);
+                st.cancelled |= turn_bit(&key);
                 st.roles[role].pc = Pc::Written {
                     key,
                     then: Then::Exit,
@@ -346,6 +359,11 @@ impl SlotModel {
         for key in &effect.removed {
             st.events |= event::CANCEL_REMOVED;
             st.ended |= turn_bit(key);
+            // The shell ends the turn as cancelled unless its record already has a result (a
+            // runner that wrote it and died before leaving).
+            if st.ran & turn_bit(key) == 0 {
+                st.cancelled |= turn_bit(key);
+            }
         }
         if self.cfg.variant == Variant::CancelLeavesRow {
             restore_cancelled_rows(&mut st.queue, &before, &effect.removed);
@@ -472,13 +490,27 @@ impl SlotModel {
             } => self.start_work(st, role, key, work, detached, then),
             Pc::Running { key, work, then } => {
                 // The command exits (the runner kills what is left of its work) and the result
-                // is written.
+                // is written. An executor that a cancel signalled (the cancel recorded the
+                // request on the row in the same section) kills its work first instead: the
+                // command did not run to its end, and the turn is recorded cancelled.
+                let stopped = st.queue.row(&key).is_some_and(|r| r.cancel_requested);
                 st.works.retain(|w| w.id != work);
-                st.ran |= turn_bit(&key);
+                if stopped {
+                    st.events |= event::CANCEL_STOPPED;
+                    st.cancelled |= turn_bit(&key);
+                } else {
+                    st.ran |= turn_bit(&key);
+                }
                 st.ended |= turn_bit(&key);
                 st.roles[role].pc = Pc::Written { key, then };
             }
             Pc::Written { key, then } => {
+                if self.cfg.variant == Variant::CancelledAfterCompletion
+                    && st.queue.row(&key).is_some_and(|r| r.cancel_requested)
+                {
+                    // BUG: the outcome follows the request, not what the command did.
+                    st.cancelled |= turn_bit(&key);
+                }
                 let fresh = st.fresh_token();
                 let strategies = self.cfg.strategies();
                 let (procs, works) = (st.procs.clone(), st.works.clone());

@@ -116,6 +116,7 @@ pub(super) fn take_over_unconditionally(
         id: work,
         runner: me,
         leader: None,
+        cgroup: None,
     });
     Ok(TakeOverEffect::Run { work })
 }

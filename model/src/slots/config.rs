@@ -48,10 +48,14 @@ pub enum Variant {
     SkipOrphanRequeue,
     /// Cancel ends the turns it removes but leaves their rows, which later run (breaks S11).
     CancelLeavesRow,
+    /// The runner records `cancelled` whenever a cancel was requested, even for a command that
+    /// had already run to its end (the outcome from the request, not from what happened; breaks
+    /// S12).
+    CancelledAfterCompletion,
 }
 
 impl Variant {
-    pub const BROKEN: [Variant; 10] = [
+    pub const BROKEN: [Variant; 11] = [
         Variant::OccupancyPerReserverPid,
         Variant::ExcludeDropsReservations,
         Variant::ReconcileExcludesItself,
@@ -62,6 +66,7 @@ impl Variant {
         Variant::DropEnqueues,
         Variant::SkipOrphanRequeue,
         Variant::CancelLeavesRow,
+        Variant::CancelledAfterCompletion,
     ];
 }
 

@@ -143,6 +143,12 @@ pub(super) fn s11_ended_never_runs(_: &SlotModel, st: &SlotState) -> bool {
     st.violations & violation::ENDED_RAN == 0
 }
 
+/// S12: a turn recorded `cancelled` never had its work run to its end (a cancel that arrives
+/// after the command ended leaves the outcome the command earned).
+pub(super) fn s12_cancelled_never_completed(_: &SlotModel, st: &SlotState) -> bool {
+    st.cancelled & st.ran == 0
+}
+
 pub(super) fn core_accepts_shell_calls(_: &SlotModel, st: &SlotState) -> bool {
     st.violations & violation::CORE_ERROR == 0
 }
@@ -160,6 +166,7 @@ pub mod names {
     pub const S9: &str = "S9 every turn ends";
     pub const S10: &str = "S10 strategies hold on submit";
     pub const S11: &str = "S11 an ended turn never runs again";
+    pub const S12: &str = "S12 a cancelled turn never completed its work";
     pub const CORE: &str = "core accepts every call the shell makes";
     pub const ACQUIRED: &str = "submit: spawn";
     pub const SATURATED: &str = "submit: park (saturated)";
@@ -172,4 +179,6 @@ pub mod names {
     pub const CRASH_BETWEEN: &str = "crash between the two publishes";
     pub const ATTACHED_RUN: &str = "attached start runs";
     pub const CANCEL_REMOVED: &str = "cancel removes a row";
+    pub const CANCEL_HONOURED: &str = "take-over honours a recorded cancel";
+    pub const CANCEL_STOPPED: &str = "a signalled runner stops its work";
 }

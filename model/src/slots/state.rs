@@ -164,6 +164,10 @@ pub mod event {
     pub const CANCEL_KILL: u32 = 1 << 13;
     /// A runner took over a turn that had already ended, and ran nothing.
     pub const ALREADY_SETTLED: u32 = 1 << 14;
+    /// A runner found a cancel recorded on its row at its take-over and spawned nothing.
+    pub const CANCEL_HONOURED: u32 = 1 << 15;
+    /// A signalled runner killed its running work and recorded the turn cancelled.
+    pub const CANCEL_STOPPED: u32 = 1 << 16;
 }
 
 /// Violations seen on a transition (a bit set); the `always` properties read them.
@@ -212,6 +216,8 @@ pub struct SlotState {
     pub ran: u16,
     /// Turns that ended: ran, superseded, dropped or cancelled.
     pub ended: u16,
+    /// Turns whose record says `cancelled` (S12: never one whose work ran to its end).
+    pub cancelled: u16,
     pub crashes_left: u8,
     pub reuses_left: u8,
     pub reconciles_left: u8,

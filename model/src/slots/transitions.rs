@@ -266,6 +266,7 @@ impl SlotModel {
             recorded: 0,
             ran: 0,
             ended: 0,
+            cancelled: 0,
             crashes_left: self.cfg.crash_budget,
             reuses_left: self.cfg.reuse_budget,
             reconciles_left: self.cfg.reconcile_budget,

@@ -3,7 +3,7 @@
 //! group can be created there and has `cgroup.kill`, creating, adopting into, killing and removing
 //! groups. The parsing and the decision are pure functions, tested where no group can be made.
 
-use super::procfs;
+use crate::process::procfs;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};

@@ -13,7 +13,8 @@
 //! returns only once the unit is observed empty (or a bounded wait ran out, reporting survivors).
 
 pub mod cgroup;
-pub mod procfs;
+/// The one `/proc` reader ([`crate::process::procfs`]), under the name the walk has used.
+pub use crate::process::procfs;
 
 use crate::process::ProcLiveness;
 use crate::protocol::slots::{Liveness, Observation, ProcessIdentity};

@@ -91,6 +91,7 @@ fn run_turn(
             token: token(n),
             me: child,
             settled: false,
+            cgroup: None,
             liveness: &*world,
         },
     )
@@ -412,6 +413,7 @@ fn a_take_over_of_a_settled_turn_runs_nothing_and_records_no_work() {
             token: token(1),
             me: id(20),
             settled: true,
+            cgroup: None,
             liveness: &world,
         },
     )

@@ -1,0 +1,60 @@
+//! The bounded repair a command that already took the queue lock (submit, status, cancel) runs
+//! after its own section, so a user rarely has to run `tollgate reconcile`: a few sections of the
+//! core's reconcile step ([`crate::reconcile::reconcile_once`]), their effects performed by the
+//! driver, ending at the first final one and after at most one kill (a kill waits out the grace;
+//! a full pass is `tollgate reconcile`'s job). Orphaned turns (a record without a row) are left
+//! to `reconcile`, which lists them.
+
+use crate::dispatch::DispatchError;
+use crate::driver;
+use crate::protocol::slots::steps::ReconcileEffect;
+use crate::protocol::slots::{Liveness, ProcessIdentity, ReconcileStep};
+use crate::queue::Store;
+use crate::runtime::Runtime;
+
+/// Reconcile sections one repair runs at most.
+pub const MAX_REPAIR_SECTIONS: usize = 3;
+
+/// What one bounded repair did, in order.
+#[derive(Debug, Default)]
+pub struct Repair {
+    pub steps: Vec<ReconcileStep>,
+}
+
+/// Runs up to [`MAX_REPAIR_SECTIONS`] reconcile sections as `me`, stopping after the first final
+/// effect or the first kill.
+pub fn bounded_repair<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    me: ProcessIdentity,
+) -> Result<Repair, DispatchError> {
+    let mut repair = Repair::default();
+    for _ in 0..MAX_REPAIR_SECTIONS {
+        let effect = crate::reconcile::reconcile_once(rt, me, &[])?;
+        repair.steps.push(effect.step());
+        match effect {
+            ReconcileEffect::Spawn { handoff, .. } => {
+                if let Err(e) = driver::hand_off(&rt.store, rt.spawner.as_ref(), handoff) {
+                    tracing::warn!("repair: {e}");
+                }
+            }
+            ReconcileEffect::Kill { work, .. } => {
+                driver::kill_work(rt.spawner.as_ref(), &work);
+                break;
+            }
+            ReconcileEffect::Saturated | ReconcileEffect::Idle => break,
+            ReconcileEffect::Requeued { .. }
+            | ReconcileEffect::CompletedHandoff { .. }
+            | ReconcileEffect::Parked { .. }
+            | ReconcileEffect::Removed { .. } => {}
+        }
+    }
+    Ok(repair)
+}
+
+/// [`bounded_repair`] as the caller's epilogue: its own work is done and reported, so a failure
+/// here is logged, never the command's error.
+pub fn after_section<L: Liveness, S: Store>(rt: &Runtime<L, S>, me: ProcessIdentity) {
+    if let Err(e) = bounded_repair(rt, me) {
+        tracing::warn!("the repair after this command's section failed: {e}");
+    }
+}

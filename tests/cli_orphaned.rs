@@ -41,15 +41,8 @@ fn a_dead_runner_is_shown_orphaned_and_follow_ends_with_a_reason() {
         assert!(Instant::now() < deadline, "runner {runner_pid} did not die");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let status = tollgate(home, &["status"]);
-    let text = String::from_utf8_lossy(&status.stdout);
-    assert!(
-        text.lines()
-            .any(|l| l.starts_with("victim") && l.contains("orphaned")),
-        "{text}"
-    );
-    assert!(text.contains("`tollgate reconcile` repairs them"), "{text}");
-
+    // `logs --follow` first: `status` repairs after it reports (a bounded reconcile step), and
+    // would start the turn again.
     let started = Instant::now();
     let follow = Command::new(BIN)
         .arg("--home")
@@ -70,6 +63,15 @@ fn a_dead_runner_is_shown_orphaned_and_follow_ends_with_a_reason() {
         "{}",
         describe(&follow)
     );
+    let status = tollgate(home, &["status"]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("victim") && l.contains("orphaned")),
+        "{text}"
+    );
+    assert!(text.contains("`tollgate reconcile` repairs them"), "{text}");
+
     // Repair, so nothing is left behind by the test.
     let _ = tollgate(home, &["cancel", "victim"]);
     let _ = tollgate(home, &["reconcile"]);

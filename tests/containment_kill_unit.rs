@@ -9,83 +9,15 @@
 //! Synchronisation: the leader waits for a go-file the test creates after adopting it into the
 //! group; every process writes its pid to a file and the test waits (bounded) for all of them.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::containment::{cgroup_base, read_pid, tagged, wait_files, Reaper};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tollgate::process::containment::{self, cgroup, Containment, Marker, UnitIdentity};
+use tollgate::process::containment::{self, cgroup, Marker, UnitIdentity};
 
 const GRACE_MILLIS: u64 = 300;
-
-fn tagged(tag: &str) -> Vec<i32> {
-    let wanted = format!("TEST_TAG={tag}");
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let state = stat[stat.rfind(')').unwrap() + 1..]
-            .split_whitespace()
-            .next();
-        if matches!(state, Some("Z") | Some("X")) {
-            continue;
-        }
-        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        if env.split(|&b| b == 0).any(|v| v == wanted.as_bytes()) {
-            out.push(pid);
-        }
-    }
-    out
-}
-
-struct Reaper(String, Option<PathBuf>);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        for pid in tagged(&self.0) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-        if let Some(dir) = &self.1 {
-            cgroup::remove_tree(dir);
-        }
-    }
-}
-
-fn wait_files(dir: &Path, names: &[&str]) {
-    let until = Instant::now() + Duration::from_secs(20);
-    while !names.iter().all(|n| {
-        std::fs::read_to_string(dir.join(n)).is_ok_and(|t| t.trim().parse::<i32>().is_ok())
-    }) {
-        assert!(Instant::now() < until, "pid files never appeared");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn read_pid(dir: &Path, name: &str) -> i32 {
-    std::fs::read_to_string(dir.join(name))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-fn cgroup_base() -> Option<PathBuf> {
-    match containment::decide(false, cgroup::base(), cgroup::probe).0 {
-        Containment::Cgroup { base } => Some(base),
-        Containment::Subreaper => None,
-    }
-}
 
 fn kill_a_tree(base: Option<PathBuf>) {
     let dir = tempfile::tempdir().unwrap();
@@ -101,7 +33,8 @@ fn kill_a_tree(base: Option<PathBuf>) {
     let group = base
         .as_deref()
         .map(|b| cgroup::create(b, &cgroup::fresh_name()).unwrap());
-    let _reaper = Reaper(tag.clone(), group.clone());
+    let mut reaper = Reaper::new(&tag);
+    reaper.groups.extend(group.clone());
     let work = format!("work-{tag}");
     let mut expected = vec!["leader", "plain", "deaf", "unmarked", "setsid"];
     // Only a cgroup can find a setsid process that dropped the marker.

@@ -8,62 +8,19 @@
 //! Synchronisation: every process of every item writes its pid to a file; the test SIGKILLs the run
 //! only once all files are there (a bounded poll of those files).
 
+mod common;
+
+use common::containment::{cgroup_base, tagged, Reaper};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tollgate::process::containment::{self, cgroup, Containment};
+use tollgate::process::containment;
 
 const ITEMS: usize = 3;
 /// Each item: the item's shell, a plain child, a child in its own process group, a setsid
 /// grandchild.
 const ROLES: [&str; 4] = ["item", "child", "pgroup", "setsid"];
 const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
-
-/// The live processes (not zombies) whose environment carries `TEST_TAG=<tag>`: the test's own
-/// scan, independent of the code under test.
-fn tagged(tag: &str) -> Vec<i32> {
-    let wanted = format!("TEST_TAG={tag}");
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let state = stat[stat.rfind(')').unwrap() + 1..]
-            .split_whitespace()
-            .next();
-        if matches!(state, Some("Z") | Some("X")) {
-            continue;
-        }
-        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        if env.split(|&b| b == 0).any(|v| v == wanted.as_bytes()) {
-            out.push(pid);
-        }
-    }
-    out
-}
-
-/// Kills whatever the test left if an assertion failed first.
-struct Reaper(String);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        for pid in tagged(&self.0) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-    }
-}
 
 fn write_pack(dir: &Path, tag: &str) -> PathBuf {
     let pids = dir.join("pids");
@@ -116,13 +73,8 @@ fn is_alive(pid: i32) -> bool {
     containment::is_alive(pid)
 }
 
-/// Which path a run started by this test takes, decided like the run does (without making the
-/// test process a subreaper, which would change where the orphans go).
 fn cgroup_available() -> Option<PathBuf> {
-    match containment::decide(false, cgroup::base(), cgroup::probe).0 {
-        Containment::Cgroup { base } => Some(base),
-        Containment::Subreaper => None,
-    }
+    cgroup_base()
 }
 
 enum Cleaner {
@@ -134,7 +86,7 @@ enum Cleaner {
 fn run_killed_then_cleaned(force_subreaper: bool, cleaner: Cleaner) {
     let dir = tempfile::tempdir().unwrap();
     let tag = format!("{}-{}", std::process::id(), uuid_like());
-    let _reaper = Reaper(tag.clone());
+    let _reaper = Reaper::new(&tag);
     let pack = write_pack(dir.path(), &tag);
     let home = dir.path().join("home");
     let events = dir.path().join("events.jsonl");
@@ -318,7 +270,7 @@ fn killed_run_is_cleaned_by_the_next_run_on_the_subreaper_path() {
 fn sweep_leaves_a_live_runs_items_alone() {
     let dir = tempfile::tempdir().unwrap();
     let tag = format!("{}-live-{}", std::process::id(), uuid_like());
-    let _reaper = Reaper(tag.clone());
+    let _reaper = Reaper::new(&tag);
     let pack = write_pack(dir.path(), &tag);
     let home = dir.path().join("home");
     let mut run = Command::new(BIN)

@@ -1,6 +1,8 @@
 //! Fixture process identities for core tests: a process table the test controls.
 #![allow(dead_code)]
 
+pub mod containment;
+
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

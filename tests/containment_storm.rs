@@ -1,0 +1,254 @@
+//! Crash storm (issue "Turn containment", acceptance 2): seeded rounds of SIGKILLs at random
+//! moments to submitters, runners, reconcilers and turn commands, each turn's work a tree with a
+//! child and a `setsid` grandchild. An independent `/proc` sampler counts live *works* (distinct
+//! `COPY=<leader pid>` values among the test's tagged processes, grandchildren included), and the
+//! peak never exceeds `workers`. After the storm, `reconcile` and `cancel` leave nothing alive.
+//!
+//! `TOLLGATE_STORM_ROUNDS` (default 200 per containment path) and `TOLLGATE_STORM_SEED` choose the
+//! size and the seed; the test prints both, so a failure reproduces. The random pauses are the
+//! fault injection's timing (when a SIGKILL lands), never a wait for something to happen: every
+//! wait here is a bounded poll of observable state.
+
+mod common;
+
+use common::containment::{no_cgroup_value, paths, tagged, Reaper, Sampler};
+use common::{describe, BIN};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const WORKERS: usize = 2;
+const DEFAULT_ROUNDS: u64 = 200;
+const DEFAULT_SEED: u64 = 0x5eed_7011_6a7e;
+
+/// xorshift64*: a small seeded generator, so a seed names one storm.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+struct Storm<'a> {
+    home: &'a Path,
+    tag: String,
+    force_subreaper: bool,
+    rng: Rng,
+    submitted: usize,
+    killed: [usize; 4],
+}
+
+fn command(home: &Path, force_subreaper: bool, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--home")
+        .arg(home)
+        .args(args)
+        .env("TOLLGATE_NO_CGROUP", no_cgroup_value(force_subreaper))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd
+}
+
+fn run(home: &Path, force_subreaper: bool, args: &[&str]) -> Output {
+    let mut cmd = command(home, force_subreaper, args);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.output().expect("run tollgate")
+}
+
+fn sigkill(pid: i32) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
+/// The live runners of `home`: `tollgate … worker runner …` processes whose command line names it.
+fn runners(home: &Path) -> Vec<i32> {
+    let home = home.as_os_str().as_encoded_bytes();
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        let is_runner = args
+            .windows(2)
+            .any(|w| w == [&b"worker"[..], &b"runner"[..]]);
+        if is_runner && args.contains(&home) && common::containment::is_alive(pid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+impl Storm<'_> {
+    /// A pause of up to `max_micros`: when the next SIGKILL lands.
+    fn pause(&mut self, max_micros: u64) {
+        std::thread::sleep(Duration::from_micros(self.rng.below(max_micros)));
+    }
+
+    /// Starts `child` and, half the time, SIGKILLs it at a random moment; reaps it either way.
+    fn maybe_kill(&mut self, mut child: Child, kind: usize) {
+        if self.rng.below(2) == 0 {
+            self.pause(30_000);
+            sigkill(child.id() as i32);
+            self.killed[kind] += 1;
+        }
+        let _ = child.wait();
+    }
+
+    fn submit(&mut self) {
+        self.submitted += 1;
+        let task = format!("t{}", self.submitted);
+        let tag_env = format!("TEST_TAG={}", self.tag);
+        // A tree: the leader, a child, and a setsid grandchild, all carrying COPY.
+        let script = "export COPY=$$; sleep 0.3 & setsid sh -c 'sleep 0.4' & sleep 0.2; wait";
+        let child = command(
+            self.home,
+            self.force_subreaper,
+            &[
+                "submit", "--task", &task, "--env", &tag_env, "--", "sh", "-c", script,
+            ],
+        )
+        .spawn()
+        .expect("spawn submit");
+        self.maybe_kill(child, 0);
+    }
+
+    fn reconcile(&mut self) {
+        let child = command(self.home, self.force_subreaper, &["reconcile"])
+            .spawn()
+            .expect("spawn reconcile");
+        self.maybe_kill(child, 2);
+    }
+
+    fn kill_a_runner(&mut self) {
+        let live = runners(self.home);
+        if !live.is_empty() {
+            sigkill(live[self.rng.below(live.len() as u64) as usize]);
+            self.killed[1] += 1;
+        }
+    }
+
+    fn kill_a_command(&mut self) {
+        let live = tagged(&self.tag);
+        if !live.is_empty() {
+            sigkill(live[self.rng.below(live.len() as u64) as usize]);
+            self.killed[3] += 1;
+        }
+    }
+}
+
+fn storm(path: &str, force_subreaper: bool, rounds: u64, seed: u64) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().join("home");
+    let tag = common::containment::unique_tag("storm");
+    let _reaper = Reaper::new(&tag);
+    let init = run(
+        &home,
+        force_subreaper,
+        &["init", "--workers", &WORKERS.to_string()],
+    );
+    assert!(init.status.success(), "{}", describe(&init));
+    let sampler = Sampler::start(&tag);
+    let started = Instant::now();
+    let mut storm = Storm {
+        home: &home,
+        tag: tag.clone(),
+        force_subreaper,
+        rng: Rng(seed | 1),
+        submitted: 0,
+        killed: [0; 4],
+    };
+    for _ in 0..rounds {
+        match storm.rng.below(10) {
+            0..=3 => storm.submit(),
+            4 | 5 => storm.kill_a_runner(),
+            6 | 7 => storm.reconcile(),
+            _ => storm.kill_a_command(),
+        }
+        let seen = sampler.report();
+        assert!(
+            seen.peak_copies <= WORKERS,
+            "{path}, seed {seed}: {} live works with {WORKERS} workers: {seen:?}",
+            seen.peak_copies
+        );
+    }
+    let storm_took = started.elapsed();
+    // Repair what the storm left, then end everything: nothing of any tree may survive.
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = run(&home, force_subreaper, &["reconcile"]);
+        assert!(out.status.success(), "{}", describe(&out));
+        for i in 1..=storm.submitted {
+            let _ = run(&home, force_subreaper, &["cancel", &format!("t{i}")]);
+        }
+        let queue = std::fs::read_to_string(home.join("queue.json")).unwrap_or_default();
+        let empty = serde_json::from_str::<serde_json::Value>(&queue)
+            .map(|q| q["entries"].as_array().is_none_or(|e| e.is_empty()))
+            .unwrap_or(true);
+        if tagged(&tag).is_empty() && runners(&home).is_empty() && empty {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "{path}, seed {seed}: after the storm, still alive {:?}, runners {:?}, queue {queue}",
+            tagged(&tag),
+            runners(&home)
+        );
+    }
+    let report = sampler.finish();
+    eprintln!(
+        "{path} path, seed {seed:#x}, {rounds} rounds in {storm_took:?}: {} submits, SIGKILLs \
+         submitters {} runners {} reconcilers {} commands {}; sampler {report:?}",
+        storm.submitted, storm.killed[0], storm.killed[1], storm.killed[2], storm.killed[3]
+    );
+    assert!(
+        report.peak_copies <= WORKERS,
+        "{path}, seed {seed}: peak {} live works with {WORKERS} workers",
+        report.peak_copies
+    );
+    assert!(report.peak_copies >= 1, "no work ever ran: {report:?}");
+    assert!(
+        storm.killed.iter().all(|&k| k > 0),
+        "{path}: some kind of process was never killed: {:?}",
+        storm.killed
+    );
+}
+
+#[test]
+fn a_crash_storm_never_runs_more_works_than_workers() {
+    let rounds = env_u64("TOLLGATE_STORM_ROUNDS", DEFAULT_ROUNDS);
+    let seed = env_u64("TOLLGATE_STORM_SEED", DEFAULT_SEED);
+    for (path, force_subreaper) in paths() {
+        storm(path, force_subreaper, rounds, seed);
+    }
+}

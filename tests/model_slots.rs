@@ -140,7 +140,7 @@ fn s_attached_and_cancel() {
     let mut cancel =
         budgets(SlotConfig::new(2, 1, 1), 1, 0, 0).with_tasks(vec![unbounded, unbounded]);
     cancel.cancel_budget = 1;
-    check_exhaustively(cancel, Some(22_808));
+    check_exhaustively(cancel, Some(32_678));
 }
 
 /// Larger budgets, behind `TOLLGATE_MODEL_FULL=1` (the CI budget cannot hold them). Measured on

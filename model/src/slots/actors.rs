@@ -183,7 +183,7 @@ impl SlotModel {
     fn take_over(&self, st: &mut SlotState, role: usize, key: TurnKey, token: SlotToken) {
         let me = st.me(role);
         let before = st.queue.clone();
-        let settled = st.ran & turn_bit(&key) != 0;
+        let settled = (st.ran | st.cancelled) & turn_bit(&key) != 0;
         let (procs, works) = (st.procs.clone(), st.works.clone());
         let liveness = ProcTable {
             procs: &procs,
@@ -242,10 +242,9 @@ impl SlotModel {
                 };
             }
             Ok(TakeOverEffect::Cancelled) => {
-                // The cancel recorded on the row is honoured before anything is spawned.
+                // The cancel recorded on the row is honoured before anything is spawned; the
+                // runner writes the cancelled record in its finishing section.
                 st.events |= event::CANCEL_HONOURED;
-                st.ended |= turn_bit(&key);
-                st.cancelled |= turn_bit(&key);
                 st.roles[role].pc = Pc::Written {
                     key,
                     then: Then::Exit,
@@ -505,6 +504,14 @@ impl SlotModel {
                 st.roles[role].pc = Pc::Written { key, then };
             }
             Pc::Written { key, then } => {
+                let bit = turn_bit(&key);
+                let requested = st.queue.row(&key).is_some_and(|r| r.cancel_requested);
+                if requested && (st.ran | st.cancelled) & bit == 0 {
+                    // A runner that honoured the cancel at its take-over: the record it writes
+                    // with leaving (one section) says cancelled.
+                    st.cancelled |= bit;
+                    st.ended |= bit;
+                }
                 if self.cfg.variant == Variant::CancelledAfterCompletion
                     && st.queue.row(&key).is_some_and(|r| r.cancel_requested)
                 {

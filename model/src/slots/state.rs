@@ -379,7 +379,7 @@ impl SlotState {
         self.queue
             .entries
             .iter()
-            .filter(|e| self.ran & turn_bit(&e.key) != 0)
+            .filter(|e| (self.ran | self.cancelled) & turn_bit(&e.key) != 0)
             .map(|e| e.key.clone())
             .collect()
     }

@@ -3,7 +3,7 @@
 //! it at its take-over) and its live executor is asked to stop (SIGTERM): it kills its work's
 //! whole unit (TERM, the grace, KILL, until empty), records what happened and leaves the queue
 //! itself; the work of a dead runner is killed here first, and its row leaves in the next
-//! section. Then one bounded repair ([`crate::runner::repair`]).
+//! section. The CLI then runs one bounded repair ([`crate::runner::repair`]).
 
 use crate::dispatch::DispatchError;
 use crate::driver;
@@ -85,10 +85,6 @@ fn run_cancel<L: Liveness, S: Store>(
         if !effect.again() {
             break;
         }
-    }
-    match crate::process::self_identity() {
-        Ok(me) => crate::runner::repair::after_section(rt, me),
-        Err(e) => tracing::warn!("no repair after cancel: {e}"),
     }
     Ok(report)
 }

@@ -528,7 +528,16 @@ impl Walk {
                                 tollgate::runner::record_leader(&self.rt, &child.key, work, leader);
                             Phase::Running(work)
                         }
-                        Ok(TakeOverEffect::AlreadySettled | TakeOverEffect::Cancelled) => {
+                        Ok(TakeOverEffect::AlreadySettled) => Phase::Leaving,
+                        Ok(TakeOverEffect::Cancelled) => {
+                            // The runner records the honoured cancel, as it does before leaving.
+                            let mut turn = tasks::load_turn(&self.rt.home, &child.key)
+                                .expect("load turn")
+                                .expect("the turn's record");
+                            turn.outcome = Some(TurnOutcome::Cancelled);
+                            turn.ended_at_millis = Some(self.mirror.world.now_millis);
+                            tasks::save_turn(&self.rt.home, &turn).expect("save turn");
+                            self.mirror.settled.insert(child.key.clone());
                             Phase::Leaving
                         }
                         Ok(TakeOverEffect::Refused { .. }) | Err(_) => Phase::Done,

@@ -457,6 +457,7 @@ pub fn cancel(home: Option<PathBuf>, args: CancelArgs) -> Result<i32, CliError> 
             println!("task {}: nothing queued or running", args.task);
         }
     }
+    crate::runner::repair::after_section(&rt, me()?);
     Ok(exit::OK)
 }
 

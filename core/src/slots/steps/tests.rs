@@ -424,3 +424,90 @@ fn a_take_over_of_a_settled_turn_runs_nothing_and_records_no_work() {
         "no work for a turn that already ended"
     );
 }
+
+/// Cancel between the spawn and the runner's take-over: the request stays on the row, the
+/// take-over answers `Cancelled` and records no work; the recorded group of a work that does run
+/// is on its work record.
+#[test]
+fn a_cancel_before_the_take_over_is_recorded_and_honoured_and_a_work_keeps_its_group() {
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    let key = TurnKey::new("job", 1);
+    let (submitter, child) = (id(100), id(200));
+    world.live.insert(submitter);
+    let decision = submit_one(
+        &mut state,
+        &world,
+        &key,
+        submitter,
+        1,
+        1,
+        Strategy::default(),
+    );
+    let SubmitEffect::Spawn(handoff) = decision.effect else {
+        panic!("expected a spawn, got {:?}", decision.effect)
+    };
+    world.live.insert(child);
+    let bound = handoff_publish_first(&mut state, handoff, child).unwrap();
+    let effect = cancel(&mut state, CancelSelection::Task("job"), &world);
+    assert!(
+        effect.removed.is_empty(),
+        "a row someone starts stays: {effect:?}"
+    );
+    assert!(state.row(&key).unwrap().cancel_requested);
+    // The row moved on (it carries the request): the second publish is fenced, and the child's
+    // own take-over decides.
+    assert!(handoff_publish_second(&mut state, bound).is_err());
+    let effect = runner_take_over(
+        &mut state,
+        TakeOverInput {
+            key: &key,
+            token: token(1),
+            me: child,
+            settled: false,
+            cgroup: Some("/sys/fs/cgroup/unified/tollgate-200-work-x"),
+            liveness: &world,
+        },
+    )
+    .unwrap();
+    assert_eq!(effect, TakeOverEffect::Cancelled);
+    assert!(
+        state.works.is_empty(),
+        "nothing may be started: {:?}",
+        state.works
+    );
+
+    let other = TurnKey::new("other", 1);
+    world.live.insert(id(300));
+    let decision = submit_one(
+        &mut state,
+        &world,
+        &other,
+        id(300),
+        2,
+        2,
+        Strategy::default(),
+    );
+    let SubmitEffect::Spawn(handoff) = decision.effect else {
+        panic!("expected a spawn, got {:?}", decision.effect)
+    };
+    world.live.insert(id(400));
+    let bound = handoff_publish_first(&mut state, handoff, id(400)).unwrap();
+    handoff_publish_second(&mut state, bound).unwrap();
+    let effect = runner_take_over(
+        &mut state,
+        TakeOverInput {
+            key: &other,
+            token: token(2),
+            me: id(400),
+            settled: false,
+            cgroup: Some("/g/tollgate-400-work-y"),
+            liveness: &world,
+        },
+    )
+    .unwrap();
+    assert!(matches!(effect, TakeOverEffect::Run { .. }), "{effect:?}");
+    assert_eq!(
+        state.works[0].cgroup.as_deref(),
+        Some("/g/tollgate-400-work-y")
+    );
+}

@@ -99,7 +99,7 @@ fn v2_group(pid: i32) -> Option<String> {
         .find_map(|l| l.strip_prefix("0::").map(str::to_string))
 }
 
-fn runner_killed_then_reconciled(path: &str, force_subreaper: bool) {
+fn runner_killed_then_repaired(path: &str, force_subreaper: bool, repairer: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let home = dir.path().join("home");
     let pids = dir.path().join("pids");
@@ -160,7 +160,8 @@ fn runner_killed_then_reconciled(path: &str, force_subreaper: bool) {
         "the plain child, the setsid grandchild and the process-group child outlive the runner: {old_tree:?}"
     );
 
-    let reconcile = tollgate(&home, force_subreaper, &["reconcile"]);
+    // `reconcile`, or the bounded repair `status` runs after its own output (one kill at most).
+    let reconcile = tollgate(&home, force_subreaper, &[repairer]);
     assert!(reconcile.status.success(), "{}", describe(&reconcile));
     let left: Vec<_> = old_tree.iter().filter(|(_, p)| is_alive(*p)).collect();
     assert!(
@@ -176,10 +177,17 @@ fn runner_killed_then_reconciled(path: &str, force_subreaper: bool) {
             dir.display()
         );
     }
+    if repairer != "reconcile" {
+        // The repair stopped after its kill; the next command's repair replaces the runner.
+        let again = tollgate(&home, force_subreaper, &[repairer]);
+        assert!(again.status.success(), "{}", describe(&again));
+    }
     // The turn runs again: the sampler watches the new copy start too.
     let new = wait_for_copy(&pids, &[old]);
     let report = sampler.finish();
-    eprintln!("{path} path: old copy {old}, new copy {new}, sampler {report:?}");
+    eprintln!(
+        "{path} path, repaired by {repairer}: old copy {old}, new copy {new}, sampler {report:?}"
+    );
     assert!(report.samples > 10, "the sampler barely ran: {report:?}");
     assert_eq!(
         report.peak_copies, 1,
@@ -197,6 +205,15 @@ fn runner_killed_then_reconciled(path: &str, force_subreaper: bool) {
 #[test]
 fn a_killed_runners_tree_is_gone_before_its_turn_runs_again() {
     for (path, force_subreaper) in paths() {
-        runner_killed_then_reconciled(path, force_subreaper);
+        runner_killed_then_repaired(path, force_subreaper, "reconcile");
+    }
+}
+
+/// `status` repairs too (a bounded reconcile step after its output), so nobody has to run
+/// `reconcile` by hand.
+#[test]
+fn status_kills_a_killed_runners_tree_without_reconcile() {
+    for (path, force_subreaper) in paths() {
+        runner_killed_then_repaired(path, force_subreaper, "status");
     }
 }

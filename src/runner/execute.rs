@@ -269,3 +269,42 @@ fn cancel(pid: Pid, unit: &UnitIdentity) -> Execution {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_recorded_outcome_is_what_the_command_did() {
+        let pid = Pid::from_raw(4242);
+        let outcome = |status, signalled| exited(status, signalled).map(|e| e.outcome);
+        // Ran to its end: completed, however late a cancel came.
+        assert_eq!(
+            outcome(WaitStatus::Exited(pid, 0), true),
+            Some(TurnOutcome::Completed)
+        );
+        assert_eq!(
+            outcome(WaitStatus::Exited(pid, 0), false),
+            Some(TurnOutcome::Completed)
+        );
+        // Stopped by the cancel's signals, or failing after them: cancelled.
+        assert_eq!(
+            outcome(WaitStatus::Signaled(pid, Signal::SIGTERM, false), true),
+            Some(TurnOutcome::Cancelled)
+        );
+        assert_eq!(
+            outcome(WaitStatus::Exited(pid, 143), true),
+            Some(TurnOutcome::Cancelled)
+        );
+        // Without a cancel a failure is a failure.
+        assert_eq!(
+            outcome(WaitStatus::Signaled(pid, Signal::SIGKILL, false), false),
+            Some(TurnOutcome::Failed)
+        );
+        assert_eq!(
+            outcome(WaitStatus::Exited(pid, 1), false),
+            Some(TurnOutcome::Failed)
+        );
+        assert_eq!(outcome(WaitStatus::StillAlive, true), None);
+    }
+}

@@ -13,7 +13,8 @@
 //! two works is a real double run, not a sampling artefact.
 mod common;
 
-use common::{describe, tollgate, BIN};
+use common::containment::{no_cgroup_value, paths};
+use common::{describe, BIN};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -30,6 +31,18 @@ use std::time::{Duration, Instant};
 const DEADLINE: Duration = Duration::from_secs(60);
 /// Pause between two polls (a poll period, not an ordering device).
 const POLL: Duration = Duration::from_millis(20);
+
+/// `tollgate --home HOME ARGS…` on one containment path (`TOLLGATE_NO_CGROUP`).
+fn tollgate(home: &Path, force_subreaper: bool, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .env("TOLLGATE_NO_CGROUP", no_cgroup_value(force_subreaper))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run tollgate")
+}
 
 /// (state letter, start time in ticks) from `/proc/<pid>/stat`.
 fn stat(pid: u32) -> Option<(char, u64)> {
@@ -201,9 +214,16 @@ fn kill_all(members: &[Member]) {
 #[test]
 fn s2_over_work_reconcile_kills_a_sigkilled_runners_surviving_children_before_running_the_turn_again(
 ) {
+    for (path, force_subreaper) in paths() {
+        eprintln!("slots_work on the {path} path");
+        reconcile_after_a_killed_runner(force_subreaper);
+    }
+}
+
+fn reconcile_after_a_killed_runner(force_subreaper: bool) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let home = tmp.path().join("home");
-    let out = tollgate(&home, &["init", "--workers", "1"]);
+    let out = tollgate(&home, force_subreaper, &["init", "--workers", "1"]);
     assert!(out.status.success(), "{}", describe(&out));
     let mark_value = uuid::Uuid::now_v7().to_string();
     let mark = format!("TG_WORK_TEST={mark_value}");
@@ -215,6 +235,7 @@ fn s2_over_work_reconcile_kills_a_sigkilled_runners_surviving_children_before_ru
     let submit = Command::new(BIN)
         .arg("--home")
         .arg(&home)
+        .env("TOLLGATE_NO_CGROUP", no_cgroup_value(force_subreaper))
         .args(["submit", "--task", "w", "--env", &mark, "--"])
         .args(["sh", "-c", "sh -c 'sleep 30' & sleep 30"])
         .stdin(Stdio::null())
@@ -254,7 +275,7 @@ fn s2_over_work_reconcile_kills_a_sigkilled_runners_surviving_children_before_ru
         "children of the command outlive the SIGKILLed runner"
     );
 
-    let rec = tollgate(&home, &["reconcile"]);
+    let rec = tollgate(&home, force_subreaper, &["reconcile"]);
     assert!(rec.status.success(), "{}", describe(&rec));
     let said = String::from_utf8_lossy(&rec.stdout).into_owned();
     // Once reconcile has returned, nothing of the old tree is alive.
@@ -280,7 +301,7 @@ fn s2_over_work_reconcile_kills_a_sigkilled_runners_surviving_children_before_ru
 
     stop.store(true, Ordering::SeqCst);
     let samples = sampler.join().expect("sampler");
-    let cancel = tollgate(&home, &["cancel", "w"]);
+    let cancel = tollgate(&home, force_subreaper, &["cancel", "w"]);
     kill_all(&new);
     kill_all(&members(mark.as_bytes()));
     assert!(
@@ -317,15 +338,23 @@ fn s2_over_work_reconcile_kills_a_sigkilled_runners_surviving_children_before_ru
 /// only once they are gone, the turn ends as cancelled and nothing runs it again.
 #[test]
 fn cancel_kills_a_sigkilled_runners_surviving_children_and_ends_the_turn() {
+    for (path, force_subreaper) in paths() {
+        eprintln!("slots_work on the {path} path");
+        cancel_after_a_killed_runner(force_subreaper);
+    }
+}
+
+fn cancel_after_a_killed_runner(force_subreaper: bool) {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let tmp = tempfile::tempdir().expect("tempdir");
     let home = tmp.path().join("home");
-    let out = tollgate(&home, &["init", "--workers", "1"]);
+    let out = tollgate(&home, force_subreaper, &["init", "--workers", "1"]);
     assert!(out.status.success(), "{}", describe(&out));
     let mark = format!("TG_WORK_TEST={}", uuid::Uuid::now_v7());
     let submit = Command::new(BIN)
         .arg("--home")
         .arg(&home)
+        .env("TOLLGATE_NO_CGROUP", no_cgroup_value(force_subreaper))
         .args(["submit", "--task", "c", "--env", &mark, "--"])
         .args(["sh", "-c", "sh -c 'sleep 30' & sleep 30"])
         .stdin(Stdio::null())
@@ -347,7 +376,7 @@ fn cancel_kills_a_sigkilled_runners_surviving_children_and_ends_the_turn() {
     });
     assert!(!confirmed(members(mark.as_bytes())).is_empty());
 
-    let cancel = tollgate(&home, &["cancel", "c"]);
+    let cancel = tollgate(&home, force_subreaper, &["cancel", "c"]);
     assert!(cancel.status.success(), "{}", describe(&cancel));
     let left: Vec<&Member> = old.iter().filter(|m| alive(m.pid, m.start)).collect();
     assert!(
@@ -355,7 +384,7 @@ fn cancel_kills_a_sigkilled_runners_surviving_children_and_ends_the_turn() {
         "the old work outlived cancel: {left:?}\n{}",
         describe(&cancel)
     );
-    let status = tollgate(&home, &["status", "c", "--json"]);
+    let status = tollgate(&home, force_subreaper, &["status", "c", "--json"]);
     assert!(status.status.success(), "{}", describe(&status));
     let view: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status JSON");
     assert_eq!(view["rows"].as_array().map(Vec::len), Some(0), "{view:#}");
@@ -364,7 +393,7 @@ fn cancel_kills_a_sigkilled_runners_surviving_children_and_ends_the_turn() {
         "{view:#}"
     );
     // A reconcile afterwards finds nothing to run.
-    let rec = tollgate(&home, &["reconcile"]);
+    let rec = tollgate(&home, force_subreaper, &["reconcile"]);
     assert!(rec.status.success(), "{}", describe(&rec));
     assert!(
         confirmed(members(mark.as_bytes())).is_empty(),

@@ -53,6 +53,8 @@ struct Storm<'a> {
     rng: Rng,
     submitted: usize,
     killed: [usize; 4],
+    /// Every runner pid seen (their works' groups are named after them).
+    runner_pids: std::collections::BTreeSet<i32>,
 }
 
 fn command(home: &Path, force_subreaper: bool, args: &[&str]) -> Command {
@@ -187,8 +189,10 @@ fn storm(path: &str, force_subreaper: bool, rounds: u64, seed: u64) {
         rng: Rng(seed | 1),
         submitted: 0,
         killed: [0; 4],
+        runner_pids: std::collections::BTreeSet::new(),
     };
     for _ in 0..rounds {
+        storm.runner_pids.extend(runners(&home));
         match storm.rng.below(10) {
             0..=3 => storm.submit(),
             4 | 5 => storm.kill_a_runner(),
@@ -215,6 +219,7 @@ fn storm(path: &str, force_subreaper: bool, rounds: u64, seed: u64) {
         let empty = serde_json::from_str::<serde_json::Value>(&queue)
             .map(|q| q["entries"].as_array().is_none_or(|e| e.is_empty()))
             .unwrap_or(true);
+        storm.runner_pids.extend(runners(&home));
         if tagged(&tag).is_empty() && runners(&home).is_empty() && empty {
             break;
         }
@@ -226,6 +231,31 @@ fn storm(path: &str, force_subreaper: bool, rounds: u64, seed: u64) {
         );
     }
     let report = sampler.finish();
+    if !force_subreaper {
+        // The runners SIGKILLed while their works then ended by themselves left empty groups;
+        // the repair after `status` removes those of dead owners.
+        let out = run(&home, force_subreaper, &["status"]);
+        assert!(out.status.success(), "{}", describe(&out));
+        let mut ours = Vec::new();
+        for entry in std::fs::read_dir("/sys/fs/cgroup/unified")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let owner = name
+                .strip_prefix("tollgate-")
+                .and_then(|r| r.split('-').next())
+                .and_then(|p| p.parse::<i32>().ok());
+            if name.contains("-work-") && owner.is_some_and(|p| storm.runner_pids.contains(&p)) {
+                ours.push(name);
+            }
+        }
+        assert!(
+            ours.is_empty(),
+            "{path}: groups left by this storm's runners: {ours:?}"
+        );
+    }
     eprintln!(
         "{path} path, seed {seed:#x}, {rounds} rounds in {storm_took:?}: {} submits, SIGKILLs \
          submitters {} runners {} reconcilers {} commands {}; sampler {report:?}",

@@ -3,7 +3,8 @@
 //! core's reconcile step ([`crate::reconcile::reconcile_once`]), their effects performed by the
 //! driver, ending at the first final one and after at most one kill (a kill waits out the grace;
 //! a full pass is `tollgate reconcile`'s job). Orphaned turns (a record without a row) are left
-//! to `reconcile`, which lists them.
+//! to `reconcile`, which lists them. Last, the empty cgroups of owners that are gone (a runner
+//! SIGKILLed while its work then ended by itself leaves its work's group behind) are removed.
 
 use crate::dispatch::DispatchError;
 use crate::driver;
@@ -19,6 +20,8 @@ pub const MAX_REPAIR_SECTIONS: usize = 3;
 #[derive(Debug, Default)]
 pub struct Repair {
     pub steps: Vec<ReconcileStep>,
+    /// Empty groups of dead owners removed.
+    pub groups_removed: usize,
 }
 
 /// Runs up to [`MAX_REPAIR_SECTIONS`] reconcile sections as `me`, stopping after the first final
@@ -48,6 +51,7 @@ pub fn bounded_repair<L: Liveness, S: Store>(
             | ReconcileEffect::Removed { .. } => {}
         }
     }
+    repair.groups_removed = crate::process::containment::cgroup::sweep_groups().len();
     Ok(repair)
 }
 

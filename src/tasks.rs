@@ -97,6 +97,47 @@ pub struct TurnRecord {
     /// The webhook delivery this turn serves (`tollgate serve`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<DeliveryMeta>,
+    /// The turn's short id (`tollgate logs 17`): the `queue_id` of the row it got when it was
+    /// submitted, so unique in the home and never reused. `None` for a turn that never got a row
+    /// (dropped at submit) and for records written before ids existed; those are named `TASK:N`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
+    /// Free-form labels given at submit (`--label`), in the order given, without duplicates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
+}
+
+/// What a new turn's record carries besides its command: its short id and labels.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TurnMeta {
+    /// The short id the turn is given (see [`TurnRecord::id`]).
+    pub id: Option<u64>,
+    pub labels: Vec<String>,
+}
+
+/// The `queue_id` the next enqueue hands out (the same rule as the core's `enqueue`): the short id
+/// a new turn is recorded with before its row exists. [`settle_turn_id`] corrects the record if
+/// the row got another id, or none.
+pub fn predicted_turn_id(state: &crate::protocol::slots::QueueState) -> u64 {
+    let floor = state
+        .entries
+        .last()
+        .map_or(0, |e| e.queue_id.saturating_add(1));
+    state.next_queue_id.max(floor).max(1)
+}
+
+/// After the submit step: makes `key`'s record carry the id of its row (`queue_id`, 0 when it got
+/// none), rewriting the record only when that differs from what was predicted. Call under the
+/// queue lock.
+pub fn settle_turn_id(home: &Home, key: &TurnKey, queue_id: u64) -> Result<(), FileError> {
+    let id = (queue_id != 0).then_some(queue_id);
+    if let Some(mut turn) = load_turn(home, key)? {
+        if turn.id != id {
+            turn.id = id;
+            save_turn(home, &turn)?;
+        }
+    }
+    Ok(())
 }
 
 /// Which delivery a turn serves: what a restarted `serve` needs to re-adopt it.
@@ -249,7 +290,18 @@ pub fn create_turn(
     attached: bool,
     now_millis: u64,
 ) -> Result<TurnRecord, FileError> {
-    create_turn_with(home, task, None, argv, cwd, env, attached, now_millis).map(|(turn, _)| turn)
+    create_turn_with(
+        home,
+        task,
+        None,
+        argv,
+        cwd,
+        env,
+        attached,
+        now_millis,
+        TurnMeta::default(),
+    )
+    .map(|(turn, _)| turn)
 }
 
 /// [`create_turn`], also setting the task's strategy when `strategy` is given; returns the
@@ -264,6 +316,7 @@ pub fn create_turn_with(
     env: BTreeMap<String, String>,
     attached: bool,
     now_millis: u64,
+    meta: TurnMeta,
 ) -> Result<(TurnRecord, Strategy), FileError> {
     fsutil::create_private_dir(&home.task_dir(task))?;
     let mut record = load_task(home, task)?.unwrap_or(TaskRecord {
@@ -294,6 +347,8 @@ pub fn create_turn_with(
         outcome: None,
         error: None,
         delivery: None,
+        id: meta.id,
+        labels: meta.labels,
     };
     // The task's counter first: a crash between the two writes then skips a turn number instead
     // of leaving a turn record its task does not list.

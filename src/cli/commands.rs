@@ -106,6 +106,7 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
         argv: args.command,
         cwd: Some(resolve_cwd(args.cwd)?),
         env: parse_env(&args.env)?,
+        labels: Vec::new(),
     };
     let how = How {
         attach: args.attach,
@@ -137,8 +138,9 @@ pub(super) fn submit_request(
             Attached::Dropped { key, running } => return dropped(&key, &running, how.json),
         };
         if how.json {
+            let id = tasks::load_turn(&rt.home, &key)?.and_then(|t| t.id);
             print_json(&json!({
-                "task": key.task, "turn": key.turn, "placement": "attached",
+                "task": key.task, "turn": key.turn, "id": id, "placement": "attached",
                 "outcome": execution.outcome, "exit_code": execution.exit_code,
                 "signal": execution.signal, "error": execution.error,
             }))?;
@@ -168,27 +170,27 @@ pub(super) fn submit_request(
     };
     if how.json && !how.wait {
         print_json(&json!({
-            "task": key.task, "turn": key.turn, "queue_id": submitted.queue_id,
+            "task": key.task, "turn": key.turn, "id": submitted.queue_id,
+            "queue_id": submitted.queue_id,
             "placement": placement, "runner": runner, "strategy": submitted.strategy.to_string(),
             "superseded": submitted.superseded.iter().map(|k| k.turn).collect::<Vec<_>>(),
         }))?;
     } else if !how.json {
+        // The short id is what later commands take (`tollgate logs 17`).
+        let named = format!(
+            "task {} turn {} (id {})",
+            key.task, key.turn, submitted.queue_id
+        );
         let line = match runner {
-            Some(runner) => format!(
-                "task {} turn {} started (runner pid {})",
-                key.task, key.turn, runner.pid
-            ),
+            Some(runner) => format!("{named} started (runner pid {})", runner.pid),
             None if placement == "parked" => format!(
-                "task {} turn {} parked: all {} worker slot(s) are busy; it starts when one frees",
-                key.task,
-                key.turn,
+                "{named} parked: all {} worker slot(s) are busy; it starts when one frees",
                 rt.cap()
             ),
-            None if placement == "waiting" => format!(
-                "task {} turn {} waits its turn (strategy {})",
-                key.task, key.turn, submitted.strategy
-            ),
-            None => format!("task {} turn {} is {placement}", key.task, key.turn),
+            None if placement == "waiting" => {
+                format!("{named} waits its turn (strategy {})", submitted.strategy)
+            }
+            None => format!("{named} is {placement}"),
         };
         // With --wait, stdout carries the turn's own output; our line goes to stderr.
         if how.wait {
@@ -209,7 +211,8 @@ pub(super) fn submit_request(
     }
     if how.json {
         print_json(&json!({
-            "task": key.task, "turn": key.turn, "queue_id": submitted.queue_id,
+            "task": key.task, "turn": key.turn, "id": submitted.queue_id,
+            "queue_id": submitted.queue_id,
             "placement": placement, "runner": runner, "outcome": turn.outcome,
             "exit_code": turn.exit_code, "signal": turn.signal,
         }))?;
@@ -422,10 +425,13 @@ fn why_no_output(rt: &Runtime, turn: &TurnRecord) -> Result<String, CliError> {
 
 pub fn cancel(home: Option<PathBuf>, args: CancelArgs) -> Result<i32, CliError> {
     let rt = open(home)?;
-    let report = cancel_shell::cancel(&rt, &args.task)?;
+    let (report, task) = match super::turnref::target(&rt, &args.task)? {
+        super::turnref::Target::Task(task) => (cancel_shell::cancel(&rt, &task)?, task),
+        super::turnref::Target::Turn(key) => (cancel_shell::cancel_turn(&rt, &key)?, key.task),
+    };
     if args.json {
         print_json(&json!({
-            "task": args.task,
+            "task": task,
             "cancelled": report.removed.iter().map(|k| k.turn).collect::<Vec<_>>(),
             "signalled": report.signalled.iter().map(|(k, id)| json!({"turn": k.turn, "pid": id.pid})).collect::<Vec<_>>(),
         }))?;
@@ -437,7 +443,7 @@ pub fn cancel(home: Option<PathBuf>, args: CancelArgs) -> Result<i32, CliError> 
             println!("{key}: asked its runner (pid {}) to stop", identity.pid);
         }
         if report.removed.is_empty() && report.signalled.is_empty() {
-            println!("task {}: nothing queued or running", args.task);
+            println!("{}: nothing queued or running", args.task);
         }
     }
     Ok(exit::OK)

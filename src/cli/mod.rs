@@ -44,7 +44,7 @@ Exit codes:
 Quick start:
   tollgate submit -- echo hello      run a command on a detached runner (home created on first use)
   tollgate status                    slots, queue rows and recent turns
-  tollgate logs <TASK>               the output of the task's latest turn";
+  tollgate logs <ID|TASK>            the output of a turn (ID: the short id submit prints)";
 
 #[derive(Debug, Parser)]
 #[command(name = "tollgate", version, about, long_about = None, after_help = EXIT_CODES_HELP)]
@@ -172,7 +172,8 @@ pub struct StatusArgs {
 
 #[derive(Debug, Args)]
 pub struct LogsArgs {
-    /// TASK (its latest turn), TASK:N, or `last` (the turn submitted last in the home).
+    /// ID (a turn's short id, from `submit` or `status`), TASK (its latest turn), TASK:N,
+    /// TASK:last (for a task named with digits), or `last` (the turn submitted last in the home).
     #[arg(value_name = "TURN")]
     pub task: String,
     /// The turn (default: the latest).
@@ -185,6 +186,9 @@ pub struct LogsArgs {
 
 #[derive(Debug, Args)]
 pub struct CancelArgs {
+    /// TASK (every queued and running turn of it), or one turn: ID (its short id), TASK:N,
+    /// TASK:last or `last`.
+    #[arg(value_name = "TASK|TURN")]
     pub task: String,
     /// Print JSON.
     #[arg(long)]

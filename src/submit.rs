@@ -93,9 +93,13 @@ pub fn fresh_task_name() -> String {
     format!("t-{}", &hex[hex.len() - 12..])
 }
 
-fn check_request(request: &SubmitRequest) -> Result<String, DispatchError> {
-    let task = request.task.clone().unwrap_or_else(fresh_task_name);
-    validate_task_name(&task)?;
+/// Checks a request before the lock; returns its task name, `None` when the turn gets a fresh
+/// task (named under the lock by [`tasks::fresh_task_for`]).
+fn check_request(request: &SubmitRequest) -> Result<Option<String>, DispatchError> {
+    let task = request.task.clone();
+    if let Some(task) = &task {
+        validate_task_name(task)?;
+    }
     if request.argv.is_empty() {
         return Err(DispatchError::io(
             "submit",
@@ -176,6 +180,7 @@ pub fn decide_submit<L: Liveness, S: Store>(
     let cap = rt.cap();
     rt.store.transact(|state| {
         let now = rt.spawner.now_millis();
+        let task = tasks::fresh_task_for(&rt.home, task.as_deref(), &request.argv, state)?;
         let (turn, strategy) = request.create_turn(&rt.home, &task, false, now, state)?;
         if let Some(prepare) = prepare.take() {
             let mut turn = turn.clone();
@@ -231,6 +236,7 @@ pub fn submit_attached<L: Liveness, S: Store>(
         .map_err(|e| DispatchError::io("installing signal handlers", e.into()))?;
     let (turn, effect) = rt.store.transact(|state| {
         let now = rt.spawner.now_millis();
+        let task = tasks::fresh_task_for(&rt.home, task.as_deref(), &request.argv, state)?;
         let (mut turn, strategy) = request.create_turn(&rt.home, &task, true, now, state)?;
         let effect = steps::attached_start(
             state,

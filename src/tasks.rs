@@ -126,6 +126,103 @@ pub fn predicted_turn_id(state: &crate::protocol::slots::QueueState) -> u64 {
     state.next_queue_id.max(floor).max(1)
 }
 
+/// Longest program part of a generated task name (the id suffix comes on top).
+const GENERATED_NAME_BASE_BYTES: usize = 32;
+/// Numbered variants tried when a generated name is taken (only after the queue's id counter
+/// started again); then the name falls back to random hex.
+const GENERATED_NAME_TRIES: u32 = 100;
+
+/// The task a new turn belongs to: `given` if the user named one, else a fresh, readable name from
+/// the command: the program's basename (for `sh -c SCRIPT`, the script's first word) and the short
+/// id the turn gets, e.g. `make-17`. Always a valid name, never all digits (so never read as an
+/// id) and never an existing task. Call under the queue lock (`state` is the queue).
+pub fn fresh_task_for(
+    home: &Home,
+    given: Option<&str>,
+    argv: &[String],
+    state: &crate::protocol::slots::QueueState,
+) -> Result<String, FileError> {
+    if let Some(task) = given {
+        return Ok(task.to_string());
+    }
+    let base = readable_base(argv);
+    let id = predicted_turn_id(state);
+    let free = |name: &str| !home.task_dir(name).exists();
+    let first = format!("{base}-{id}");
+    if free(&first) {
+        return Ok(first);
+    }
+    for n in 2..=GENERATED_NAME_TRIES {
+        let name = format!("{first}-{n}");
+        if free(&name) {
+            return Ok(name);
+        }
+    }
+    Ok(crate::submit::fresh_task_name())
+}
+
+/// The program part of a generated task name: letters, digits, '.', '_' and '-' of the program's
+/// basename (or of a shell script's first word), at most [`GENERATED_NAME_BASE_BYTES`], `t` if
+/// nothing is left.
+pub fn readable_base(argv: &[String]) -> String {
+    let program = argv.first().map(String::as_str).unwrap_or("");
+    let basename = |word: &str| word.rsplit('/').next().unwrap_or("").to_string();
+    let mut word = basename(program);
+    let shells = ["sh", "bash", "dash", "zsh", "ksh", "fish"];
+    if shells.contains(&word.as_str()) && argv.get(1).map(String::as_str) == Some("-c") {
+        if let Some(first) = argv.get(2).and_then(|s| s.split_whitespace().next()) {
+            word = basename(first);
+        }
+    }
+    let cleaned: String = word
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let trimmed = cleaned.trim_start_matches(['.', '-']);
+    let mut base: String = trimmed.chars().take(GENERATED_NAME_BASE_BYTES).collect();
+    while base.ends_with('-') {
+        base.pop();
+    }
+    if base.is_empty() {
+        "t".to_string()
+    } else {
+        base
+    }
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::readable_base;
+
+    fn base(argv: &[&str]) -> String {
+        readable_base(&argv.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn generated_names_come_from_the_program_and_stay_valid() {
+        assert_eq!(base(&["/usr/bin/make", "test"]), "make");
+        assert_eq!(base(&["sh", "-c", "./backup.sh --all; echo"]), "backup.sh");
+        assert_eq!(base(&["bash", "-c", ""]), "bash");
+        assert_eq!(base(&["./.hidden"]), "hidden");
+        assert_eq!(base(&["wéird prog"]), "w-ird-prog");
+        assert_eq!(base(&["///"]), "t");
+        assert_eq!(base(&[&"x".repeat(100)]).len(), 32);
+        for argv in [&["..."][..], &["-"], &["a b"], &["/usr/bin/python3.12"]] {
+            let name = format!("{}-17", base(argv));
+            assert!(
+                crate::protocol::slots::validate_task_name(&name).is_ok(),
+                "{name}"
+            );
+        }
+    }
+}
+
 /// After the submit step: makes `key`'s record carry the id of its row (`queue_id`, 0 when it got
 /// none), rewriting the record only when that differs from what was predicted. Call under the
 /// queue lock.

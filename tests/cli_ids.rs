@@ -201,3 +201,52 @@ fn cancel_by_id_cancels_that_turn_only_and_a_dropped_turn_has_no_id() {
     let wait = tollgate(home, &["wait", &run_id.to_string(), &kept_id.to_string()]);
     assert_ne!(wait.status.code(), Some(0), "{}", describe(&wait));
 }
+
+#[test]
+fn unnamed_submits_get_a_task_named_after_the_program_and_the_id() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path();
+    let one = json_of(
+        home,
+        &["submit", "--wait", "--json", "--", "/bin/echo", "hi"],
+    );
+    let two = json_of(
+        home,
+        &["submit", "--wait", "--json", "--", "/bin/echo", "hi"],
+    );
+    let script = json_of(
+        home,
+        &[
+            "submit",
+            "--wait",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "true && echo done",
+        ],
+    );
+    for (value, program) in [(&one, "echo"), (&two, "echo"), (&script, "true")] {
+        assert_eq!(
+            value["task"].as_str(),
+            Some(format!("{program}-{}", id_of(value)).as_str()),
+            "{value}"
+        );
+    }
+    assert_ne!(
+        one["task"], two["task"],
+        "each unnamed submit is its own task"
+    );
+    // The generated name works wherever a task does.
+    let task = one["task"].as_str().expect("task");
+    let logs = tollgate(home, &["logs", task]);
+    assert_eq!(stdout(&logs), "hi\n", "{}", describe(&logs));
+    // The text line names the task and the id.
+    let out = tollgate(home, &["submit", "--", "true"]);
+    let line = stdout(&out);
+    assert!(
+        line.starts_with("task true-") && line.contains("(id "),
+        "{}",
+        describe(&out)
+    );
+}

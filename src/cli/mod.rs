@@ -116,7 +116,9 @@ pub struct InitArgs {
   tollgate submit --task nightly --wait -- ./backup.sh
   tollgate submit --task build --env RUST_LOG=debug --cwd ~/src/app -- cargo build")]
 pub struct SubmitArgs {
-    /// The task this turn belongs to (letters, digits, '.', '_', '-'); a new task if omitted.
+    /// The task this turn belongs to (letters, digits, '.', '_', '-'). If omitted, a new task
+    /// named after the program and the turn's id, e.g. `make-17` (for `sh -c SCRIPT`, the
+    /// script's first word).
     #[arg(long, value_name = "NAME")]
     pub task: Option<String>,
     /// Set the task's strategy, kept for later submits: what a new turn does while the task is

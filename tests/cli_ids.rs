@@ -250,3 +250,82 @@ fn unnamed_submits_get_a_task_named_after_the_program_and_the_id() {
         describe(&out)
     );
 }
+
+#[test]
+fn labels_are_stored_on_the_turn_shown_by_status_and_filtered_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path();
+    let run = |task: &str, labels: &[&str]| {
+        let mut args = vec!["submit", "--task", task, "--wait"];
+        for label in labels {
+            args.extend(["--label", label]);
+        }
+        args.extend(["--", "true"]);
+        let out = tollgate(home, &args);
+        assert!(out.status.success(), "{}", describe(&out));
+    };
+    run("backup", &["nightly", "db", "nightly"]);
+    run("backup", &[]);
+    run("build", &["ci"]);
+    // Older than the 5 recent turns `status` shows by default, still found by the filter.
+    for _ in 0..5 {
+        run("build", &[]);
+    }
+    run("build", &["nightly"]);
+
+    let view = json_of(home, &["status", "backup", "--json"]);
+    assert_eq!(
+        view["tasks"][0]["turns"][0]["labels"],
+        serde_json::json!(["nightly", "db"]),
+        "stored once each, in order: {view}"
+    );
+    assert!(
+        view["tasks"][0]["turns"][1].get("labels").is_none(),
+        "{view}"
+    );
+
+    let text = stdout(&tollgate(home, &["status", "--label", "nightly"]));
+    let rows: Vec<(String, String)> = text
+        .lines()
+        .skip(2)
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split_whitespace().collect();
+            Some((
+                format!("{}:{}", cells.get(1)?, cells.get(2)?),
+                cells.get(3)?.to_string(),
+            ))
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("backup:1".to_string(), "nightly,db".to_string()),
+            ("build:7".to_string(), "nightly".to_string())
+        ],
+        "{text}"
+    );
+    let ci = json_of(home, &["status", "--label", "ci", "--json"]);
+    let tasks = ci["tasks"].as_array().expect("tasks");
+    assert_eq!(tasks.len(), 1, "{ci}");
+    assert_eq!(
+        tasks[0]["turns"][0]["turn"], 1,
+        "an old turn is not hidden: {ci}"
+    );
+
+    // A bad label is refused before anything is queued.
+    let bad = tollgate(
+        home,
+        &["submit", "--task", "x", "--label", "a b", "--", "true"],
+    );
+    assert_eq!(bad.status.code(), Some(2), "{}", describe(&bad));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--label"));
+    let view = json_of(home, &["status", "--json"]);
+    assert!(
+        !view["tasks"]
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .any(|t| t["name"] == "x"),
+        "{view}"
+    );
+}

@@ -75,6 +75,61 @@ fn parse_env(pairs: &[String]) -> Result<BTreeMap<String, String>, CliError> {
     Ok(env)
 }
 
+/// Most labels one turn carries.
+const MAX_LABELS: usize = 16;
+/// Longest label, in characters.
+const MAX_LABEL_CHARS: usize = 64;
+
+/// Checks `--label` values (non-empty, bounded, no spaces or commas: `status` joins them with
+/// commas) and drops repeats, keeping the order given.
+fn parse_labels(labels: Vec<String>) -> Result<Vec<String>, CliError> {
+    let mut kept: Vec<String> = Vec::new();
+    for label in labels {
+        let bad = label.is_empty()
+            || label.chars().count() > MAX_LABEL_CHARS
+            || label
+                .chars()
+                .any(|c| c == ',' || c.is_whitespace() || c.is_control());
+        if bad {
+            return Err(CliError::Usage(format!(
+                "--label {label:?}: expected 1..={MAX_LABEL_CHARS} characters without spaces, \
+                 commas or control characters"
+            )));
+        }
+        if !kept.contains(&label) {
+            kept.push(label);
+        }
+    }
+    if kept.len() > MAX_LABELS {
+        return Err(CliError::Usage(format!(
+            "--label given {} times: a turn carries at most {MAX_LABELS} labels",
+            kept.len()
+        )));
+    }
+    Ok(kept)
+}
+
+/// Keeps only the turns carrying `label` (and the queue rows and works of those turns); a task
+/// left without turns is left out.
+fn only_label(mut view: status_shell::StatusView, label: &str) -> status_shell::StatusView {
+    let mut keys = std::collections::BTreeSet::new();
+    for task in &mut view.tasks {
+        task.turns.retain(|t| t.labels.iter().any(|l| l == label));
+        task.hidden_turns = 0;
+        for turn in &task.turns {
+            keys.insert((task.name.clone(), turn.turn));
+        }
+    }
+    view.tasks.retain(|t| !t.turns.is_empty());
+    view.rows
+        .retain(|r| keys.contains(&(r.task.clone(), r.turn)));
+    view.works
+        .retain(|w| keys.contains(&(w.task.clone(), w.turn)));
+    view.runners
+        .retain(|r| keys.contains(&(r.task.clone(), r.turn)));
+    view
+}
+
 fn resolve_cwd(cwd: Option<PathBuf>) -> Result<PathBuf, CliError> {
     match cwd {
         Some(dir) => {
@@ -106,7 +161,7 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
         argv: args.command,
         cwd: Some(resolve_cwd(args.cwd)?),
         env: parse_env(&args.env)?,
-        labels: Vec::new(),
+        labels: parse_labels(args.labels)?,
     };
     let how = How {
         attach: args.attach,
@@ -275,10 +330,21 @@ fn follow_turn(rt: &Runtime, key: &TurnKey, stream: bool) -> Result<TurnRecord, 
     }
 }
 
+/// The status `args` ask for: one task or all, every turn or the recent ones, one label or all.
+fn view_of(rt: &Runtime, args: &StatusArgs) -> Result<status_shell::StatusView, CliError> {
+    // A label filter looks at turns of every age, so nothing it matches is hidden.
+    let all = args.all || args.label.is_some();
+    let view = status_shell::status_with(rt, args.task.as_deref(), all)?;
+    Ok(match &args.label {
+        Some(label) => only_label(view, label),
+        None => view,
+    })
+}
+
 pub fn status(home: Option<PathBuf>, args: StatusArgs) -> Result<i32, CliError> {
     let rt = open(home)?;
     if args.json {
-        let view = status_shell::status_with(&rt, args.task.as_deref(), args.all)?;
+        let view = view_of(&rt, &args)?;
         let value = serde_json::to_value(&view)
             .map_err(|e| CliError::Environment(format!("cannot render JSON: {e}")))?;
         print_json(&value)?;
@@ -286,7 +352,7 @@ pub fn status(home: Option<PathBuf>, args: StatusArgs) -> Result<i32, CliError> 
     }
     let style = super::status_table::TableStyle::detect();
     if !args.watch {
-        let view = status_shell::status_with(&rt, args.task.as_deref(), args.all)?;
+        let view = view_of(&rt, &args)?;
         print!(
             "{}",
             super::status_table::render(&view, tasks::now_millis(), &style)
@@ -309,7 +375,7 @@ pub fn status(home: Option<PathBuf>, args: StatusArgs) -> Result<i32, CliError> 
     }
     let mut stdout = std::io::stdout();
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        let view = status_shell::status_with(&rt, args.task.as_deref(), args.all)?;
+        let view = view_of(&rt, &args)?;
         let table = super::status_table::render(&view, tasks::now_millis(), &style);
         // Home the cursor and clear the screen, then draw: the table refreshes in place.
         let _ = write!(stdout, "\x1b[H\x1b[2J{table}");

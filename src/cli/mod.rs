@@ -114,7 +114,8 @@ pub struct InitArgs {
 #[command(after_help = "Examples:
   tollgate submit -- make test
   tollgate submit --task nightly --wait -- ./backup.sh
-  tollgate submit --task build --env RUST_LOG=debug --cwd ~/src/app -- cargo build")]
+  tollgate submit --task build --env RUST_LOG=debug --cwd ~/src/app -- cargo build
+  tollgate submit --label nightly --label db -- ./backup.sh")]
 pub struct SubmitArgs {
     /// The task this turn belongs to (letters, digits, '.', '_', '-'). If omitted, a new task
     /// named after the program and the turn's id, e.g. `make-17` (for `sh -c SCRIPT`, the
@@ -141,6 +142,10 @@ pub struct SubmitArgs {
     /// command's environment.
     #[arg(long = "env", value_name = "K=V")]
     pub env: Vec<String>,
+    /// A label for the turn, shown by `status` and matched by `status --label` (repeatable; up
+    /// to 16, each 1..=64 characters without spaces or commas).
+    #[arg(long = "label", value_name = "LABEL")]
+    pub labels: Vec<String>,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -161,6 +166,9 @@ pub struct StatusArgs {
     /// Show every turn of every task (default: the 5 most recent per task).
     #[arg(long)]
     pub all: bool,
+    /// Show only turns carrying this label (`submit --label`), of every age.
+    #[arg(long, value_name = "LABEL")]
+    pub label: Option<String>,
     /// Redraw the table in place every `--interval` until interrupted.
     #[arg(long, conflicts_with = "json")]
     pub watch: bool,

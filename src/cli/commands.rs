@@ -37,7 +37,18 @@ fn print_json(value: &serde_json::Value) -> Result<(), CliError> {
 
 pub fn init(home: Option<PathBuf>, args: InitArgs) -> Result<i32, CliError> {
     let home = Home::resolve(home)?;
-    let config = home.init(args.workers)?;
+    let config = if home.config_path().exists() {
+        // An existing config is edited in place, so the user's comments and layout stay.
+        home.ensure()?;
+        match args.workers {
+            Some(workers) => {
+                crate::config::edit::set_key(&home.config_path(), "workers", &workers.to_string())?
+            }
+            None => home.ensure()?,
+        }
+    } else {
+        home.init(args.workers)?
+    };
     if args.json {
         print_json(&json!({
             "home": home.root(),

@@ -1,6 +1,7 @@
 //! The command line: clap derive, context-rich errors, documented exit codes.
 
 mod commands;
+mod config;
 pub mod docs;
 mod error;
 mod lifecycle;
@@ -91,6 +92,8 @@ pub enum Command {
     /// Check the protocol models exhaustively, or explore one in a browser (reviewers' tools).
     #[cfg(feature = "model-check")]
     Model(model::ModelArgs),
+    /// Show the effective configuration, one key of it, or set a key (comments kept).
+    Config(config::ConfigArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(docs::CompletionsArgs),
     /// Print the manual page (roff), generated from the same definitions as `--help`.
@@ -295,6 +298,12 @@ pub fn missing_separator_hint(kind: clap::error::ErrorKind, args: &[String]) -> 
     ))
 }
 
+/// The home `explicit` names (or the default), for commands that must not create one: a `--home`
+/// or `TOLLGATE_HOME` that does not exist is refused. Placeholder until the refusal lands.
+fn existing_home(explicit: Option<PathBuf>) -> Result<crate::home::Home, CliError> {
+    Ok(crate::home::Home::resolve(explicit)?)
+}
+
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> i32 {
     // Failpoints from `FAILPOINTS` for every subcommand (a detached runner included).
@@ -326,6 +335,7 @@ pub fn main() -> i32 {
         }) => commands::worker_runner(home, &task, turn, &slot_token),
         Command::Worker(WorkerCommand::Wake { at }) => commands::worker_wake(home, at),
         Command::Run(args) => Ok(run::run(args, home.as_deref())),
+        Command::Config(args) => config::config(home, args),
         Command::Completions(args) => Ok(docs::completions(args)),
         Command::Man(args) => Ok(docs::man(args)),
         Command::Sweep(args) => Ok(sweep::run(args, home.as_deref())),

@@ -122,3 +122,45 @@ fn init_with_workers_on_an_existing_config_keeps_its_comments() {
     let again = std::fs::read_to_string(home.join("tollgate.toml")).expect("config");
     assert_eq!(again, after);
 }
+
+#[test]
+fn a_home_that_does_not_exist_is_refused_unless_init_or_create_makes_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let typo = dir.path().join("hoem");
+    for args in [
+        &["status"][..],
+        &["submit", "--", "true"],
+        &["logs", "last"],
+        &["config", "set", "workers", "2"],
+        &["sweep"],
+    ] {
+        let out = tollgate(&typo, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", describe(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("tollgate init --home {}", typo.display())),
+            "{args:?}: the hint names the command that creates it: {err}"
+        );
+        assert!(!typo.exists(), "{args:?} created {}", typo.display());
+    }
+    // The same through TOLLGATE_HOME, which the message names.
+    let out = std::process::Command::new(common::BIN)
+        .arg("status")
+        .env("TOLLGATE_HOME", &typo)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("TOLLGATE_HOME="));
+    assert!(!typo.exists());
+    // Commands that need no home still work.
+    assert!(tollgate(&typo, &["completions", "bash"]).status.success());
+
+    // `--create` opts in; `init` creates it (the helper every test with a fresh path uses).
+    let created = dir.path().join("created");
+    let out = tollgate(&created, &["--create", "submit", "--wait", "--", "true"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(created.join("tollgate.toml").is_file());
+    let home = common::init_home(dir.path(), 1);
+    let out = tollgate(&home, &["status"]);
+    assert!(out.status.success(), "{}", describe(&out));
+}

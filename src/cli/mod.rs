@@ -51,9 +51,15 @@ Quick start:
 #[command(name = "tollgate", version, about, long_about = None, after_help = EXIT_CODES_HELP)]
 pub struct Cli {
     /// State directory (config, queue, task logs). Default: $XDG_STATE_HOME/tollgate, else
-    /// ~/.local/state/tollgate. Created 0700 on first use.
+    /// ~/.local/state/tollgate, created 0700 on first use. A DIR given here (or in
+    /// TOLLGATE_HOME) must exist: `tollgate init` (or `--create`) creates it, so a typo is an
+    /// error instead of a new empty home.
     #[arg(long, global = true, env = "TOLLGATE_HOME", value_name = "DIR")]
     pub home: Option<PathBuf>,
+
+    /// Create the `--home` / TOLLGATE_HOME directory if it does not exist (what `init` does).
+    #[arg(long, global = true)]
+    pub create: bool,
 
     #[command(subcommand)]
     pub command: Command,
@@ -298,10 +304,46 @@ pub fn missing_separator_hint(kind: clap::error::ErrorKind, args: &[String]) -> 
     ))
 }
 
-/// The home `explicit` names (or the default), for commands that must not create one: a `--home`
-/// or `TOLLGATE_HOME` that does not exist is refused. Placeholder until the refusal lands.
+/// The home `explicit` names (or the default). Whether an explicit one exists was checked before
+/// the command ran (see [`refuse_missing_home`]).
 fn existing_home(explicit: Option<PathBuf>) -> Result<crate::home::Home, CliError> {
     Ok(crate::home::Home::resolve(explicit)?)
+}
+
+/// Whether `command` may run on a `--home` that does not exist yet: `init` creates it, the
+/// commands that never touch a home do not care, and `run` keeps no turns there (only the list
+/// of its own processes, for `sweep`), so it creates the directory as before.
+fn may_create_home(command: &Command) -> bool {
+    match command {
+        Command::Init(_)
+        | Command::Completions(_)
+        | Command::Man(_)
+        | Command::Worker(_)
+        | Command::Run(_) => true,
+        #[cfg(feature = "model-check")]
+        Command::Model(_) => true,
+        _ => false,
+    }
+}
+
+/// A `--home` (or TOLLGATE_HOME) that does not exist is most likely a typo: refuse it (exit 2)
+/// with the command that creates it, rather than start an empty home beside the real one. The
+/// default home is still created on first use.
+fn refuse_missing_home(cli: &Cli, from_env: bool) -> Option<String> {
+    let root = cli.home.as_ref()?;
+    if cli.create || may_create_home(&cli.command) || root.exists() {
+        return None;
+    }
+    let named = if from_env {
+        format!("TOLLGATE_HOME={}", root.display())
+    } else {
+        format!("--home {}", root.display())
+    };
+    Some(format!(
+        "{named}: no such directory, so no tollgate home is there (a typo?). Create it with \
+         `tollgate init --home {}` (or add --create), or point at an existing home",
+        root.display()
+    ))
 }
 
 /// Runs the CLI and returns the process exit code.
@@ -309,8 +351,20 @@ pub fn main() -> i32 {
     // Failpoints from `FAILPOINTS` for every subcommand (a detached runner included).
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    use clap::{CommandFactory, FromArgMatches};
+    let cli = match Cli::command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)))
+    {
+        Ok((cli, matches)) => {
+            let from_env =
+                matches.value_source("home") == Some(clap::parser::ValueSource::EnvVariable);
+            if let Some(refusal) = refuse_missing_home(&cli, from_env) {
+                eprintln!("tollgate: {refusal}");
+                return exit::USAGE;
+            }
+            cli
+        }
         Err(error) => return usage_error(error),
     };
     let home = cli.home;

@@ -447,6 +447,12 @@ pub fn logs(home: Option<PathBuf>, args: LogsArgs) -> Result<i32, CliError> {
             args.task
         )));
     }
+    if args.json {
+        if args.follow {
+            follow_turn(&rt, &key, false)?;
+        }
+        return logs_json(&rt, &key);
+    }
     let printed = if args.follow {
         follow_turn(&rt, &key, true)?;
         log_bytes(&rt, &key) > 0
@@ -464,6 +470,60 @@ pub fn logs(home: Option<PathBuf>, args: LogsArgs) -> Result<i32, CliError> {
             );
         }
     }
+    Ok(exit::OK)
+}
+
+/// The most of one stream `logs --json` carries (its tail; the head is counted as dropped).
+const LOGS_JSON_MAX_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The last [`LOGS_JSON_MAX_BYTES`] of `path` as text (invalid UTF-8 replaced), and how many
+/// bytes before them were left out.
+fn log_tail(path: &std::path::Path) -> Result<(String, u64), CliError> {
+    let io = |e: std::io::Error| CliError::Environment(format!("{}: {e}", path.display()));
+    let mut file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((String::new(), 0)),
+        Err(e) => return Err(io(e)),
+    };
+    let len = file.metadata().map_err(io)?.len();
+    let skipped = len.saturating_sub(LOGS_JSON_MAX_BYTES);
+    file.seek(SeekFrom::Start(skipped)).map_err(io)?;
+    let mut buffer = Vec::new();
+    file.take(LOGS_JSON_MAX_BYTES)
+        .read_to_end(&mut buffer)
+        .map_err(io)?;
+    Ok((String::from_utf8_lossy(&buffer).into_owned(), skipped))
+}
+
+/// `logs --json`: the turn and both of its streams in one document.
+fn logs_json(rt: &Runtime, key: &TurnKey) -> Result<i32, CliError> {
+    let turn = tasks::load_turn(&rt.home, key)?.ok_or_else(|| {
+        CliError::Environment(format!(
+            "the record of {key} disappeared from {}",
+            rt.home.turn_file(key).display()
+        ))
+    })?;
+    let queue = rt.store.load()?;
+    let state = tasks::recording_or(
+        &rt.home,
+        key,
+        status_shell::turn_state(&queue, &turn, &rt.liveness),
+    );
+    let (stdout, stdout_skipped) = log_tail(&rt.home.stdout_log(key))?;
+    let (stderr, stderr_skipped) = log_tail(&rt.home.stderr_log(key))?;
+    let note = if stdout.is_empty() && stderr.is_empty() {
+        Some(why_no_output(rt, &turn)?)
+    } else {
+        None
+    };
+    print_json(&json!({
+        "task": key.task, "turn": key.turn, "id": turn.id, "state": state,
+        "outcome": turn.outcome, "exit_code": turn.exit_code, "signal": turn.signal,
+        "error": turn.error,
+        "stdout": stdout, "stderr": stderr,
+        "stdout_skipped_bytes": stdout_skipped, "stderr_skipped_bytes": stderr_skipped,
+        "no_output": note,
+    }))?;
     Ok(exit::OK)
 }
 

@@ -201,6 +201,10 @@ pub struct LogsArgs {
     /// Keep printing output as it is written until the turn ends.
     #[arg(long, short)]
     pub follow: bool,
+    /// Print one JSON document: the turn (task, turn, id, state, outcome, exit code) and its
+    /// `stdout` and `stderr` as text (the last 16 MiB of each; with --follow, once it ended).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -200,7 +200,7 @@ pub fn decide_submit<L: Liveness, S: Store>(
                 liveness: &rt.liveness,
             },
         )?;
-        tasks::settle_turn_id(&rt.home, &key, decision.queue_id)?;
+        tasks::settle_turn_id(&rt.home, &key, turn.id, decision.queue_id)?;
         for old in &decision.superseded {
             tasks::end_unrun(&rt.home, old, TurnOutcome::Superseded, now)?;
         }
@@ -257,7 +257,7 @@ pub fn submit_attached<L: Liveness, S: Store>(
                 tasks::save_turn(&rt.home, &turn)?;
             }
             AttachedEffect::Dropped { .. } => {
-                tasks::settle_turn_id(&rt.home, &turn.key, 0)?;
+                tasks::settle_turn_id(&rt.home, &turn.key, turn.id, 0)?;
                 tasks::end_unrun(&rt.home, &turn.key, TurnOutcome::Dropped, now)?;
             }
         }

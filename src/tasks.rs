@@ -223,11 +223,19 @@ mod name_tests {
     }
 }
 
-/// After the submit step: makes `key`'s record carry the id of its row (`queue_id`, 0 when it got
-/// none), rewriting the record only when that differs from what was predicted. Call under the
-/// queue lock.
-pub fn settle_turn_id(home: &Home, key: &TurnKey, queue_id: u64) -> Result<(), FileError> {
+/// After the submit step: makes `key`'s record, written with the id `recorded`, carry the id of
+/// its row (`queue_id`, 0 when it got none). Reads and rewrites the record only when the two
+/// differ (a dropped turn; a queue whose counter was off). Call under the queue lock.
+pub fn settle_turn_id(
+    home: &Home,
+    key: &TurnKey,
+    recorded: Option<u64>,
+    queue_id: u64,
+) -> Result<(), FileError> {
     let id = (queue_id != 0).then_some(queue_id);
+    if id == recorded {
+        return Ok(());
+    }
     if let Some(mut turn) = load_turn(home, key)? {
         if turn.id != id {
             turn.id = id;

@@ -265,6 +265,18 @@ fn labels_are_stored_on_the_turn_shown_by_status_and_filtered_on() {
         assert!(out.status.success(), "{}", describe(&out));
     };
     run("backup", &["nightly", "db", "nightly"]);
+    let submitted = json_of(
+        home,
+        &[
+            "submit", "--task", "other", "--label", "adhoc", "--json", "--", "true",
+        ],
+    );
+    assert_eq!(
+        submitted["labels"],
+        serde_json::json!(["adhoc"]),
+        "{submitted}"
+    );
+    assert!(tollgate(home, &["wait", "other"]).status.success());
     run("backup", &[]);
     run("build", &["ci"]);
     // Older than the 5 recent turns `status` shows by default, still found by the filter.

@@ -215,6 +215,7 @@ pub(super) fn submit_request(
         }
         return Ok(execution.shell_exit_code());
     }
+    let labels = request.labels.clone();
     let submitted = submit_detached(&rt, me, request)?;
     let key = &submitted.key;
     if let Placement::Dropped { running } = &submitted.placement {
@@ -239,6 +240,7 @@ pub(super) fn submit_request(
             "task": key.task, "turn": key.turn, "id": submitted.queue_id,
             "queue_id": submitted.queue_id,
             "placement": placement, "runner": runner, "strategy": submitted.strategy.to_string(),
+            "labels": labels,
             "superseded": submitted.superseded.iter().map(|k| k.turn).collect::<Vec<_>>(),
         }))?;
     } else if !how.json {

@@ -280,7 +280,7 @@ pub fn missing_separator_hint(kind: clap::error::ErrorKind, args: &[String]) -> 
     }
     let rest = &args[at + 1..];
     // Options of `submit` that take a value in the next argument (`--task NAME`).
-    const WITH_VALUE: [&str; 4] = ["--task", "--strategy", "--cwd", "--env"];
+    const WITH_VALUE: [&str; 5] = ["--task", "--strategy", "--cwd", "--env", "--label"];
     let mut split = rest.len();
     let mut i = 0;
     while i < rest.len() {

@@ -157,6 +157,11 @@ fn exited(status: WaitStatus, cancelled: bool) -> Option<Execution> {
 
 fn wait_for(pid: Pid, attached: bool) -> Execution {
     loop {
+        // A stop asked for before this wait (while the command was being started) set the flag
+        // but cannot interrupt the blocking waitpid below: act on it first.
+        if signals::requested().is_some() {
+            return cancel(pid, attached);
+        }
         match waitpid(pid, None) {
             Ok(status) => {
                 if let Some(done) = exited(status, signals::requested().is_some()) {

@@ -197,6 +197,49 @@ pub fn readable_base(argv: &[String]) -> String {
 }
 
 #[cfg(test)]
+mod id_tests {
+    use super::predicted_turn_id;
+    use crate::protocol::slots::{enqueue, ProcessIdentity, QueueState, TurnKey};
+
+    /// The id a turn is recorded with before its row exists is the one `enqueue` then hands out:
+    /// from a fresh queue, after rows left, and from a document whose counter is behind its rows.
+    #[test]
+    fn the_predicted_id_is_the_one_enqueue_hands_out() {
+        let me = ProcessIdentity {
+            pid: 1,
+            start_time_micros: 1,
+        };
+        let mut state = QueueState::default();
+        for n in 1..=5u32 {
+            let predicted = predicted_turn_id(&state);
+            let got = enqueue(&mut state, &TurnKey::new("a", n), me, 0)
+                .expect("enqueue")
+                .queue_id();
+            assert_eq!(predicted, got, "turn {n}");
+            if n % 2 == 0 {
+                state.entries.remove(0);
+            }
+        }
+        let mut behind = state.clone();
+        behind.next_queue_id = 0;
+        let predicted = predicted_turn_id(&behind);
+        let got = enqueue(&mut behind, &TurnKey::new("b", 1), me, 0)
+            .expect("enqueue")
+            .queue_id();
+        assert_eq!(predicted, got, "a counter behind its rows");
+        let mut empty = QueueState {
+            next_queue_id: 0,
+            ..QueueState::default()
+        };
+        let predicted = predicted_turn_id(&empty);
+        let got = enqueue(&mut empty, &TurnKey::new("c", 1), me, 0)
+            .expect("enqueue")
+            .queue_id();
+        assert_eq!((predicted, got), (1, 1), "ids start at 1");
+    }
+}
+
+#[cfg(test)]
 mod name_tests {
     use super::readable_base;
 

@@ -72,6 +72,7 @@ fn request(argv: &[&str]) -> SubmitRequest {
         argv: argv.iter().map(|s| s.to_string()).collect(),
         cwd: Some(std::env::temp_dir()),
         env: BTreeMap::new(),
+        labels: Vec::new(),
     }
 }
 

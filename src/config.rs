@@ -3,10 +3,11 @@
 //!
 //! The schema is this module and its children: [`serve`] (`[serve]`, `[[route]]`), [`conn`] (the
 //! `[serve]` keys of connections and the log) and [`limits`] (bounds shared with the turn records).
-//! They import nothing of `serve`, `tasks` or `home`, so `home` → `config` → `config::serve` →
+//! [`edit`] changes one key of the file in place (comments kept). They import nothing of `serve`, `tasks` or `home`, so `home` → `config` → `config::serve` →
 //! `config::conn` is a DAG; `serve` reads these types (re-exported as `serve::config`).
 
 pub mod conn;
+pub mod edit;
 pub mod limits;
 pub mod serve;
 

@@ -72,6 +72,12 @@ pub struct TaskView {
 #[derive(Debug, Serialize)]
 pub struct TurnView {
     pub turn: u32,
+    /// The turn's short id (see [`TurnRecord::id`]); absent for a turn that has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
+    /// Labels given at submit (`--label`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
     /// parked, waiting, starting, running, recording (the command ended; its result waits for disk
     /// space), orphaned (dispatched, but its runner and dispatcher are dead: reconcile repairs it),
     /// completed, failed, cancelled, unstartable, dropped, superseded, unqueued.
@@ -215,6 +221,8 @@ pub fn status_with<L: Liveness>(
             if let Some(turn) = tasks::load_turn(&rt.home, &TurnKey::new(name.clone(), n))? {
                 turns.push(TurnView {
                     turn: n,
+                    id: turn.id,
+                    labels: turn.labels.clone(),
                     state: tasks::recording_or(
                         &rt.home,
                         &turn.key,

@@ -26,17 +26,25 @@ pub struct SubmitRequest {
     pub argv: Vec<String>,
     pub cwd: Option<PathBuf>,
     pub env: BTreeMap<String, String>,
+    /// Labels recorded on the turn (`submit --label`).
+    pub labels: Vec<String>,
 }
 
 impl SubmitRequest {
-    /// Writes the turn's record (and the task's strategy, when set) under the queue lock.
+    /// Writes the turn's record (and the task's strategy, when set) under the queue lock, with
+    /// the short id its row will get (`state` is the queue before the submit step).
     fn create_turn(
         &self,
         home: &crate::home::Home,
         task: &str,
         attached: bool,
         now_millis: u64,
+        state: &crate::protocol::slots::QueueState,
     ) -> Result<(tasks::TurnRecord, Strategy), crate::fsutil::FileError> {
+        let meta = tasks::TurnMeta {
+            id: Some(tasks::predicted_turn_id(state)),
+            labels: self.labels.clone(),
+        };
         tasks::create_turn_with(
             home,
             task,
@@ -46,6 +54,7 @@ impl SubmitRequest {
             self.env.clone(),
             attached,
             now_millis,
+            meta,
         )
     }
 }
@@ -84,9 +93,13 @@ pub fn fresh_task_name() -> String {
     format!("t-{}", &hex[hex.len() - 12..])
 }
 
-fn check_request(request: &SubmitRequest) -> Result<String, DispatchError> {
-    let task = request.task.clone().unwrap_or_else(fresh_task_name);
-    validate_task_name(&task)?;
+/// Checks a request before the lock; returns its task name, `None` when the turn gets a fresh
+/// task (named under the lock by [`tasks::fresh_task_for`]).
+fn check_request(request: &SubmitRequest) -> Result<Option<String>, DispatchError> {
+    let task = request.task.clone();
+    if let Some(task) = &task {
+        validate_task_name(task)?;
+    }
     if request.argv.is_empty() {
         return Err(DispatchError::io(
             "submit",
@@ -167,7 +180,8 @@ pub fn decide_submit<L: Liveness, S: Store>(
     let cap = rt.cap();
     rt.store.transact(|state| {
         let now = rt.spawner.now_millis();
-        let (turn, strategy) = request.create_turn(&rt.home, &task, false, now)?;
+        let task = tasks::fresh_task_for(&rt.home, task.as_deref(), &request.argv, state)?;
+        let (turn, strategy) = request.create_turn(&rt.home, &task, false, now, state)?;
         if let Some(prepare) = prepare.take() {
             let mut turn = turn.clone();
             prepare(&rt.home, &mut turn)?;
@@ -186,6 +200,7 @@ pub fn decide_submit<L: Liveness, S: Store>(
                 liveness: &rt.liveness,
             },
         )?;
+        tasks::settle_turn_id(&rt.home, &key, turn.id, decision.queue_id)?;
         for old in &decision.superseded {
             tasks::end_unrun(&rt.home, old, TurnOutcome::Superseded, now)?;
         }
@@ -221,7 +236,8 @@ pub fn submit_attached<L: Liveness, S: Store>(
         .map_err(|e| DispatchError::io("installing signal handlers", e.into()))?;
     let (turn, effect) = rt.store.transact(|state| {
         let now = rt.spawner.now_millis();
-        let (mut turn, strategy) = request.create_turn(&rt.home, &task, true, now)?;
+        let task = tasks::fresh_task_for(&rt.home, task.as_deref(), &request.argv, state)?;
+        let (mut turn, strategy) = request.create_turn(&rt.home, &task, true, now, state)?;
         let effect = steps::attached_start(
             state,
             AttachedInput {
@@ -235,11 +251,13 @@ pub fn submit_attached<L: Liveness, S: Store>(
         )?;
         match &effect {
             AttachedEffect::Run { .. } => {
+                turn.id = state.row(&turn.key).map(|r| r.queue_id);
                 turn.started_at_millis = Some(now);
                 turn.runner = Some(me);
                 tasks::save_turn(&rt.home, &turn)?;
             }
             AttachedEffect::Dropped { .. } => {
+                tasks::settle_turn_id(&rt.home, &turn.key, turn.id, 0)?;
                 tasks::end_unrun(&rt.home, &turn.key, TurnOutcome::Dropped, now)?;
             }
         }

@@ -97,6 +97,195 @@ pub struct TurnRecord {
     /// The webhook delivery this turn serves (`tollgate serve`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<DeliveryMeta>,
+    /// The turn's short id (`tollgate logs 17`): the `queue_id` of the row it got when it was
+    /// submitted, so unique in the home and never reused. `None` for a turn that never got a row
+    /// (dropped at submit) and for records written before ids existed; those are named `TASK:N`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
+    /// Free-form labels given at submit (`--label`), in the order given, without duplicates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
+}
+
+/// What a new turn's record carries besides its command: its short id and labels.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TurnMeta {
+    /// The short id the turn is given (see [`TurnRecord::id`]).
+    pub id: Option<u64>,
+    pub labels: Vec<String>,
+}
+
+/// The `queue_id` the next enqueue hands out (the same rule as the core's `enqueue`): the short id
+/// a new turn is recorded with before its row exists. [`settle_turn_id`] corrects the record if
+/// the row got another id, or none.
+pub fn predicted_turn_id(state: &crate::protocol::slots::QueueState) -> u64 {
+    let floor = state
+        .entries
+        .last()
+        .map_or(0, |e| e.queue_id.saturating_add(1));
+    state.next_queue_id.max(floor).max(1)
+}
+
+/// Longest program part of a generated task name (the id suffix comes on top).
+const GENERATED_NAME_BASE_BYTES: usize = 32;
+/// Numbered variants tried when a generated name is taken (only after the queue's id counter
+/// started again); then the name falls back to random hex.
+const GENERATED_NAME_TRIES: u32 = 100;
+
+/// The task a new turn belongs to: `given` if the user named one, else a fresh, readable name from
+/// the command: the program's basename (for `sh -c SCRIPT`, the script's first word) and the short
+/// id the turn gets, e.g. `make-17`. Always a valid name, never all digits (so never read as an
+/// id) and never an existing task. Call under the queue lock (`state` is the queue).
+pub fn fresh_task_for(
+    home: &Home,
+    given: Option<&str>,
+    argv: &[String],
+    state: &crate::protocol::slots::QueueState,
+) -> Result<String, FileError> {
+    if let Some(task) = given {
+        return Ok(task.to_string());
+    }
+    let base = readable_base(argv);
+    let id = predicted_turn_id(state);
+    let free = |name: &str| !home.task_dir(name).exists();
+    let first = format!("{base}-{id}");
+    if free(&first) {
+        return Ok(first);
+    }
+    for n in 2..=GENERATED_NAME_TRIES {
+        let name = format!("{first}-{n}");
+        if free(&name) {
+            return Ok(name);
+        }
+    }
+    Ok(crate::submit::fresh_task_name())
+}
+
+/// The program part of a generated task name: letters, digits, '.', '_' and '-' of the program's
+/// basename (or of a shell script's first word), at most [`GENERATED_NAME_BASE_BYTES`], `t` if
+/// nothing is left.
+pub fn readable_base(argv: &[String]) -> String {
+    let program = argv.first().map(String::as_str).unwrap_or("");
+    let basename = |word: &str| word.rsplit('/').next().unwrap_or("").to_string();
+    let mut word = basename(program);
+    let shells = ["sh", "bash", "dash", "zsh", "ksh", "fish"];
+    if shells.contains(&word.as_str()) && argv.get(1).map(String::as_str) == Some("-c") {
+        if let Some(first) = argv.get(2).and_then(|s| s.split_whitespace().next()) {
+            word = basename(first);
+        }
+    }
+    let cleaned: String = word
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let trimmed = cleaned.trim_start_matches(['.', '-']);
+    let mut base: String = trimmed.chars().take(GENERATED_NAME_BASE_BYTES).collect();
+    while base.ends_with('-') {
+        base.pop();
+    }
+    if base.is_empty() {
+        "t".to_string()
+    } else {
+        base
+    }
+}
+
+#[cfg(test)]
+mod id_tests {
+    use super::predicted_turn_id;
+    use crate::protocol::slots::{enqueue, ProcessIdentity, QueueState, TurnKey};
+
+    /// The id a turn is recorded with before its row exists is the one `enqueue` then hands out:
+    /// from a fresh queue, after rows left, and from a document whose counter is behind its rows.
+    #[test]
+    fn the_predicted_id_is_the_one_enqueue_hands_out() {
+        let me = ProcessIdentity {
+            pid: 1,
+            start_time_micros: 1,
+        };
+        let mut state = QueueState::default();
+        for n in 1..=5u32 {
+            let predicted = predicted_turn_id(&state);
+            let got = enqueue(&mut state, &TurnKey::new("a", n), me, 0)
+                .expect("enqueue")
+                .queue_id();
+            assert_eq!(predicted, got, "turn {n}");
+            if n % 2 == 0 {
+                state.entries.remove(0);
+            }
+        }
+        let mut behind = state.clone();
+        behind.next_queue_id = 0;
+        let predicted = predicted_turn_id(&behind);
+        let got = enqueue(&mut behind, &TurnKey::new("b", 1), me, 0)
+            .expect("enqueue")
+            .queue_id();
+        assert_eq!(predicted, got, "a counter behind its rows");
+        let mut empty = QueueState {
+            next_queue_id: 0,
+            ..QueueState::default()
+        };
+        let predicted = predicted_turn_id(&empty);
+        let got = enqueue(&mut empty, &TurnKey::new("c", 1), me, 0)
+            .expect("enqueue")
+            .queue_id();
+        assert_eq!((predicted, got), (1, 1), "ids start at 1");
+    }
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::readable_base;
+
+    fn base(argv: &[&str]) -> String {
+        readable_base(&argv.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn generated_names_come_from_the_program_and_stay_valid() {
+        assert_eq!(base(&["/usr/bin/make", "test"]), "make");
+        assert_eq!(base(&["sh", "-c", "./backup.sh --all; echo"]), "backup.sh");
+        assert_eq!(base(&["bash", "-c", ""]), "bash");
+        assert_eq!(base(&["./.hidden"]), "hidden");
+        assert_eq!(base(&["wéird prog"]), "w-ird-prog");
+        assert_eq!(base(&["///"]), "t");
+        assert_eq!(base(&[&"x".repeat(100)]).len(), 32);
+        for argv in [&["..."][..], &["-"], &["a b"], &["/usr/bin/python3.12"]] {
+            let name = format!("{}-17", base(argv));
+            assert!(
+                crate::protocol::slots::validate_task_name(&name).is_ok(),
+                "{name}"
+            );
+        }
+    }
+}
+
+/// After the submit step: makes `key`'s record, written with the id `recorded`, carry the id of
+/// its row (`queue_id`, 0 when it got none). Reads and rewrites the record only when the two
+/// differ (a dropped turn; a queue whose counter was off). Call under the queue lock.
+pub fn settle_turn_id(
+    home: &Home,
+    key: &TurnKey,
+    recorded: Option<u64>,
+    queue_id: u64,
+) -> Result<(), FileError> {
+    let id = (queue_id != 0).then_some(queue_id);
+    if id == recorded {
+        return Ok(());
+    }
+    if let Some(mut turn) = load_turn(home, key)? {
+        if turn.id != id {
+            turn.id = id;
+            save_turn(home, &turn)?;
+        }
+    }
+    Ok(())
 }
 
 /// Which delivery a turn serves: what a restarted `serve` needs to re-adopt it.
@@ -249,7 +438,18 @@ pub fn create_turn(
     attached: bool,
     now_millis: u64,
 ) -> Result<TurnRecord, FileError> {
-    create_turn_with(home, task, None, argv, cwd, env, attached, now_millis).map(|(turn, _)| turn)
+    create_turn_with(
+        home,
+        task,
+        None,
+        argv,
+        cwd,
+        env,
+        attached,
+        now_millis,
+        TurnMeta::default(),
+    )
+    .map(|(turn, _)| turn)
 }
 
 /// [`create_turn`], also setting the task's strategy when `strategy` is given; returns the
@@ -264,6 +464,7 @@ pub fn create_turn_with(
     env: BTreeMap<String, String>,
     attached: bool,
     now_millis: u64,
+    meta: TurnMeta,
 ) -> Result<(TurnRecord, Strategy), FileError> {
     fsutil::create_private_dir(&home.task_dir(task))?;
     let mut record = load_task(home, task)?.unwrap_or(TaskRecord {
@@ -294,6 +495,8 @@ pub fn create_turn_with(
         outcome: None,
         error: None,
         delivery: None,
+        id: meta.id,
+        labels: meta.labels,
     };
     // The task's counter first: a crash between the two writes then skips a turn number instead
     // of leaving a turn record its task does not list.

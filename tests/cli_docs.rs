@@ -125,6 +125,14 @@ fn a_command_without_the_separator_gets_a_hint_with_the_corrected_line() {
         stderr.contains("tollgate submit --task build --wait -- echo hi"),
         "the hint shows where `--` goes: {stderr}"
     );
+    // An option that takes a value (`--label L`) is kept on the options' side of `--`.
+    let labelled = tollgate(home.path(), &["submit", "--label", "nightly", "echo", "hi"]);
+    assert!(
+        String::from_utf8_lossy(&labelled.stderr)
+            .contains("tollgate submit --label nightly -- echo hi"),
+        "{}",
+        describe(&labelled)
+    );
     // Nothing was queued: a usage error changes nothing.
     assert!(!home.path().join("tasks").join("build").exists());
     // With the separator no hint is given (the command is fine as typed).

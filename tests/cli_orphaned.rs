@@ -67,7 +67,7 @@ fn a_dead_runner_is_shown_orphaned_and_follow_ends_with_a_reason() {
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(
         text.lines()
-            .any(|l| l.starts_with("victim") && l.contains("orphaned")),
+            .any(|l| l.split_whitespace().nth(1) == Some("victim") && l.contains("orphaned")),
         "{text}"
     );
     assert!(text.contains("`tollgate reconcile` repairs them"), "{text}");

@@ -10,6 +10,11 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+/// The TASK cell of a table row (the second column, after the short id).
+fn task_of(line: &str) -> Option<&str> {
+    line.split_whitespace().nth(1)
+}
+
 fn submit_wait(home: &std::path::Path, task: &str, cmd: &[&str]) {
     let mut args = vec!["submit", "--task", task, "--wait", "--"];
     args.extend_from_slice(cmd);
@@ -33,12 +38,14 @@ fn status_is_one_table_in_natural_order_with_a_footer_for_hidden_turns() {
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let lines: Vec<&str> = text.lines().collect();
     assert!(
-        lines[1].starts_with("TASK") && lines[1].contains("STATE") && lines[1].contains("EXIT"),
+        lines[1].split_whitespace().take(5).collect::<Vec<_>>()
+            == ["ID", "TASK", "TURN", "LABEL", "STATE"]
+            && lines[1].contains("EXIT"),
         "a header row: {text}"
     );
     let tasks: Vec<&str> = lines[2..]
         .iter()
-        .filter_map(|l| l.split_whitespace().next())
+        .filter_map(|l| l.split_whitespace().nth(1))
         .filter(|w| w.starts_with("job") || *w == "many")
         .collect();
     let mut dedup = tasks.clone();
@@ -50,7 +57,7 @@ fn status_is_one_table_in_natural_order_with_a_footer_for_hidden_turns() {
     );
     assert!(
         text.lines()
-            .any(|l| l.starts_with("job2") && l.contains("failed") && l.contains(" 3 ")),
+            .any(|l| task_of(l) == Some("job2") && l.contains("failed") && l.contains(" 3 ")),
         "failed turn with its exit code: {text}"
     );
     assert!(
@@ -69,7 +76,10 @@ fn status_is_one_table_in_natural_order_with_a_footer_for_hidden_turns() {
     let all = tollgate(home, &["status", "--all"]);
     let all_text = String::from_utf8_lossy(&all.stdout);
     assert_eq!(
-        all_text.lines().filter(|l| l.starts_with("many ")).count(),
+        all_text
+            .lines()
+            .filter(|l| task_of(l) == Some("many"))
+            .count(),
         7,
         "{all_text}"
     );

@@ -356,6 +356,8 @@ fn valid_turn() -> impl Strategy<Value = TurnRecord> {
                         }))
                         .expect("a delivery record")
                     }),
+                    id: None,
+                    labels: Vec::new(),
                 }
             },
         )

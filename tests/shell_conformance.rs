@@ -489,6 +489,7 @@ impl Walk {
                     argv: vec!["true".to_string()],
                     cwd: None,
                     env: BTreeMap::new(),
+                    labels: Vec::new(),
                 };
                 let outcome = submit_detached(&self.rt, me, request).map(|s| s.placement);
                 // The submitter exits once its command returns.

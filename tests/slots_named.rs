@@ -468,6 +468,7 @@ fn submit_completes_handoff_after_bind_records_the_child() {
         argv: vec!["true".into()],
         cwd: None,
         env: BTreeMap::new(),
+        labels: Vec::new(),
     };
     let submitted = submit_detached(&rt, me, request).unwrap();
     let Placement::Started(Handoff::Completed { child }) = submitted.placement else {
@@ -494,6 +495,7 @@ fn submit_completes_handoff_after_bind_records_the_child() {
         argv: vec!["true".into()],
         cwd: None,
         env: BTreeMap::new(),
+        labels: Vec::new(),
     };
     assert_eq!(
         submit_detached(&rt, me, second).unwrap().placement,

@@ -37,7 +37,18 @@ fn print_json(value: &serde_json::Value) -> Result<(), CliError> {
 
 pub fn init(home: Option<PathBuf>, args: InitArgs) -> Result<i32, CliError> {
     let home = Home::resolve(home)?;
-    let config = home.init(args.workers)?;
+    let config = if home.config_path().exists() {
+        // An existing config is edited in place, so the user's comments and layout stay.
+        home.ensure()?;
+        match args.workers {
+            Some(workers) => {
+                crate::config::edit::set_key(&home.config_path(), "workers", &workers.to_string())?
+            }
+            None => home.ensure()?,
+        }
+    } else {
+        home.init(args.workers)?
+    };
     if args.json {
         print_json(&json!({
             "home": home.root(),
@@ -75,6 +86,61 @@ fn parse_env(pairs: &[String]) -> Result<BTreeMap<String, String>, CliError> {
     Ok(env)
 }
 
+/// Most labels one turn carries.
+const MAX_LABELS: usize = 16;
+/// Longest label, in characters.
+const MAX_LABEL_CHARS: usize = 64;
+
+/// Checks `--label` values (non-empty, bounded, no spaces or commas: `status` joins them with
+/// commas) and drops repeats, keeping the order given.
+fn parse_labels(labels: Vec<String>) -> Result<Vec<String>, CliError> {
+    let mut kept: Vec<String> = Vec::new();
+    for label in labels {
+        let bad = label.is_empty()
+            || label.chars().count() > MAX_LABEL_CHARS
+            || label
+                .chars()
+                .any(|c| c == ',' || c.is_whitespace() || c.is_control());
+        if bad {
+            return Err(CliError::Usage(format!(
+                "--label {label:?}: expected 1..={MAX_LABEL_CHARS} characters without spaces, \
+                 commas or control characters"
+            )));
+        }
+        if !kept.contains(&label) {
+            kept.push(label);
+        }
+    }
+    if kept.len() > MAX_LABELS {
+        return Err(CliError::Usage(format!(
+            "--label given {} times: a turn carries at most {MAX_LABELS} labels",
+            kept.len()
+        )));
+    }
+    Ok(kept)
+}
+
+/// Keeps only the turns carrying `label` (and the queue rows and works of those turns); a task
+/// left without turns is left out.
+fn only_label(mut view: status_shell::StatusView, label: &str) -> status_shell::StatusView {
+    let mut keys = std::collections::BTreeSet::new();
+    for task in &mut view.tasks {
+        task.turns.retain(|t| t.labels.iter().any(|l| l == label));
+        task.hidden_turns = 0;
+        for turn in &task.turns {
+            keys.insert((task.name.clone(), turn.turn));
+        }
+    }
+    view.tasks.retain(|t| !t.turns.is_empty());
+    view.rows
+        .retain(|r| keys.contains(&(r.task.clone(), r.turn)));
+    view.works
+        .retain(|w| keys.contains(&(w.task.clone(), w.turn)));
+    view.runners
+        .retain(|r| keys.contains(&(r.task.clone(), r.turn)));
+    view
+}
+
 fn resolve_cwd(cwd: Option<PathBuf>) -> Result<PathBuf, CliError> {
     match cwd {
         Some(dir) => {
@@ -106,6 +172,7 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
         argv: args.command,
         cwd: Some(resolve_cwd(args.cwd)?),
         env: parse_env(&args.env)?,
+        labels: parse_labels(args.labels)?,
     };
     let how = How {
         attach: args.attach,
@@ -137,8 +204,9 @@ pub(super) fn submit_request(
             Attached::Dropped { key, running } => return dropped(&key, &running, how.json),
         };
         if how.json {
+            let id = tasks::load_turn(&rt.home, &key)?.and_then(|t| t.id);
             print_json(&json!({
-                "task": key.task, "turn": key.turn, "placement": "attached",
+                "task": key.task, "turn": key.turn, "id": id, "placement": "attached",
                 "outcome": execution.outcome, "exit_code": execution.exit_code,
                 "signal": execution.signal, "error": execution.error,
             }))?;
@@ -147,6 +215,7 @@ pub(super) fn submit_request(
         }
         return Ok(execution.shell_exit_code());
     }
+    let labels = request.labels.clone();
     let submitted = submit_detached(&rt, me, request)?;
     crate::runner::repair::after_section(&rt, me);
     let key = &submitted.key;
@@ -169,27 +238,28 @@ pub(super) fn submit_request(
     };
     if how.json && !how.wait {
         print_json(&json!({
-            "task": key.task, "turn": key.turn, "queue_id": submitted.queue_id,
+            "task": key.task, "turn": key.turn, "id": submitted.queue_id,
+            "queue_id": submitted.queue_id,
             "placement": placement, "runner": runner, "strategy": submitted.strategy.to_string(),
+            "labels": labels,
             "superseded": submitted.superseded.iter().map(|k| k.turn).collect::<Vec<_>>(),
         }))?;
     } else if !how.json {
+        // The short id is what later commands take (`tollgate logs 17`).
+        let named = format!(
+            "task {} turn {} (id {})",
+            key.task, key.turn, submitted.queue_id
+        );
         let line = match runner {
-            Some(runner) => format!(
-                "task {} turn {} started (runner pid {})",
-                key.task, key.turn, runner.pid
-            ),
+            Some(runner) => format!("{named} started (runner pid {})", runner.pid),
             None if placement == "parked" => format!(
-                "task {} turn {} parked: all {} worker slot(s) are busy; it starts when one frees",
-                key.task,
-                key.turn,
+                "{named} parked: all {} worker slot(s) are busy; it starts when one frees",
                 rt.cap()
             ),
-            None if placement == "waiting" => format!(
-                "task {} turn {} waits its turn (strategy {})",
-                key.task, key.turn, submitted.strategy
-            ),
-            None => format!("task {} turn {} is {placement}", key.task, key.turn),
+            None if placement == "waiting" => {
+                format!("{named} waits its turn (strategy {})", submitted.strategy)
+            }
+            None => format!("{named} is {placement}"),
         };
         // With --wait, stdout carries the turn's own output; our line goes to stderr.
         if how.wait {
@@ -210,7 +280,8 @@ pub(super) fn submit_request(
     }
     if how.json {
         print_json(&json!({
-            "task": key.task, "turn": key.turn, "queue_id": submitted.queue_id,
+            "task": key.task, "turn": key.turn, "id": submitted.queue_id,
+            "queue_id": submitted.queue_id,
             "placement": placement, "runner": runner, "outcome": turn.outcome,
             "exit_code": turn.exit_code, "signal": turn.signal,
         }))?;
@@ -273,10 +344,21 @@ fn follow_turn(rt: &Runtime, key: &TurnKey, stream: bool) -> Result<TurnRecord, 
     }
 }
 
+/// The status `args` ask for: one task or all, every turn or the recent ones, one label or all.
+fn view_of(rt: &Runtime, args: &StatusArgs) -> Result<status_shell::StatusView, CliError> {
+    // A label filter looks at turns of every age, so nothing it matches is hidden.
+    let all = args.all || args.label.is_some();
+    let view = status_shell::status_with(rt, args.task.as_deref(), all)?;
+    Ok(match &args.label {
+        Some(label) => only_label(view, label),
+        None => view,
+    })
+}
+
 pub fn status(home: Option<PathBuf>, args: StatusArgs) -> Result<i32, CliError> {
     let rt = open(home)?;
     if args.json {
-        let view = status_shell::status_with(&rt, args.task.as_deref(), args.all)?;
+        let view = view_of(&rt, &args)?;
         let value = serde_json::to_value(&view)
             .map_err(|e| CliError::Environment(format!("cannot render JSON: {e}")))?;
         print_json(&value)?;
@@ -285,7 +367,7 @@ pub fn status(home: Option<PathBuf>, args: StatusArgs) -> Result<i32, CliError> 
     }
     let style = super::status_table::TableStyle::detect();
     if !args.watch {
-        let view = status_shell::status_with(&rt, args.task.as_deref(), args.all)?;
+        let view = view_of(&rt, &args)?;
         print!(
             "{}",
             super::status_table::render(&view, tasks::now_millis(), &style)
@@ -309,7 +391,7 @@ pub fn status(home: Option<PathBuf>, args: StatusArgs) -> Result<i32, CliError> 
     }
     let mut stdout = std::io::stdout();
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        let view = status_shell::status_with(&rt, args.task.as_deref(), args.all)?;
+        let view = view_of(&rt, &args)?;
         let table = super::status_table::render(&view, tasks::now_millis(), &style);
         // Home the cursor and clear the screen, then draw: the table refreshes in place.
         let _ = write!(stdout, "\x1b[H\x1b[2J{table}");
@@ -370,6 +452,12 @@ pub fn logs(home: Option<PathBuf>, args: LogsArgs) -> Result<i32, CliError> {
             args.task
         )));
     }
+    if args.json {
+        if args.follow {
+            follow_turn(&rt, &key, false)?;
+        }
+        return logs_json(&rt, &key);
+    }
     let printed = if args.follow {
         follow_turn(&rt, &key, true)?;
         log_bytes(&rt, &key) > 0
@@ -387,6 +475,60 @@ pub fn logs(home: Option<PathBuf>, args: LogsArgs) -> Result<i32, CliError> {
             );
         }
     }
+    Ok(exit::OK)
+}
+
+/// The most of one stream `logs --json` carries (its tail; the head is counted as dropped).
+const LOGS_JSON_MAX_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The last [`LOGS_JSON_MAX_BYTES`] of `path` as text (invalid UTF-8 replaced), and how many
+/// bytes before them were left out.
+fn log_tail(path: &std::path::Path) -> Result<(String, u64), CliError> {
+    let io = |e: std::io::Error| CliError::Environment(format!("{}: {e}", path.display()));
+    let mut file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((String::new(), 0)),
+        Err(e) => return Err(io(e)),
+    };
+    let len = file.metadata().map_err(io)?.len();
+    let skipped = len.saturating_sub(LOGS_JSON_MAX_BYTES);
+    file.seek(SeekFrom::Start(skipped)).map_err(io)?;
+    let mut buffer = Vec::new();
+    file.take(LOGS_JSON_MAX_BYTES)
+        .read_to_end(&mut buffer)
+        .map_err(io)?;
+    Ok((String::from_utf8_lossy(&buffer).into_owned(), skipped))
+}
+
+/// `logs --json`: the turn and both of its streams in one document.
+fn logs_json(rt: &Runtime, key: &TurnKey) -> Result<i32, CliError> {
+    let turn = tasks::load_turn(&rt.home, key)?.ok_or_else(|| {
+        CliError::Environment(format!(
+            "the record of {key} disappeared from {}",
+            rt.home.turn_file(key).display()
+        ))
+    })?;
+    let queue = rt.store.load()?;
+    let state = tasks::recording_or(
+        &rt.home,
+        key,
+        status_shell::turn_state(&queue, &turn, &rt.liveness),
+    );
+    let (stdout, stdout_skipped) = log_tail(&rt.home.stdout_log(key))?;
+    let (stderr, stderr_skipped) = log_tail(&rt.home.stderr_log(key))?;
+    let note = if stdout.is_empty() && stderr.is_empty() {
+        Some(why_no_output(rt, &turn)?)
+    } else {
+        None
+    };
+    print_json(&json!({
+        "task": key.task, "turn": key.turn, "id": turn.id, "state": state,
+        "outcome": turn.outcome, "exit_code": turn.exit_code, "signal": turn.signal,
+        "error": turn.error,
+        "stdout": stdout, "stderr": stderr,
+        "stdout_skipped_bytes": stdout_skipped, "stderr_skipped_bytes": stderr_skipped,
+        "no_output": note,
+    }))?;
     Ok(exit::OK)
 }
 
@@ -425,24 +567,30 @@ fn why_no_output(rt: &Runtime, turn: &TurnRecord) -> Result<String, CliError> {
 
 pub fn cancel(home: Option<PathBuf>, args: CancelArgs) -> Result<i32, CliError> {
     let rt = open(home)?;
-    let report = match args.turn {
-        None => cancel_shell::cancel(&rt, &args.task)?,
-        Some(turn) => {
-            let key = TurnKey::new(args.task.clone(), turn);
-            if tasks::load_task(&rt.home, &args.task)?.is_some()
+    // With `--turn`, the argument is a task's name as given (a numeric task name included).
+    let target = match args.turn {
+        Some(turn) => super::turnref::Target::Turn(TurnKey::new(args.task.clone(), turn)),
+        None => super::turnref::target(&rt, &args.task)?,
+    };
+    let (report, task) = match target {
+        super::turnref::Target::Task(task) => (cancel_shell::cancel(&rt, &task)?, task),
+        super::turnref::Target::Turn(key) if args.turn.is_some() => {
+            if tasks::load_task(&rt.home, &key.task)?.is_some()
                 && tasks::load_turn(&rt.home, &key)?.is_none()
             {
                 return Err(CliError::Usage(format!(
-                    "--turn {turn}: task {} has no turn {turn} (`tollgate status {}` lists its turns)",
-                    args.task, args.task
+                    "--turn {turn}: task {task} has no turn {turn} (`tollgate status {task}` lists its turns)",
+                    turn = key.turn,
+                    task = key.task
                 )));
             }
-            cancel_shell::cancel_one_turn(&rt, &key)?
+            (cancel_shell::cancel_one_turn(&rt, &key)?, key.task)
         }
+        super::turnref::Target::Turn(key) => (cancel_shell::cancel_turn(&rt, &key)?, key.task),
     };
     if args.json {
         print_json(&json!({
-            "task": args.task,
+            "task": task,
             "cancelled": report.removed.iter().map(|k| k.turn).collect::<Vec<_>>(),
             "signalled": report.signalled.iter().map(|(k, id)| json!({"turn": k.turn, "pid": id.pid})).collect::<Vec<_>>(),
         }))?;
@@ -454,7 +602,7 @@ pub fn cancel(home: Option<PathBuf>, args: CancelArgs) -> Result<i32, CliError> 
             println!("{key}: asked its runner (pid {}) to stop", identity.pid);
         }
         if report.removed.is_empty() && report.signalled.is_empty() {
-            println!("task {}: nothing queued or running", args.task);
+            println!("{}: nothing queued or running", args.task);
         }
     }
     crate::runner::repair::after_section(&rt, me()?);

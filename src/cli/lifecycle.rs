@@ -14,13 +14,15 @@ use std::time::Duration;
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "TURN is TASK (its latest turn), TASK:N (turn N) or `last` (the turn \
+    after_help = "TURN is ID (a turn's short id, as `submit` and `status` show it), TASK (its \
+latest turn), TASK:N (turn N), TASK:last (for a task named with digits) or `last` (the turn \
 submitted last in the home).
 
 Exit code: with one TURN, its own exit code (128+signal if a signal ended it; 1 if it never ran: \
 cancelled, dropped, superseded; 127 if it could not start); with several, the highest of theirs.
 
 Examples:
+  tollgate wait 17               the turn whose id is 17
   tollgate wait build            the latest turn of task build
   tollgate wait build:3 deploy   turn 3 of build and the latest of deploy
   tollgate wait last"
@@ -36,7 +38,7 @@ pub struct WaitArgs {
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "TURN is TASK (its latest turn), TASK:N or `last`. The new turn belongs to \
+    after_help = "TURN is ID, TASK (its latest turn), TASK:N, TASK:last or `last`. The new turn belongs to \
 the same task and runs the same command in the same directory with the same environment; the \
 old turn is kept as it is."
 )]
@@ -168,6 +170,7 @@ pub fn restart(home: Option<PathBuf>, args: RestartArgs) -> Result<i32, CliError
         argv: old.argv,
         cwd: old.cwd,
         env: old.env,
+        labels: old.labels,
     };
     submit_request(
         home,

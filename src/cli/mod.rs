@@ -1,6 +1,7 @@
 //! The command line: clap derive, context-rich errors, documented exit codes.
 
 mod commands;
+mod config;
 pub mod docs;
 mod error;
 mod lifecycle;
@@ -44,15 +45,21 @@ Exit codes:
 Quick start:
   tollgate submit -- echo hello      run a command on a detached runner (home created on first use)
   tollgate status                    slots, queue rows and recent turns
-  tollgate logs <TASK>               the output of the task's latest turn";
+  tollgate logs <ID|TASK>            the output of a turn (ID: the short id submit prints)";
 
 #[derive(Debug, Parser)]
 #[command(name = "tollgate", version, about, long_about = None, after_help = EXIT_CODES_HELP)]
 pub struct Cli {
     /// State directory (config, queue, task logs). Default: $XDG_STATE_HOME/tollgate, else
-    /// ~/.local/state/tollgate. Created 0700 on first use.
+    /// ~/.local/state/tollgate, created 0700 on first use. A DIR given here (or in
+    /// TOLLGATE_HOME) must exist: `tollgate init` (or `--create`) creates it, so a typo is an
+    /// error instead of a new empty home.
     #[arg(long, global = true, env = "TOLLGATE_HOME", value_name = "DIR")]
     pub home: Option<PathBuf>,
+
+    /// Create the `--home` / TOLLGATE_HOME directory if it does not exist (what `init` does).
+    #[arg(long, global = true)]
+    pub create: bool,
 
     #[command(subcommand)]
     pub command: Command,
@@ -91,6 +98,8 @@ pub enum Command {
     /// Check the protocol models exhaustively, or explore one in a browser (reviewers' tools).
     #[cfg(feature = "model-check")]
     Model(model::ModelArgs),
+    /// Show the effective configuration, one key of it, or set a key (comments kept).
+    Config(config::ConfigArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(docs::CompletionsArgs),
     /// Print the manual page (roff), generated from the same definitions as `--help`.
@@ -114,9 +123,12 @@ pub struct InitArgs {
 #[command(after_help = "Examples:
   tollgate submit -- make test
   tollgate submit --task nightly --wait -- ./backup.sh
-  tollgate submit --task build --env RUST_LOG=debug --cwd ~/src/app -- cargo build")]
+  tollgate submit --task build --env RUST_LOG=debug --cwd ~/src/app -- cargo build
+  tollgate submit --label nightly --label db -- ./backup.sh")]
 pub struct SubmitArgs {
-    /// The task this turn belongs to (letters, digits, '.', '_', '-'); a new task if omitted.
+    /// The task this turn belongs to (letters, digits, '.', '_', '-'). If omitted, a new task
+    /// named after the program and the turn's id, e.g. `make-17` (for `sh -c SCRIPT`, the
+    /// script's first word).
     #[arg(long, value_name = "NAME")]
     pub task: Option<String>,
     /// Set the task's strategy, kept for later submits: what a new turn does while the task is
@@ -139,6 +151,10 @@ pub struct SubmitArgs {
     /// command's environment.
     #[arg(long = "env", value_name = "K=V")]
     pub env: Vec<String>,
+    /// A label for the turn, shown by `status` and matched by `status --label` (repeatable; up
+    /// to 16, each 1..=64 characters without spaces or commas).
+    #[arg(long = "label", value_name = "LABEL")]
+    pub labels: Vec<String>,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -159,6 +175,9 @@ pub struct StatusArgs {
     /// Show every turn of every task (default: the 5 most recent per task).
     #[arg(long)]
     pub all: bool,
+    /// Show only turns carrying this label (`submit --label`), of every age.
+    #[arg(long, value_name = "LABEL")]
+    pub label: Option<String>,
     /// Redraw the table in place every `--interval` until interrupted.
     #[arg(long, conflicts_with = "json")]
     pub watch: bool,
@@ -172,7 +191,8 @@ pub struct StatusArgs {
 
 #[derive(Debug, Args)]
 pub struct LogsArgs {
-    /// TASK (its latest turn), TASK:N, or `last` (the turn submitted last in the home).
+    /// ID (a turn's short id, from `submit` or `status`), TASK (its latest turn), TASK:N,
+    /// TASK:last (for a task named with digits), or `last` (the turn submitted last in the home).
     #[arg(value_name = "TURN")]
     pub task: String,
     /// The turn (default: the latest).
@@ -181,10 +201,17 @@ pub struct LogsArgs {
     /// Keep printing output as it is written until the turn ends.
     #[arg(long, short)]
     pub follow: bool,
+    /// Print one JSON document: the turn (task, turn, id, state, outcome, exit code) and its
+    /// `stdout` and `stderr` as text (the last 16 MiB of each; with --follow, once it ended).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct CancelArgs {
+    /// TASK (every queued and running turn of it), or one turn: ID (its short id), TASK:N,
+    /// TASK:last or `last`.
+    #[arg(value_name = "TASK|TURN")]
     pub task: String,
     /// Cancel only this turn of the task.
     #[arg(long)]
@@ -256,7 +283,7 @@ pub fn missing_separator_hint(kind: clap::error::ErrorKind, args: &[String]) -> 
     }
     let rest = &args[at + 1..];
     // Options of `submit` that take a value in the next argument (`--task NAME`).
-    const WITH_VALUE: [&str; 4] = ["--task", "--strategy", "--cwd", "--env"];
+    const WITH_VALUE: [&str; 5] = ["--task", "--strategy", "--cwd", "--env", "--label"];
     let mut split = rest.len();
     let mut i = 0;
     while i < rest.len() {
@@ -284,13 +311,67 @@ pub fn missing_separator_hint(kind: clap::error::ErrorKind, args: &[String]) -> 
     ))
 }
 
+/// The home `explicit` names (or the default). Whether an explicit one exists was checked before
+/// the command ran (see [`refuse_missing_home`]).
+fn existing_home(explicit: Option<PathBuf>) -> Result<crate::home::Home, CliError> {
+    Ok(crate::home::Home::resolve(explicit)?)
+}
+
+/// Whether `command` may run on a `--home` that does not exist yet: `init` creates it, the
+/// commands that never touch a home do not care, and `run` keeps no turns there (only the list
+/// of its own processes, for `sweep`), so it creates the directory as before.
+fn may_create_home(command: &Command) -> bool {
+    match command {
+        Command::Init(_)
+        | Command::Completions(_)
+        | Command::Man(_)
+        | Command::Worker(_)
+        | Command::Run(_) => true,
+        #[cfg(feature = "model-check")]
+        Command::Model(_) => true,
+        _ => false,
+    }
+}
+
+/// A `--home` (or TOLLGATE_HOME) that does not exist is most likely a typo: refuse it (exit 2)
+/// with the command that creates it, rather than start an empty home beside the real one. The
+/// default home is still created on first use.
+fn refuse_missing_home(cli: &Cli, from_env: bool) -> Option<String> {
+    let root = cli.home.as_ref()?;
+    if cli.create || may_create_home(&cli.command) || root.exists() {
+        return None;
+    }
+    let named = if from_env {
+        format!("TOLLGATE_HOME={}", root.display())
+    } else {
+        format!("--home {}", root.display())
+    };
+    Some(format!(
+        "{named}: no such directory, so no tollgate home is there (a typo?). Create it with \
+         `tollgate init --home {}` (or add --create), or point at an existing home",
+        root.display()
+    ))
+}
+
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> i32 {
     // Failpoints from `FAILPOINTS` for every subcommand (a detached runner included).
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    use clap::{CommandFactory, FromArgMatches};
+    let cli = match Cli::command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)))
+    {
+        Ok((cli, matches)) => {
+            let from_env =
+                matches.value_source("home") == Some(clap::parser::ValueSource::EnvVariable);
+            if let Some(refusal) = refuse_missing_home(&cli, from_env) {
+                eprintln!("tollgate: {refusal}");
+                return exit::USAGE;
+            }
+            cli
+        }
         Err(error) => return usage_error(error),
     };
     let home = cli.home;
@@ -315,6 +396,7 @@ pub fn main() -> i32 {
         }) => commands::worker_runner(home, &task, turn, &slot_token),
         Command::Worker(WorkerCommand::Wake { at }) => commands::worker_wake(home, at),
         Command::Run(args) => Ok(run::run(args, home.as_deref())),
+        Command::Config(args) => config::config(home, args),
         Command::Completions(args) => Ok(docs::completions(args)),
         Command::Man(args) => Ok(docs::man(args)),
         Command::Sweep(args) => Ok(sweep::run(args, home.as_deref())),

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 #[derive(Debug, Args)]
 #[command(
     after_help = "Routes and limits come from tollgate.toml ([serve] and [[route]]; see spec/ingress.md).
-On start it prints `listening on http://ADDR` on stdout. SIGTERM or SIGINT stops admission, drains
+On start it prints `listening on http://ADDR` on stdout (with --json, one JSON line). SIGTERM or SIGINT stops admission, drains
 for `drain_timeout`, records what is still retained as handed off, and exits 0; the next `serve`
 re-adopts those deliveries. A second `serve` on the same home is refused with exit code 3."
 )]
@@ -19,6 +19,10 @@ pub struct ServeArgs {
     /// Listen on HOST:PORT instead of `[serve] listen` (port 0 picks a free port).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
+    /// Print the startup line as JSON (`{"listening": URL, "address": ADDR, "pid": PID}`) and
+    /// the shutdown summary as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -54,15 +58,34 @@ pub fn serve(home: Option<PathBuf>, args: ServeArgs) -> Result<i32, CliError> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     let home = Home::resolve(home)?;
+    let json = args.json;
     let summary = crate::serve::run(home, args.listen, |addr| {
         let mut out = std::io::stdout();
-        let _ = writeln!(out, "listening on http://{addr}");
+        let _ = if json {
+            writeln!(
+                out,
+                "{}",
+                json!({
+                    "listening": format!("http://{addr}"), "address": addr.to_string(),
+                    "pid": std::process::id(),
+                })
+            )
+        } else {
+            writeln!(out, "listening on http://{addr}")
+        };
         let _ = out.flush();
     })?;
-    eprintln!(
-        "tollgate serve: stopped ({} re-adopted at start, {} handed off at shutdown)",
-        summary.readopted, summary.handed_off
-    );
+    if json {
+        println!(
+            "{}",
+            json!({"stopped": true, "readopted": summary.readopted, "handed_off": summary.handed_off})
+        );
+    } else {
+        eprintln!(
+            "tollgate serve: stopped ({} re-adopted at start, {} handed off at shutdown)",
+            summary.readopted, summary.handed_off
+        );
+    }
     Ok(exit::OK)
 }
 

@@ -94,10 +94,14 @@ pub fn render(view: &StatusView, now_millis: u64, style: &TableStyle) -> String 
         "{} of {} worker slot(s) busy, {} queued  (home {})",
         view.occupied, view.workers, view.parked, view.home
     );
-    let header = [
-        "TASK", "TURN", "STATE", "STARTED", "TOOK", "EXIT", "COMMAND",
+    const COLUMNS: usize = 9;
+    /// Columns whose numbers are right-aligned, and the state column (coloured).
+    const NUMERIC: [usize; 3] = [0, 2, 7];
+    const STATE: usize = 4;
+    let header: [&str; COLUMNS] = [
+        "ID", "TASK", "TURN", "LABEL", "STATE", "STARTED", "TOOK", "EXIT", "COMMAND",
     ];
-    let mut rows: Vec<[String; 7]> = Vec::new();
+    let mut rows: Vec<[String; COLUMNS]> = Vec::new();
     let mut states: Vec<Colour> = Vec::new();
     let mut hidden = 0;
     for task in &view.tasks {
@@ -126,9 +130,16 @@ pub fn render(view: &StatusView, now_millis: u64, style: &TableStyle) -> String 
                     .collect::<String>()
                     + "…";
             }
+            let labels = if turn.labels.is_empty() {
+                "-".to_string()
+            } else {
+                turn.labels.join(",")
+            };
             rows.push([
+                turn.id.map_or_else(|| "-".to_string(), |id| id.to_string()),
                 task.name.clone(),
                 turn.turn.to_string(),
+                labels,
                 word.to_string(),
                 started,
                 took,
@@ -147,18 +158,17 @@ pub fn render(view: &StatusView, now_millis: u64, style: &TableStyle) -> String 
                 *w = (*w).max(cell.chars().count());
             }
         }
-        let line = |cells: [&str; 7], state_colour: Option<Colour>| {
+        let line = |cells: [&str; COLUMNS], state_colour: Option<Colour>| {
             let mut text = String::new();
             for (i, cell) in cells.iter().enumerate() {
                 let pad = widths[i].saturating_sub(cell.chars().count());
-                let shown = match (i, state_colour) {
-                    (2, Some(colour)) => colour.paint(cell, style.colour),
+                let shown = match state_colour {
+                    Some(colour) if i == STATE => colour.paint(cell, style.colour),
                     _ => cell.to_string(),
                 };
                 if i == cells.len() - 1 {
                     text.push_str(&shown);
-                } else if i == 1 || i == 5 {
-                    // Numbers right-aligned.
+                } else if NUMERIC.contains(&i) {
                     let _ = write!(text, "{}{}  ", " ".repeat(pad), shown);
                 } else {
                     let _ = write!(text, "{}{}  ", shown, " ".repeat(pad));
@@ -168,15 +178,7 @@ pub fn render(view: &StatusView, now_millis: u64, style: &TableStyle) -> String 
         };
         let _ = writeln!(out, "{}", line(header, None));
         for (row, colour) in rows.iter().zip(states) {
-            let cells = [
-                row[0].as_str(),
-                row[1].as_str(),
-                row[2].as_str(),
-                row[3].as_str(),
-                row[4].as_str(),
-                row[5].as_str(),
-                row[6].as_str(),
-            ];
+            let cells: [&str; COLUMNS] = std::array::from_fn(|i| row[i].as_str());
             let _ = writeln!(out, "{}", line(cells, Some(colour)));
         }
     }

@@ -1,5 +1,6 @@
-//! How a user names a turn on the command line: `TASK` (its latest turn), `TASK:N` (turn N of
-//! TASK), or `last` (the turn submitted most recently in the home).
+//! How a user names a turn on the command line: `17` (the turn whose short id is 17), `TASK` (its
+//! latest turn), `TASK:N` (turn N of TASK), `TASK:last` (its latest turn: how a task whose name is
+//! all digits is named), or `last` (the turn submitted most recently in the home).
 
 use super::CliError;
 use crate::protocol::slots::TurnKey;
@@ -9,22 +10,34 @@ use crate::tasks;
 /// The word that names the most recently submitted turn.
 pub const LAST: &str = "last";
 
-/// Resolves one reference to an existing turn; an unknown task or turn is a usage error naming it.
+/// What every command taking a turn says it accepts (in errors and `--help`).
+pub const FORMS: &str = "ID (a turn's short id, as in `status`), TASK (its latest turn), TASK:N, \
+TASK:last or `last`";
+
+/// Resolves one reference to an existing turn; an unknown id, task or turn is a usage error
+/// naming it.
 pub fn resolve(rt: &Runtime, reference: &str) -> Result<TurnKey, CliError> {
     if reference == LAST {
         return last(rt);
     }
+    if !reference.is_empty() && reference.bytes().all(|b| b.is_ascii_digit()) {
+        return by_id(rt, reference);
+    }
     let (task, turn) = match reference.rsplit_once(':') {
+        Some((task, LAST)) => (task, None),
         Some((task, n)) => {
             let turn = n.parse::<u32>().map_err(|_| {
-                CliError::Usage(format!(
-                    "{reference:?}: expected TASK, TASK:N (N a turn number) or `last`"
-                ))
+                CliError::Usage(format!("{reference:?}: expected {FORMS} (N a turn number)"))
             })?;
             (task, Some(turn))
         }
         None => (reference, None),
     };
+    resolve_task_turn(rt, task, turn)
+}
+
+/// Turn `turn` of `task` (its latest when `None`), checked to exist.
+pub fn resolve_task_turn(rt: &Runtime, task: &str, turn: Option<u32>) -> Result<TurnKey, CliError> {
     if tasks::load_task(&rt.home, task)?.is_none() {
         return Err(CliError::Usage(format!(
             "unknown task {task:?}: no such task in {} (`tollgate status` lists the tasks)",
@@ -45,6 +58,60 @@ pub fn resolve(rt: &Runtime, reference: &str) -> Result<TurnKey, CliError> {
             .ok_or_else(|| CliError::Usage(format!("task {task:?} has no turns yet")))?,
     };
     Ok(TurnKey::new(task, turn))
+}
+
+/// The turn whose short id is `text` (all digits). Ids grow with submission, and so do the turn
+/// numbers of a task, so each task is searched from its newest turn down and left as soon as a
+/// turn's id is below the one wanted (or missing: records from before ids are the oldest; a
+/// dropped turn, which never had a row, is stepped over).
+fn by_id(rt: &Runtime, text: &str) -> Result<TurnKey, CliError> {
+    let numeric_task = || {
+        if matches!(tasks::load_task(&rt.home, text), Ok(Some(_))) {
+            format!(" (for the task named {text:?}, write {text}:last or {text}:N)")
+        } else {
+            String::new()
+        }
+    };
+    let id: u64 = text
+        .parse()
+        .map_err(|_| CliError::Usage(format!("{text:?}: no turn has this id{}", numeric_task())))?;
+    let mut found = Vec::new();
+    for task in tasks::list_tasks(&rt.home)? {
+        for &n in tasks::list_turns(&rt.home, &task)?.iter().rev() {
+            let key = TurnKey::new(task.clone(), n);
+            let Some(record) = tasks::load_turn(&rt.home, &key)? else {
+                continue;
+            };
+            match record.id {
+                Some(got) if got == id => {
+                    found.push(key);
+                    break;
+                }
+                Some(got) if got > id => continue,
+                // A turn dropped at submit got no row, hence no id; older turns may have one.
+                None if record.outcome == Some(tasks::TurnOutcome::Dropped) => continue,
+                _ => break,
+            }
+        }
+    }
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => Err(CliError::Usage(format!(
+            "no turn has id {id} in {}{} (`tollgate status` shows the ids)",
+            rt.home.root().display(),
+            numeric_task()
+        ))),
+        // Only if the queue file was deleted and its counter started again.
+        _ => Err(CliError::Usage(format!(
+            "id {id} names {} turns ({}); name one as TASK:N",
+            found.len(),
+            found
+                .iter()
+                .map(|k| format!("{}:{}", k.task, k.turn))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
 }
 
 fn describe_turns(turns: &[u32]) -> String {
@@ -76,4 +143,25 @@ fn last(rt: &Runtime) -> Result<TurnKey, CliError> {
     }
     best.map(|(_, key)| key)
         .ok_or_else(|| CliError::Usage("`last`: no turn has been submitted in this home".into()))
+}
+
+/// What `cancel` acts on: a whole task, or one turn.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// A plain task name: every queued and running turn of it.
+    Task(String),
+    /// An id, `TASK:N`, `TASK:last` or `last`: that turn only.
+    Turn(TurnKey),
+}
+
+/// Reads `cancel`'s argument: a plain task name is the task, any other form names one turn.
+pub fn target(rt: &Runtime, reference: &str) -> Result<Target, CliError> {
+    let plain_task = reference != LAST
+        && !reference.contains(':')
+        && !reference.bytes().all(|b| b.is_ascii_digit());
+    if plain_task {
+        Ok(Target::Task(reference.to_string()))
+    } else {
+        resolve(rt, reference).map(Target::Turn)
+    }
 }

@@ -639,6 +639,7 @@ fn submit(
         argv: route.table.run.clone(),
         cwd: Some(route.cwd.clone().unwrap_or_else(|| app.cwd.clone())),
         env,
+        labels: Vec::new(),
     };
     let _spawning = crate::sync::lock(&app.spawn_lock);
     let mut rt = super::runtime_for(&app.home, &app.config);

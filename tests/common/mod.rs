@@ -87,3 +87,12 @@ pub fn describe(output: &Output) -> String {
         String::from_utf8_lossy(&output.stderr)
     )
 }
+
+/// A new home at `dir/home`, made by `tollgate init` (a `--home` that does not exist is refused by
+/// every other command, so a test that wants a fresh path starts here).
+pub fn init_home(dir: &Path, workers: usize) -> std::path::PathBuf {
+    let home = dir.join("home");
+    let out = tollgate(&home, &["init", "--workers", &workers.to_string()]);
+    assert!(out.status.success(), "init: {}", describe(&out));
+    home
+}

@@ -85,7 +85,8 @@ CREATE TABLE works (
 CREATE INDEX works_by_turn ON works (task, turn);
 CREATE TABLE imports (
     source TEXT PRIMARY KEY,
-    imported_at_millis INTEGER NOT NULL
+    imported_at_millis INTEGER NOT NULL,
+    moved_aside INTEGER NOT NULL DEFAULT 0
 ) STRICT;
 ";
 
@@ -442,22 +443,23 @@ fn read_old_queue(home: &Home) -> Result<Option<QueueState>, StoreError> {
 }
 
 /// After `queue.json` was imported (recorded in `imports`), moves it to
-/// [`Home::imported_queue_path`]; also done on a later open if a crash came between the import's
-/// commit and the move.
+/// [`Home::imported_queue_path`] and records that; done on a later open if a crash came between
+/// the import's commit and the move. A `queue.json` that appears after that (an old tollgate run
+/// on this home, a restored backup) is neither imported nor moved: `doctor` names it.
 fn move_imported_aside(home: &Home, conn: &Connection, path: &Path) -> Result<(), StoreError> {
     let old = home.queue_path();
     if !old.exists() {
         return Ok(());
     }
-    let imported: Option<u64> = conn
+    let pending: Option<bool> = conn
         .query_row(
-            "SELECT imported_at_millis FROM imports WHERE source = 'queue.json'",
+            "SELECT moved_aside = 0 FROM imports WHERE source = 'queue.json'",
             [],
             |row| row.get(0),
         )
         .optional()
         .map_err(|e| sql_error(path, e))?;
-    if imported.is_none() {
+    if pending != Some(true) {
         return Ok(());
     }
     let mut aside = home.imported_queue_path();
@@ -465,6 +467,11 @@ fn move_imported_aside(home: &Home, conn: &Connection, path: &Path) -> Result<()
         aside = aside.with_extension(format!("imported.{}", clock::now_millis()));
     }
     std::fs::rename(&old, &aside).map_err(|e| FileError::io(&old, e))?;
+    conn.execute(
+        "UPDATE imports SET moved_aside = 1 WHERE source = 'queue.json'",
+        [],
+    )
+    .map_err(|e| sql_error(path, e))?;
     Ok(())
 }
 
@@ -757,6 +764,9 @@ pub struct DoctorReport {
     /// The queue's structure check (or why the tables do not load as a queue).
     pub queue_problem: Option<String>,
     pub queue_rows: usize,
+    /// A `queue.json` in the home that the database does not read (not a problem of the
+    /// database: imported already, or waiting for the first command to import it).
+    pub unread_queue_json: Option<PathBuf>,
 }
 
 impl DoctorReport {
@@ -779,6 +789,7 @@ pub fn check_database(home: &Home) -> Result<DoctorReport, StoreError> {
         integrity_problems: Vec::new(),
         queue_problem: None,
         queue_rows: 0,
+        unread_queue_json: Some(home.queue_path()).filter(|p| p.exists()),
     };
     if !check_database_files(&path)? {
         return Ok(report);

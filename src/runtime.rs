@@ -8,11 +8,11 @@ use crate::home::{Home, HomeError};
 use crate::process::{DetachedSpawner, ProcLiveness, RunnerSpawner};
 use crate::protocol::admission::Strategy;
 use crate::protocol::slots::{steps, Liveness, QueueState};
-use crate::queue::{SqliteStore, Store};
+use crate::queue::{HomeStore, Store};
 use crate::tasks;
 use std::collections::BTreeMap;
 
-pub struct Runtime<L: Liveness = ProcLiveness, S: Store = SqliteStore> {
+pub struct Runtime<L: Liveness = ProcLiveness, S: Store = HomeStore> {
     pub home: Home,
     pub config: Config,
     pub store: S,
@@ -40,9 +40,10 @@ impl Runtime<ProcLiveness> {
     }
 }
 
-/// The home's store: `tollgate.db` with the config's `lock_timeout` and `durability`. No IO.
-pub fn store_for(home: &Home, config: &Config) -> SqliteStore {
-    SqliteStore::new(home.clone(), config.lock_timeout(), config.durability)
+/// The home's store: `tollgate.db` with the config's `lock_timeout` and `durability` (the file
+/// store only under [`crate::queue::FILE_STORE_ENV`], for the benchmark). No IO.
+pub fn store_for(home: &Home, config: &Config) -> HomeStore {
+    HomeStore::for_home(home, config)
 }
 
 impl<L: Liveness, S: Store> Runtime<L, S> {

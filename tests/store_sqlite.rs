@@ -473,3 +473,36 @@ fn doctor_reports_a_queue_that_breaks_its_structure_and_exits_1() {
         describe(&out)
     );
 }
+
+/// The benchmark's switch to the file store never shows a home that has a database another queue.
+#[test]
+fn the_file_store_switch_is_refused_on_a_home_that_has_a_database() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path().join("home");
+    let file_store = |args: &[&str]| {
+        std::process::Command::new(common::BIN)
+            .arg("--home")
+            .arg(&home)
+            .args(args)
+            .env(tollgate::queue::FILE_STORE_ENV, "1")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run tollgate")
+    };
+    let out = file_store(&["submit", "--wait", "--", "true"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(home.join("queue.json").is_file());
+    assert!(!home.join("tollgate.db").exists());
+
+    let out = tollgate(&home, &["status"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(home.join("tollgate.db").is_file(), "imported on first use");
+    let out = file_store(&["status"]);
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains(&home.join("tollgate.db").display().to_string()),
+        "{}",
+        describe(&out)
+    );
+}

@@ -506,3 +506,136 @@ fn the_file_store_switch_is_refused_on_a_home_that_has_a_database() {
         describe(&out)
     );
 }
+
+#[test]
+fn a_durability_setting_that_is_not_fsync_or_os_is_refused_naming_the_key() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path().join("home");
+    let out = tollgate(&home, &["init", "--workers", "1"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let config = home.join("tollgate.toml");
+    std::fs::write(&config, "workers = 1\ndurability = \"sometimes\"\n").expect("config");
+    let out = tollgate(&home, &["submit", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&config.display().to_string()) && stderr.contains("durability"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!home.join("tollgate.db").exists(), "nothing was created");
+}
+
+/// A small deterministic generator (no timing, no global state): the same walk on every run.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n.max(1)
+    }
+}
+
+/// One random change that keeps the queue's structure: a row added at the end, a row removed, a
+/// row's state or reservation changed, a runner or work added or removed.
+fn mutate(queue: &mut QueueState, rng: &mut Lcg) {
+    let owner = |rng: &mut Lcg| id(1 + rng.below(50) as u32, rng.below(3));
+    match rng.below(7) {
+        0 | 1 => {
+            let key = TurnKey::new(format!("t{}", rng.below(20)), 1 + rng.below(3) as u32);
+            let now = 1_700_000_000_000 + rng.below(1000);
+            let me = owner(rng);
+            let _ = enqueue(queue, &key, me, now);
+        }
+        2 if !queue.entries.is_empty() => {
+            let at = rng.below(queue.entries.len() as u64) as usize;
+            queue.entries.remove(at);
+        }
+        3 | 4 if !queue.entries.is_empty() => {
+            let at = rng.below(queue.entries.len() as u64) as usize;
+            let (a, b) = (owner(rng), owner(rng));
+            let row = &mut queue.entries[at];
+            row.state = match rng.below(3) {
+                0 => RowState::Waiting {
+                    enqueue_owner: a,
+                    owner: b,
+                },
+                1 => RowState::Dispatching { dispatch_owner: a },
+                _ => RowState::Parked,
+            };
+            row.slot_reservation = match rng.below(3) {
+                0 => None,
+                1 => Some(RunnerSlotReservation::new(b, SlotToken::generate())),
+                _ => Some(RunnerSlotReservation {
+                    reserver: b,
+                    token: SlotToken::generate(),
+                    child: Some(a),
+                }),
+            };
+            row.ready_at_millis = rng.below(2) * 1_700_000_000_500;
+        }
+        5 => {
+            if queue.runners.is_empty() || rng.below(2) == 0 {
+                let key = TurnKey::new(format!("t{}", rng.below(20)), 1);
+                let who = owner(rng);
+                queue.set_runner(&key, who, rng.below(2) == 0);
+            } else {
+                let at = rng.below(queue.runners.len() as u64) as usize;
+                queue.runners.remove(at);
+            }
+        }
+        _ => {
+            if queue.works.is_empty() || rng.below(2) == 0 {
+                let leader = (rng.below(2) == 0).then(|| owner(rng));
+                queue.works.push(WorkRecord {
+                    key: TurnKey::new(format!("t{}", rng.below(20)), 1),
+                    id: WorkId::from_token(SlotToken::generate()),
+                    runner: owner(rng),
+                    leader,
+                });
+            } else {
+                let at = rng.below(queue.works.len() as u64) as usize;
+                queue.works.remove(at);
+            }
+        }
+    }
+}
+
+/// The diff-write against a model: 400 random changes, each published by its own section
+/// (alternately promise and internal commits, through a fresh connection every tenth step), and
+/// after every one the database loads exactly the document the section produced.
+#[test]
+fn random_changes_round_trip_through_the_diff_write() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut rng = Lcg(12);
+    let mut expected = QueueState::default();
+    let mut current = store(tmp.path());
+    for step in 0..400 {
+        if step % 10 == 0 {
+            current = store(tmp.path());
+        }
+        let commit = if step % 2 == 0 {
+            Commit::Promise
+        } else {
+            Commit::Internal
+        };
+        let mut next = expected.clone();
+        mutate(&mut next, &mut rng);
+        current
+            .transact_as(commit, |queue| {
+                assert_eq!(
+                    queue, &expected,
+                    "step {step}: the section read another queue"
+                );
+                *queue = next.clone();
+                Ok::<_, StoreError>(())
+            })
+            .unwrap_or_else(|e| panic!("step {step}: {e}"));
+        expected = next;
+        assert_eq!(current.load().expect("load"), expected, "step {step}");
+    }
+    assert!(expected.entries.len() > 3, "the walk must grow the queue");
+}

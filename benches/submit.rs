@@ -10,7 +10,7 @@
 //! 3. throughput: 500 `tollgate submit -- true` processes back to back on 2 worker slots (turns start
 //!    or park), and the time until all 500 have run;
 //! 4. growth: the cost of one submit that parks, with 10, 1 000 and 10 000 parked rows already in
-//!    `queue.json` (pre-filled through the library), against the cost at 10.
+//!    the home's database (pre-filled through the library), against the cost at 10.
 //!
 //! Not a test: nothing here asserts on time. `cargo test --benches` only prints how to run it.
 
@@ -224,9 +224,9 @@ fn parked_submit_cost(root: &Path, me: ProcessIdentity, parked: usize, n: usize)
             elapsed
         })
         .collect();
-    let bytes = std::fs::metadata(rt.home.queue_path()).map_or(0, |m| m.len());
+    let bytes = std::fs::metadata(rt.home.db_path()).map_or(0, |m| m.len());
     println!(
-        "    ({parked} parked rows before, {} after the {n} timed submits: queue.json is {} KiB)",
+        "    ({parked} parked rows before, {} after the {n} timed submits: tollgate.db is {} KiB)",
         parked + n,
         bytes / 1024
     );

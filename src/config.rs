@@ -41,9 +41,15 @@ pub struct Config {
     /// Worker slots: the cap on detached runners.
     #[serde(default = "default_workers")]
     pub workers: usize,
-    /// How long a command waits for `queue.lock` before giving up (humantime, e.g. "10s").
+    /// How long a command waits for the queue's write lock (the database's, `tollgate.db`) before
+    /// giving up (humantime, e.g. "10s").
     #[serde(default = "default_lock_timeout")]
     pub lock_timeout: String,
+    /// When a commit of the home's database waits for the disk (spec/store.md, "Durability"):
+    /// `fsync` (default) syncs every commit that makes a promise; `os` leaves every commit to the
+    /// OS, trading the last moments before a power loss for speed.
+    #[serde(default, skip_serializing_if = "Durability::is_default")]
+    pub durability: Durability,
     /// `[serve]`: the webhook ingress (`tollgate serve`); defaults when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serve: Option<ServeTable>,
@@ -58,9 +64,29 @@ impl Default for Config {
             version: CONFIG_FORMAT_VERSION,
             workers: default_workers(),
             lock_timeout: default_lock_timeout(),
+            durability: Durability::default(),
             serve: None,
             routes: Vec::new(),
         }
+    }
+}
+
+/// `durability` in tollgate.toml: whether a promise commit waits for the disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// A commit that makes a promise (a turn queued or started, a delivery accepted) is fsynced
+    /// before the promise is made.
+    #[default]
+    Fsync,
+    /// No commit waits for the disk: a power loss may lose the last acknowledged turns (a crash
+    /// of tollgate itself loses nothing; the OS still writes the commits out).
+    Os,
+}
+
+impl Durability {
+    fn is_default(&self) -> bool {
+        *self == Durability::default()
     }
 }
 
@@ -164,7 +190,7 @@ impl Config {
         })?;
         let body = format!(
             "# tollgate home configuration (see `tollgate --help`).\n\
-             # workers: slots for detached runners; lock_timeout: longest wait for queue.lock.\n{text}"
+             # workers: slots for detached runners; lock_timeout: longest wait for the queue's lock.\n{text}"
         );
         fsutil::publish_bytes(path, body.as_bytes())?;
         Ok(())

@@ -51,14 +51,15 @@ pub fn hand_off<S: Store>(
     let child = match spawner.spawn(handoff.key(), handoff.token()) {
         Ok(child) => child,
         Err(spawn_error) => {
-            store.transact(|state| Ok::<_, DispatchError>(spawn_failed(state, handoff)))?;
+            store
+                .transact_internal(|state| Ok::<_, DispatchError>(spawn_failed(state, handoff)))?;
             return Err(spawn_error.into());
         }
     };
     fail::fail_point!("dispatch::after_spawn");
-    let bound = match store
-        .transact(|state| Ok::<_, DispatchError>(handoff_publish_first(state, handoff, child)))?
-    {
+    let bound = match store.transact_internal(|state| {
+        Ok::<_, DispatchError>(handoff_publish_first(state, handoff, child))
+    })? {
         Ok(bound) => bound,
         Err(fenced) => {
             return Ok(HandoffOutcome::Fenced {
@@ -68,7 +69,9 @@ pub fn hand_off<S: Store>(
         }
     };
     fail::fail_point!("dispatch::between_publishes");
-    match store.transact(|state| Ok::<_, DispatchError>(handoff_publish_second(state, bound)))? {
+    match store
+        .transact_internal(|state| Ok::<_, DispatchError>(handoff_publish_second(state, bound)))?
+    {
         Ok(child) => Ok(HandoffOutcome::Completed { child }),
         Err(fenced) => Ok(HandoffOutcome::Fenced {
             child,

@@ -134,7 +134,7 @@ pub fn publish_json<T: Serialize>(path: &Path, value: &T) -> Result<(), FileErro
 }
 
 /// What a non-regular file is, for the error that refuses it.
-fn describe_type(file_type: fs::FileType) -> &'static str {
+pub(crate) fn describe_type(file_type: fs::FileType) -> &'static str {
     if file_type.is_dir() {
         "a directory"
     } else if file_type.is_fifo() {

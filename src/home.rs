@@ -51,9 +51,21 @@ impl Home {
     pub fn config_path(&self) -> PathBuf {
         self.root.join("tollgate.toml")
     }
+    /// The home's database (spec/store.md): the queue's tables. SQLite keeps `tollgate.db-wal`
+    /// and `tollgate.db-shm` beside it.
+    pub fn db_path(&self) -> PathBuf {
+        self.root.join("tollgate.db")
+    }
+    /// The queue document of earlier versions (and of the file store): imported into the
+    /// database on first use, then moved aside to [`Home::imported_queue_path`].
     pub fn queue_path(&self) -> PathBuf {
         self.root.join("queue.json")
     }
+    /// Where an imported `queue.json` is kept (moved, never deleted).
+    pub fn imported_queue_path(&self) -> PathBuf {
+        self.root.join("queue.json.imported")
+    }
+    /// The file store's lock (the database store serialises writers with its own write lock).
     pub fn lock_path(&self) -> PathBuf {
         self.root.join("queue.lock")
     }

@@ -72,7 +72,7 @@ pub fn reconcile_once<L: Liveness, S: Store>(
     orphan_candidates: &[TurnKey],
 ) -> Result<ReconcileEffect, DispatchError> {
     let cap = rt.cap();
-    rt.store.transact(|state| {
+    rt.store.transact_internal(|state| {
         // A row whose turn has no record (its task folder was deleted) can never run: settle it.
         tasks::settle_rows_without_records(&rt.home, state)?;
         // Which dispatched turns already have their result on disk: read under the lock.

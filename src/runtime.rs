@@ -8,11 +8,11 @@ use crate::home::{Home, HomeError};
 use crate::process::{DetachedSpawner, ProcLiveness, RunnerSpawner};
 use crate::protocol::admission::Strategy;
 use crate::protocol::slots::{steps, Liveness, QueueState};
-use crate::queue::{QueueStore, Store};
+use crate::queue::{HomeStore, Store};
 use crate::tasks;
 use std::collections::BTreeMap;
 
-pub struct Runtime<L: Liveness = ProcLiveness, S: Store = QueueStore> {
+pub struct Runtime<L: Liveness = ProcLiveness, S: Store = HomeStore> {
     pub home: Home,
     pub config: Config,
     pub store: S,
@@ -21,10 +21,11 @@ pub struct Runtime<L: Liveness = ProcLiveness, S: Store = QueueStore> {
 }
 
 impl Runtime<ProcLiveness> {
-    /// Opens (creating if needed) `home` with the production spawner and `/proc` liveness.
+    /// Opens (creating if needed) `home` with the production spawner and `/proc` liveness. The
+    /// store is the home's database; it is opened (and an old `queue.json` imported) on first use.
     pub fn open(home: Home) -> Result<Self, HomeError> {
         let config = home.ensure()?;
-        let store = QueueStore::new(home.clone(), config.lock_timeout());
+        let store = store_for(&home, &config);
         let spawner = Box::new(DetachedSpawner {
             home: home.clone(),
             executable: None,
@@ -37,6 +38,12 @@ impl Runtime<ProcLiveness> {
             liveness: ProcLiveness,
         })
     }
+}
+
+/// The home's store: `tollgate.db` with the config's `lock_timeout` and `durability` (the file
+/// store only under [`crate::queue::FILE_STORE_ENV`], for the benchmark). No IO.
+pub fn store_for(home: &Home, config: &Config) -> HomeStore {
+    HomeStore::for_home(home, config)
 }
 
 impl<L: Liveness, S: Store> Runtime<L, S> {

@@ -11,13 +11,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
+use tollgate::config::Durability;
 use tollgate::dispatch::DispatchError;
 use tollgate::home::Home;
 use tollgate::process::{self_identity, ProcLiveness};
 use tollgate::protocol::slots::{
     enqueue, park, reserve_runner_slot, ReserveOutcome, SlotToken, TurnKey,
 };
-use tollgate::queue::QueueStore;
+use tollgate::queue::SqliteStore;
 use tollgate::tasks;
 
 const USAGE: i32 = 2;
@@ -57,7 +58,10 @@ fn snapshot(root: &Path) -> Tree {
         for entry in std::fs::read_dir(&dir).expect("read dir") {
             let path = entry.expect("dir entry").path();
             let relative = path.strip_prefix(root).expect("under root").to_path_buf();
-            if path.is_dir() {
+            if path.ends_with("tollgate.db-shm") {
+                // SQLite's shared-memory index: readers mark it; it holds no state.
+                continue;
+            } else if path.is_dir() {
                 tree.dirs.insert(relative);
                 stack.push(path);
             } else {
@@ -105,9 +109,16 @@ fn home_with_history(tmp: &Path, workers: usize) -> PathBuf {
         &["submit", "--task", "done", "--attach", "--", "true"],
     );
     assert!(out.status.success(), "attached submit: {}", describe(&out));
-    assert!(home.join("queue.json").is_file());
-    assert!(home.join("queue.lock").is_file());
+    assert!(home.join("tollgate.db").is_file());
     home
+}
+
+/// Turns `home` into an earlier version's home (state in `queue.json`, no database), where a
+/// queue.json is imported on first use.
+fn remove_database(home: &Path) {
+    for name in ["tollgate.db", "tollgate.db-wal", "tollgate.db-shm"] {
+        let _ = std::fs::remove_file(home.join(name));
+    }
 }
 
 fn valid_queue_json() -> String {
@@ -136,6 +147,7 @@ fn truncated_queue_json_is_refused_by_submit_status_and_reconcile_and_left_untou
     let home = home_with_history(tmp.path(), 2);
     let full = valid_queue_json();
     let half = &full.as_bytes()[..full.len() / 2];
+    remove_database(&home);
     std::fs::write(home.join("queue.json"), half).expect("write half a queue");
     let queue_path = home.join("queue.json").display().to_string();
     let before = snapshot(&home);
@@ -232,6 +244,7 @@ fn s8_queue_json_holding_a_nil_slot_token_is_refused_on_load() {
         pid = me.pid,
         start = me.start_time_micros
     );
+    remove_database(&home);
     std::fs::write(home.join("queue.json"), &queue).expect("write queue");
     let queue_path = home.join("queue.json").display().to_string();
     let before = snapshot(&home);
@@ -259,7 +272,7 @@ fn s3_stale_token_on_worker_runner_is_refused_and_runs_nothing() {
     let root = home_with_history(tmp.path(), 2);
     let marker = tmp.path().join("ran");
     let home = Home::at(&root);
-    let store = QueueStore::new(home.clone(), Duration::from_secs(10));
+    let store = SqliteStore::new(home.clone(), Duration::from_secs(10), Durability::Fsync);
     // The test process is the reserver: it stays live, so its reservation is current.
     let me = self_identity().expect("own identity");
     let current = SlotToken::generate();

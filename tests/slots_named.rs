@@ -634,14 +634,14 @@ fn interrupted_legacy_reassignment_recovers_from_an_unrelated_working_directory_
     use std::collections::BTreeMap;
     use std::time::{Duration, Instant};
     use tollgate::home::Home;
-    use tollgate::queue::QueueStore;
+    use tollgate::queue::SqliteStore;
     use tollgate::tasks;
 
     let dir = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
     let home = Home::at(dir.path().join("home"));
-    home.init(Some(1)).unwrap();
-    let store = QueueStore::new(home.clone(), Duration::from_secs(10));
+    let config = home.init(Some(1)).unwrap();
+    let store = SqliteStore::new(home.clone(), Duration::from_secs(10), config.durability);
     // A controller that is certainly gone: a process we started and reaped.
     let mut gone = std::process::Command::new("true").spawn().unwrap();
     let gone_pid = gone.id();

@@ -16,6 +16,10 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use tollgate::config::Durability;
+use tollgate::home::Home;
+use tollgate::protocol::slots::{QueueEntry, RowState, TurnKey};
+use tollgate::queue::{SqliteStore, StoreError};
 
 const USAGE: i32 = 2;
 /// How long a refused command may take; a hang on a FIFO or an endless read of `/dev/zero` is
@@ -68,6 +72,10 @@ fn snapshot(root: &Path) -> BTreeMap<PathBuf, Node> {
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).expect("read dir") {
             let path = entry.expect("dir entry").path();
+            if path.ends_with("tollgate.db-shm") {
+                // SQLite's shared-memory index: readers mark it; it holds no state.
+                continue;
+            }
             let meta = std::fs::symlink_metadata(&path).expect("lstat");
             let mode = meta.permissions().mode() & 0o7777;
             let node = if meta.file_type().is_symlink() {
@@ -150,7 +158,7 @@ fn home_with_history(tmp: &Path) -> PathBuf {
 fn special_files_in_place_of_state_files_are_refused_promptly_and_change_nothing() {
     let cases: [(&str, &[&[&str]]); 6] = [
         (
-            "queue.json",
+            "tollgate.db",
             &[&["status"], &["submit", "--", "true"], &["reconcile"]],
         ),
         (
@@ -191,6 +199,11 @@ fn special_files_in_place_of_state_files_are_refused_promptly_and_change_nothing
             }
         }
     }
+}
+
+/// The home's queue, read and changed through the library (the database of `tollgate.db`).
+fn queue_store(home: &Path) -> SqliteStore {
+    SqliteStore::new(Home::at(home), Duration::from_secs(10), Durability::Fsync)
 }
 
 fn read_json(path: &Path) -> serde_json::Value {
@@ -301,27 +314,30 @@ fn an_exhausted_turn_counter_refuses_new_turns_and_changes_nothing() {
 fn an_exhausted_queue_counter_is_refused_and_the_queue_still_loads() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let home = home_with_history(tmp.path());
-    let queue_file = home.join("queue.json");
-    let mut queue = read_json(&queue_file);
-    assert_eq!(queue["entries"], serde_json::json!([]), "{queue}");
-    queue["next_queue_id"] = (u64::MAX - 1).into();
-    write_json(&queue_file, &queue);
+    let store = queue_store(&home);
+    store
+        .transact(|queue| {
+            assert_eq!(queue.entries, [], "{queue:?}");
+            queue.next_queue_id = u64::MAX - 1;
+            Ok::<_, StoreError>(())
+        })
+        .expect("set the counter");
     let out = tollgate(&home, &["submit", "--task", "done", "--wait", "--", "true"]);
     assert!(
         out.status.success(),
         "the last id is usable: {}",
         describe(&out)
     );
-    assert_eq!(read_json(&queue_file)["next_queue_id"], u64::MAX);
+    assert_eq!(store.load().expect("queue").next_queue_id, u64::MAX);
 
-    let queue_bytes = std::fs::read(&queue_file).expect("queue");
+    let queue_bytes = store.load().expect("queue");
     let out = tollgate(&home, &["submit", "--", "true"]);
     assert_refused(
         &out,
         "submit with next_queue_id = u64::MAX",
         &["QUEUE_IDS_EXHAUSTED"],
     );
-    assert_eq!(std::fs::read(&queue_file).expect("queue"), queue_bytes);
+    assert_eq!(store.load().expect("queue"), queue_bytes);
     let out = tollgate(&home, &["status"]);
     assert!(
         out.status.success(),
@@ -336,18 +352,23 @@ fn an_exhausted_queue_counter_is_refused_and_the_queue_still_loads() {
 fn reconcile_settles_a_row_whose_task_folder_is_gone_and_goes_on() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let home = home_with_history(tmp.path());
-    let queue_file = home.join("queue.json");
-    let mut queue = read_json(&queue_file);
-    let next = queue["next_queue_id"].as_u64().expect("counter");
-    queue["entries"] = serde_json::json!([{
-        "queue_id": next,
-        "task": "ghost",
-        "turn": 1,
-        "enqueued_at_millis": 1_700_000_000_000u64,
-        "state": "parked"
-    }]);
-    queue["next_queue_id"] = (next + 1).into();
-    write_json(&queue_file, &queue);
+    let store = queue_store(&home);
+    store
+        .transact(|queue| {
+            let next = queue.next_queue_id;
+            queue.entries = vec![QueueEntry {
+                queue_id: next,
+                key: TurnKey::new("ghost", 1),
+                enqueued_at_millis: 1_700_000_000_000,
+                state: RowState::Parked,
+                slot_reservation: None,
+                ready_at_millis: 0,
+                cancel_requested: false,
+            }];
+            queue.next_queue_id = next + 1;
+            Ok::<_, StoreError>(())
+        })
+        .expect("add a parked row");
     assert!(!home.join("tasks/ghost").exists());
 
     let out = tollgate(&home, &["reconcile"]);
@@ -358,7 +379,7 @@ fn reconcile_settles_a_row_whose_task_folder_is_gone_and_goes_on() {
         "the settled row is not reported\n{}",
         describe(&out)
     );
-    assert_eq!(read_json(&queue_file)["entries"], serde_json::json!([]));
+    assert_eq!(store.load().expect("queue").entries, []);
     assert!(
         !home.join("tasks/ghost").exists(),
         "the deleted task came back"

@@ -68,6 +68,8 @@ impl From<StoreError> for CliError {
             StoreError::File(e) => file_error(&e),
             StoreError::Lock(LockError::Timeout { .. })
             | StoreError::Lock(_)
+            | StoreError::Busy { .. }
+            | StoreError::Database { .. }
             | StoreError::Unpublishable { .. }
             | StoreError::Poisoned => CliError::Environment(error.to_string()),
         }

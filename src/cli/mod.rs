@@ -3,6 +3,7 @@
 mod commands;
 mod config;
 pub mod docs;
+mod doctor;
 mod error;
 mod lifecycle;
 #[cfg(feature = "serve")]
@@ -85,6 +86,8 @@ pub enum Command {
     Cancel(CancelArgs),
     /// Repair after crashes: replace dead runners of active turns, start parked rows on free slots.
     Reconcile(ReconcileArgs),
+    /// Check the home's database: SQLite's integrity check and the queue's structure.
+    Doctor(doctor::DoctorArgs),
     /// Run a pack: every item with its deadline, under the run ceiling, rows by lane.
     Run(run::RunArgs),
     /// Kill what dead runs left running; remove listed worktrees no live process holds any more.
@@ -385,6 +388,7 @@ pub fn main() -> i32 {
         Command::Restart(args) => lifecycle::restart(home, args),
         Command::Clean(args) => lifecycle::clean(home, args),
         Command::Reconcile(args) => commands::reconcile(home, args),
+        Command::Doctor(args) => doctor::doctor(home, args),
         #[cfg(feature = "serve")]
         Command::Serve(args) => serve::serve(home, args),
         #[cfg(feature = "serve")]

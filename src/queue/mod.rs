@@ -1,7 +1,12 @@
-//! The queue store: `queue.json`, changed only under `queue.lock` (or in memory, for tests).
+//! The queue store: the home's database `tollgate.db` ([`SqliteStore`], spec/store.md), the file
+//! store of earlier versions (`queue.json` under `queue.lock`), or memory (tests).
 
+mod home_store;
 mod lock;
+mod sqlite;
 mod store;
 
+pub use home_store::{HomeStore, FILE_STORE_ENV};
 pub use lock::{LockError, QueueLock};
-pub use store::{parse_queue, MemoryStore, QueueStore, Store, StoreError};
+pub use sqlite::{check_database, DoctorReport, SqliteStore, SCHEMA_VERSION};
+pub use store::{parse_queue, Commit, MemoryStore, QueueStore, Store, StoreError};

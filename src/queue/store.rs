@@ -1,9 +1,11 @@
 //! The queue store: load, change and publish the queue under the lock.
 //!
 //! [`Store`] is what the shell needs of a store: a lock-free read of a whole document, and a
-//! locked section that publishes its change only when it returns `Ok`. [`QueueStore`] keeps
-//! `queue.json` under `queue.lock`; [`MemoryStore`] keeps the queue in memory for the shell
-//! conformance tests (same publish rules, a mutex for the lock).
+//! locked section that publishes its change only when it returns `Ok`. The home's store is
+//! [`crate::queue::SqliteStore`] (`tollgate.db`, spec/store.md); [`QueueStore`] keeps `queue.json`
+//! under `queue.lock` (the store of earlier versions, kept for tests and the benchmark's side by
+//! side); [`MemoryStore`] keeps the queue in memory for the shell conformance tests (same publish
+//! rules, a mutex for the lock).
 
 use super::lock::{LockError, QueueLock};
 use crate::fsutil::{self, FileError};
@@ -13,22 +15,67 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
+/// What a commit stands for, and so whether it must reach the disk before the section returns
+/// (spec/store.md, "Durability").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Commit {
+    /// The caller is about to promise something on the strength of this commit (`submit`
+    /// printing that a turn is queued or started, `serve` answering 200): it is synced before
+    /// `transact` returns (unless the home's `durability` is `os`). The default.
+    Promise,
+    /// An internal transition (take-over, handoff publishes, finish, reconcile): a power loss
+    /// may undo it, since it kills every process and reconcile repairs from the last synced
+    /// commit. It still reaches the disk before any later promise commit does.
+    Internal,
+}
+
 /// A store of the queue document. Every locked section of the shell is one `transact`.
 pub trait Store {
     /// Reads the queue without the lock (publication is atomic: a whole document).
     fn load(&self) -> Result<QueueState, StoreError>;
 
     /// Runs `change` on the queue under the lock and publishes the result if it changed and
-    /// `change` returned `Ok`; on an `Err` nothing is published.
-    fn transact<R, E>(&self, change: impl FnOnce(&mut QueueState) -> Result<R, E>) -> Result<R, E>
+    /// `change` returned `Ok`; on an `Err` nothing is published. `commit` says whether the
+    /// publication must be durable before this returns.
+    fn transact_as<R, E>(
+        &self,
+        commit: Commit,
+        change: impl FnOnce(&mut QueueState) -> Result<R, E>,
+    ) -> Result<R, E>
     where
         E: From<StoreError>;
+
+    /// [`Store::transact_as`] with [`Commit::Promise`]: a call site that does not say is durable.
+    fn transact<R, E>(&self, change: impl FnOnce(&mut QueueState) -> Result<R, E>) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
+        self.transact_as(Commit::Promise, change)
+    }
+
+    /// [`Store::transact_as`] with [`Commit::Internal`]: a transition a power loss may undo.
+    fn transact_internal<R, E>(
+        &self,
+        change: impl FnOnce(&mut QueueState) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
+        self.transact_as(Commit::Internal, change)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error(transparent)]
     Lock(#[from] LockError),
+    /// The database's write lock stayed taken for all of `lock_timeout`.
+    #[error("timed out after {waited_millis} ms waiting for the write lock of the database {path}; another tollgate command holds it (raise `lock_timeout` in tollgate.toml if this is expected)")]
+    Busy { path: PathBuf, waited_millis: u128 },
+    /// SQLite failed on the database (an I/O error, a full disk, a schema this tollgate does not
+    /// know). The transaction was rolled back: nothing was changed.
+    #[error("the database {path}: {detail}; nothing was changed")]
+    Database { path: PathBuf, detail: String },
     #[error(transparent)]
     File(#[from] FileError),
     #[error("the in-memory queue store is poisoned: a section panicked while holding it")]
@@ -52,7 +99,7 @@ pub fn parse_queue(path: &Path, bytes: &[u8]) -> Result<QueueState, FileError> {
 
 /// The loader's checks on a queue document: a format version this tollgate understands and the
 /// structural invariants.
-fn check_queue(state: &QueueState) -> Result<(), String> {
+pub(crate) fn check_queue(state: &QueueState) -> Result<(), String> {
     if state.version > QUEUE_FORMAT_VERSION {
         return Err(format!(
             "format version {} is newer than this tollgate understands ({QUEUE_FORMAT_VERSION})",
@@ -121,7 +168,12 @@ impl Store for QueueStore {
         QueueStore::load(self)
     }
 
-    fn transact<R, E>(&self, change: impl FnOnce(&mut QueueState) -> Result<R, E>) -> Result<R, E>
+    /// Every publication of the file store is durable (write, fsync, rename, fsync).
+    fn transact_as<R, E>(
+        &self,
+        _commit: Commit,
+        change: impl FnOnce(&mut QueueState) -> Result<R, E>,
+    ) -> Result<R, E>
     where
         E: From<StoreError>,
     {
@@ -152,7 +204,11 @@ impl Store for MemoryStore {
             .map_err(|_| StoreError::Poisoned)
     }
 
-    fn transact<R, E>(&self, change: impl FnOnce(&mut QueueState) -> Result<R, E>) -> Result<R, E>
+    fn transact_as<R, E>(
+        &self,
+        _commit: Commit,
+        change: impl FnOnce(&mut QueueState) -> Result<R, E>,
+    ) -> Result<R, E>
     where
         E: From<StoreError>,
     {

@@ -102,7 +102,7 @@ pub fn take_over_in<L: Liveness, S: Store>(
     me: ProcessIdentity,
     cgroup: Option<&str>,
 ) -> Result<(TakeOverEffect, TurnRecord), DispatchError> {
-    rt.store.transact(|state| {
+    rt.store.transact_internal(|state| {
         let turn = tasks::load_turn(&rt.home, key)?
             .ok_or_else(|| SlotError::UnknownRow { key: key.clone() })?;
         let effect = steps::runner_take_over(
@@ -170,7 +170,7 @@ pub fn record_leader<L: Liveness, S: Store>(
     work: WorkId,
     leader: ProcessIdentity,
 ) -> Result<(), DispatchError> {
-    rt.store.transact(|state| {
+    rt.store.transact_internal(|state| {
         steps::work_started(state, key, work, leader).map_err(DispatchError::from)
     })
 }
@@ -211,7 +211,7 @@ fn finish_section<L: Liveness, S: Store>(
     result: Option<&TurnRecord>,
 ) -> Result<Option<steps::Handoff>, DispatchError> {
     let cap = rt.cap();
-    rt.store.transact(|state| {
+    rt.store.transact_internal(|state| {
         if let Some(turn) = result {
             tasks::save_result(&rt.home, turn)?;
         }

@@ -58,7 +58,7 @@ fn runtime_for(
     crate::runtime::Runtime {
         home: home.clone(),
         config: config.clone(),
-        store: crate::queue::QueueStore::new(home.clone(), config.lock_timeout()),
+        store: crate::runtime::store_for(home, config),
         spawner: Box::new(crate::process::ScrubbedSpawner {
             spawner: crate::process::DetachedSpawner {
                 home: home.clone(),

@@ -1,0 +1,841 @@
+//! The home's store: the queue as tables of one SQLite database, `tollgate.db` (spec/store.md).
+//!
+//! A locked section is one write transaction (`BEGIN IMMEDIATE`, which takes the database's write
+//! lock at once, waiting at most `lock_timeout` for it): SQLite serialises writers exactly as
+//! `queue.lock` did, so the task and turn record files a section writes stay guarded by it. A
+//! section reads the tables into the same [`QueueState`] the core takes, and on commit writes
+//! only the rows that changed. Whether the commit waits for the disk is the caller's
+//! [`Commit`] and the home's [`Durability`].
+
+use super::store::{check_queue, parse_queue, Commit, Store, StoreError};
+use crate::clock;
+use crate::config::Durability;
+use crate::fsutil::{self, FileError};
+use crate::home::Home;
+use crate::protocol::slots::{
+    ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord, RunnerSlotReservation,
+    SlotToken, TurnKey, WorkId, WorkRecord, QUEUE_FORMAT_VERSION,
+};
+use rusqlite::config::DbConfig;
+use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The newest schema this tollgate writes; a database whose `schema_migrations` names a newer
+/// one is refused (it was written by a newer tollgate).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The schema's migrations in order: `(version, what it does, SQL)`. Each runs once, inside the
+/// write transaction that records it in `schema_migrations`.
+const MIGRATIONS: &[(u32, &str, &str)] = &[(1, "the queue as tables", SCHEMA_V1)];
+
+/// Version 1: the queue document as tables. `entries` is FIFO by `queue_id` (the rowid, so the
+/// primary key is its index); a row's state and owners are columns (`owner_*` is the waiting
+/// row's owner or the dispatching row's dispatch owner; parked rows have none), its reservation
+/// the `reserv*`/`child_*` columns. `runners` and `works` keep the document's order in `pos`.
+const SCHEMA_V1: &str = "
+CREATE TABLE queue_meta (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    version INTEGER NOT NULL,
+    next_queue_id INTEGER NOT NULL
+) STRICT;
+CREATE TABLE entries (
+    queue_id INTEGER PRIMARY KEY,
+    task TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    enqueued_at_millis INTEGER NOT NULL,
+    ready_at_millis INTEGER NOT NULL DEFAULT 0,
+    state TEXT NOT NULL CHECK (state IN ('waiting', 'dispatching', 'parked')),
+    owner_pid INTEGER,
+    owner_start_micros INTEGER,
+    enqueue_owner_pid INTEGER,
+    enqueue_owner_start_micros INTEGER,
+    reservation_token TEXT,
+    reserver_pid INTEGER,
+    reserver_start_micros INTEGER,
+    child_pid INTEGER,
+    child_start_micros INTEGER,
+    cancel_requested INTEGER NOT NULL DEFAULT 0 CHECK (cancel_requested IN (0, 1)),
+    UNIQUE (task, turn)
+) STRICT;
+CREATE INDEX entries_by_state ON entries (state, queue_id);
+CREATE TABLE runners (
+    pos INTEGER PRIMARY KEY,
+    task TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    pid INTEGER NOT NULL,
+    start_micros INTEGER NOT NULL,
+    attached INTEGER NOT NULL
+) STRICT;
+CREATE INDEX runners_by_turn ON runners (task, turn);
+CREATE TABLE works (
+    pos INTEGER PRIMARY KEY,
+    task TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    work_id TEXT NOT NULL,
+    runner_pid INTEGER NOT NULL,
+    runner_start_micros INTEGER NOT NULL,
+    leader_pid INTEGER,
+    leader_start_micros INTEGER,
+    cgroup TEXT
+) STRICT;
+CREATE INDEX works_by_turn ON works (task, turn);
+CREATE TABLE imports (
+    source TEXT PRIMARY KEY,
+    imported_at_millis INTEGER NOT NULL,
+    moved_aside INTEGER NOT NULL DEFAULT 0
+) STRICT;
+";
+
+/// The queue in `tollgate.db`. Building one does no IO (serve builds one per request); the
+/// database is opened, checked and migrated on first use, and the connection kept.
+pub struct SqliteStore {
+    home: Home,
+    lock_timeout: Duration,
+    durability: Durability,
+    open: Mutex<Option<Open>>,
+}
+
+/// An open connection and the `synchronous` level it was last set to.
+struct Open {
+    conn: Connection,
+    synchronous: Option<&'static str>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.home.db_path())
+            .field("lock_timeout", &self.lock_timeout)
+            .field("durability", &self.durability)
+            .finish()
+    }
+}
+
+impl SqliteStore {
+    pub fn new(home: Home, lock_timeout: Duration, durability: Durability) -> Self {
+        SqliteStore {
+            home,
+            lock_timeout,
+            durability,
+            open: Mutex::new(None),
+        }
+    }
+
+    pub fn home(&self) -> &Home {
+        &self.home
+    }
+
+    /// [`Store::load`], callable without importing the trait (as on the file store).
+    pub fn load(&self) -> Result<QueueState, StoreError> {
+        Store::load(self)
+    }
+
+    /// [`Store::transact`]: a durable ([`Commit::Promise`]) section.
+    pub fn transact<R, E>(
+        &self,
+        change: impl FnOnce(&mut QueueState) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
+        Store::transact(self, change)
+    }
+
+    /// The open connection, opening (and migrating) the database on first use. A section that
+    /// panicked left no transaction open (its drop rolled back), so a poisoned guard is reused.
+    fn connection(&self) -> Result<MutexGuard<'_, Option<Open>>, StoreError> {
+        let mut guard = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_none() {
+            let conn = open_database(&self.home, self.lock_timeout)?;
+            *guard = Some(Open {
+                conn,
+                synchronous: None,
+            });
+        }
+        Ok(guard)
+    }
+}
+
+impl Store for SqliteStore {
+    /// A read transaction: a consistent snapshot of the tables, taken without the write lock.
+    fn load(&self) -> Result<QueueState, StoreError> {
+        let path = self.home.db_path();
+        let mut guard = self.connection()?;
+        let Some(open) = guard.as_mut() else {
+            unreachable!("connection() opened it");
+        };
+        let tx = open.conn.transaction().map_err(|e| sql_error(&path, e))?;
+        let state = read_queue(&tx, &path)?;
+        tx.commit().map_err(|e| sql_error(&path, e))?;
+        Ok(state)
+    }
+
+    fn transact_as<R, E>(
+        &self,
+        commit: Commit,
+        change: impl FnOnce(&mut QueueState) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
+        let path = self.home.db_path();
+        let mut guard = self.connection()?;
+        let Some(open) = guard.as_mut() else {
+            unreachable!("connection() opened it");
+        };
+        let durable = commit == Commit::Promise && self.durability == Durability::Fsync;
+        // WAL mode: FULL syncs the log at this commit (and so every commit before it); NORMAL
+        // leaves the commit to the next sync or checkpoint. Set outside the transaction.
+        let level = if durable { "FULL" } else { "NORMAL" };
+        if open.synchronous != Some(level) {
+            open.conn
+                .pragma_update(None, "synchronous", level)
+                .map_err(|e| sql_error(&path, e))?;
+            open.synchronous = Some(level);
+        }
+        let started = Instant::now();
+        let tx = open
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| busy_or(&path, started, e))?;
+        let original = read_queue(&tx, &path)?;
+        let mut state = original.clone();
+        // On an `Err` (or a panic) the transaction is dropped, which rolls it back.
+        let result = change(&mut state)?;
+        let changed = state != original;
+        if changed {
+            // Never publish what the next load would refuse: that would stop every command.
+            check_queue(&state).map_err(|detail| StoreError::Unpublishable {
+                path: path.clone(),
+                detail,
+            })?;
+            fail::fail_point!("queue::before_publish");
+            write_changes(&tx, &original, &state).map_err(|e| sql_error(&path, e))?;
+        }
+        tx.commit().map_err(|e| busy_or(&path, started, e))?;
+        #[cfg(feature = "failpoints")]
+        if durable && changed {
+            snapshot_for_tests(&open.conn, &path).map_err(StoreError::from)?;
+        }
+        Ok(result)
+    }
+}
+
+/// With the `failpoints` feature, `store::after_durable_commit(DIR)` copies the database as it
+/// stands after every synced commit to `DIR/tollgate.db`: what a disk that lost every unsynced
+/// write would hold (the power-loss test, tests/store_durability.rs).
+#[cfg(feature = "failpoints")]
+fn snapshot_for_tests(conn: &Connection, path: &Path) -> Result<(), FileError> {
+    let Some(Some(dir)) = fail::eval("store::after_durable_commit", |dir| dir) else {
+        return Ok(());
+    };
+    let dir = PathBuf::from(dir);
+    let temp = dir.join(format!(".tollgate.db.{}", std::process::id()));
+    let _ = std::fs::remove_file(&temp);
+    conn.execute("VACUUM INTO ?1", [temp.to_string_lossy()])
+        .map_err(|e| FileError::io(path, io::Error::other(e.to_string())))?;
+    std::fs::rename(&temp, dir.join("tollgate.db")).map_err(|e| FileError::io(&dir, e))
+}
+
+/// The error for a failed `BEGIN IMMEDIATE` or `COMMIT`: [`StoreError::Busy`] when the write
+/// lock stayed taken for the whole busy timeout.
+fn busy_or(path: &Path, started: Instant, error: rusqlite::Error) -> StoreError {
+    if error.sqlite_error_code() == Some(ErrorCode::DatabaseBusy) {
+        StoreError::Busy {
+            path: path.to_path_buf(),
+            waited_millis: started.elapsed().as_millis(),
+        }
+    } else {
+        sql_error(path, error)
+    }
+}
+
+/// SQLite's error as the store's: a file that is not a database is corrupt input (left as it
+/// is); anything else is the database failing.
+fn sql_error(path: &Path, error: rusqlite::Error) -> StoreError {
+    match error.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) => StoreError::File(FileError::Corrupt {
+            path: path.to_path_buf(),
+            format: "SQLite database",
+            detail: error.to_string(),
+        }),
+        Some(ErrorCode::DatabaseBusy) => StoreError::Busy {
+            path: path.to_path_buf(),
+            waited_millis: 0,
+        },
+        _ => StoreError::Database {
+            path: path.to_path_buf(),
+            detail: error.to_string(),
+        },
+    }
+}
+
+/// Refuses anything but a regular file at `path` (a FIFO would hang SQLite's reads, a symlink to
+/// `/dev/zero` would be taken for an empty database and written to). `Ok(false)` when absent.
+fn check_regular(path: &Path, kind: &'static str) -> Result<bool, FileError> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => Ok(true),
+        Ok(meta) => Err(FileError::NotRegular {
+            path: path.to_path_buf(),
+            kind,
+            found: fsutil::describe_type(meta.file_type()),
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(FileError::io(path, e)),
+    }
+}
+
+/// SQLite's files of the database at `path`: the database itself, its log and its shared
+/// memory index. All must be regular files (or absent) before SQLite opens any of them.
+fn check_database_files(path: &Path) -> Result<bool, FileError> {
+    let exists = check_regular(path, "database")?;
+    for suffix in ["-wal", "-shm"] {
+        let mut side = path.as_os_str().to_owned();
+        side.push(suffix);
+        check_regular(Path::new(&side), "database log")?;
+    }
+    Ok(exists)
+}
+
+/// Opens the home's database, creating it (0600) if missing, in WAL mode, and brings its schema
+/// to [`SCHEMA_VERSION`], importing an earlier version's `queue.json` when the database is new.
+fn open_database(home: &Home, lock_timeout: Duration) -> Result<Connection, StoreError> {
+    let path = home.db_path();
+    if !check_database_files(&path)? {
+        // A corrupt queue.json is refused before anything is created.
+        read_old_queue(home)?;
+        // Created here, not by SQLite, for its mode and so a planted symlink is refused.
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path)
+        {
+            Ok(_) => {}
+            // Another command created it meanwhile (or something else is there: checked again).
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                if !check_regular(&path, "database")? {
+                    return Err(FileError::io(&path, e).into());
+                }
+            }
+            Err(e) => return Err(FileError::io(&path, e).into()),
+        }
+    }
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let mut conn = Connection::open_with_flags(&path, flags).map_err(|e| sql_error(&path, e))?;
+    conn.busy_timeout(lock_timeout)
+        .map_err(|e| sql_error(&path, e))?;
+    // Every command is a short process: a checkpoint at each close would cost every command the
+    // syncs of the database file. The log is checkpointed as it grows (SQLite's automatic
+    // checkpoint every 1000 pages) by whichever commit crosses the mark.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+        .map_err(|e| sql_error(&path, e))?;
+    let started = Instant::now();
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "wal", |row| row.get(0))
+        .map_err(|e| busy_or(&path, started, e))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Database {
+            path,
+            detail: format!("cannot switch to WAL mode (journal_mode is {mode:?})"),
+        });
+    }
+    if schema_version(&conn, &path)? < SCHEMA_VERSION {
+        migrate(home, &mut conn, &path)?;
+    } else if schema_version(&conn, &path)? > SCHEMA_VERSION {
+        return Err(newer_schema(&path, schema_version(&conn, &path)?));
+    }
+    move_imported_aside(home, &conn, &path)?;
+    Ok(conn)
+}
+
+fn newer_schema(path: &Path, version: u32) -> StoreError {
+    StoreError::File(FileError::Corrupt {
+        path: path.to_path_buf(),
+        format: "tollgate database",
+        detail: format!(
+            "schema version {version} is newer than this tollgate understands ({SCHEMA_VERSION})"
+        ),
+    })
+}
+
+/// The highest applied migration; 0 for a database without tables.
+fn schema_version(conn: &Connection, path: &Path) -> Result<u32, StoreError> {
+    let has_table: bool = conn
+        .query_row(
+            "SELECT count(*) > 0 FROM sqlite_schema WHERE type = 'table' AND name = 'schema_migrations'",
+            [],
+            |row| row.get(0),
+        )
+        .map_err(|e| sql_error(path, e))?;
+    if !has_table {
+        return Ok(0);
+    }
+    conn.query_row(
+        "SELECT coalesce(max(version), 0) FROM schema_migrations",
+        [],
+        |row| row.get(0),
+    )
+    .map_err(|e| sql_error(path, e))
+}
+
+/// Applies the missing migrations in one durable write transaction; a new database also gets
+/// the home's `queue.json` (if any) imported in it, so either all of it is in the tables or none.
+fn migrate(home: &Home, conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(|e| sql_error(path, e))?;
+    let started = Instant::now();
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|e| busy_or(path, started, e))?;
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+            version INTEGER PRIMARY KEY,
+            description TEXT NOT NULL,
+            applied_at_millis INTEGER NOT NULL
+        ) STRICT;",
+    )
+    .map_err(|e| sql_error(path, e))?;
+    // Read again under the write lock: another command may have migrated meanwhile.
+    let current = schema_version(&tx, path)?;
+    if current > SCHEMA_VERSION {
+        return Err(newer_schema(path, current));
+    }
+    for &(version, description, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+        tx.execute_batch(sql).map_err(|e| sql_error(path, e))?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, description, applied_at_millis) VALUES (?1, ?2, ?3)",
+            params![version, description, clock::now_millis()],
+        )
+        .map_err(|e| sql_error(path, e))?;
+        if version == 1 {
+            tx.execute(
+                "INSERT INTO queue_meta (id, version, next_queue_id) VALUES (1, ?1, 1)",
+                [QUEUE_FORMAT_VERSION],
+            )
+            .map_err(|e| sql_error(path, e))?;
+            if let Some(old) = read_old_queue(home)? {
+                write_changes(&tx, &QueueState::default(), &old).map_err(|e| sql_error(path, e))?;
+                tx.execute(
+                    "INSERT INTO imports (source, imported_at_millis) VALUES ('queue.json', ?1)",
+                    [clock::now_millis()],
+                )
+                .map_err(|e| sql_error(path, e))?;
+            }
+        }
+    }
+    tx.commit().map_err(|e| busy_or(path, started, e))
+}
+
+/// The home's `queue.json` of an earlier version, checked as strictly as the file store loaded
+/// it: `Ok(None)` when there is none, an error naming it when it would not load.
+fn read_old_queue(home: &Home) -> Result<Option<QueueState>, StoreError> {
+    let old = home.queue_path();
+    match fsutil::read_state_file(&old, "queue", fsutil::limits::QUEUE_BYTES)? {
+        Some(bytes) => Ok(Some(parse_queue(&old, &bytes)?)),
+        None => Ok(None),
+    }
+}
+
+/// After `queue.json` was imported (recorded in `imports`), moves it to
+/// [`Home::imported_queue_path`] and records that; done on a later open if a crash came between
+/// the import's commit and the move. A `queue.json` that appears after that (an old tollgate run
+/// on this home, a restored backup) is neither imported nor moved: `doctor` names it.
+fn move_imported_aside(home: &Home, conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let old = home.queue_path();
+    if !old.exists() {
+        return Ok(());
+    }
+    let pending: Option<bool> = conn
+        .query_row(
+            "SELECT moved_aside = 0 FROM imports WHERE source = 'queue.json'",
+            [],
+            |row| row.get(0),
+        )
+        .optional()
+        .map_err(|e| sql_error(path, e))?;
+    if pending != Some(true) {
+        return Ok(());
+    }
+    let mut aside = home.imported_queue_path();
+    if aside.exists() {
+        aside = aside.with_extension(format!("imported.{}", clock::now_millis()));
+    }
+    std::fs::rename(&old, &aside).map_err(|e| FileError::io(&old, e))?;
+    conn.execute(
+        "UPDATE imports SET moved_aside = 1 WHERE source = 'queue.json'",
+        [],
+    )
+    .map_err(|e| sql_error(path, e))?;
+    Ok(())
+}
+
+/// Reads the queue's tables into the document the core takes, refusing (naming the database)
+/// what the file store's loader would refuse.
+fn read_queue(conn: &Connection, path: &Path) -> Result<QueueState, StoreError> {
+    let corrupt = |detail: String| {
+        StoreError::File(FileError::Corrupt {
+            path: path.to_path_buf(),
+            format: "tollgate queue",
+            detail,
+        })
+    };
+    let sql = |e| sql_error(path, e);
+    let (version, next_queue_id): (u32, u64) = conn
+        .query_row(
+            "SELECT version, next_queue_id FROM queue_meta WHERE id = 1",
+            [],
+            |row| Ok((row.get(0)?, uint(row, 1)?)),
+        )
+        .optional()
+        .map_err(sql)?
+        .ok_or_else(|| corrupt("the queue_meta row is missing".to_string()))?;
+    let mut state = QueueState {
+        version,
+        next_queue_id,
+        entries: Vec::new(),
+        runners: Vec::new(),
+        works: Vec::new(),
+    };
+    let mut rows = conn
+        .prepare_cached(
+            "SELECT queue_id, task, turn, enqueued_at_millis, ready_at_millis, state,
+                    owner_pid, owner_start_micros, enqueue_owner_pid, enqueue_owner_start_micros,
+                    reservation_token, reserver_pid, reserver_start_micros, child_pid,
+                    child_start_micros, cancel_requested
+             FROM entries ORDER BY queue_id",
+        )
+        .map_err(sql)?;
+    let mut query = rows.query([]).map_err(sql)?;
+    while let Some(row) = query.next().map_err(sql)? {
+        let queue_id = uint(row, 0).map_err(sql)?;
+        let entry = entry_from_row(row)
+            .map_err(sql)?
+            .map_err(|detail| corrupt(format!("row with queue_id {queue_id}: {detail}")))?;
+        state.entries.push(entry);
+    }
+    drop(query);
+    let mut runners = conn
+        .prepare_cached("SELECT task, turn, pid, start_micros, attached FROM runners ORDER BY pos")
+        .map_err(sql)?;
+    state.runners = runners
+        .query_map([], |row| {
+            Ok(RunnerRecord {
+                key: TurnKey::new(row.get::<_, String>(0)?, row.get(1)?),
+                identity: identity(row, 2, 3)?.ok_or(rusqlite::Error::InvalidColumnType(
+                    2,
+                    "pid".into(),
+                    rusqlite::types::Type::Null,
+                ))?,
+                attached: row.get(4)?,
+            })
+        })
+        .map_err(sql)?
+        .collect::<Result<_, _>>()
+        .map_err(sql)?;
+    let mut works = conn
+        .prepare_cached(
+            "SELECT task, turn, work_id, runner_pid, runner_start_micros, leader_pid,
+                    leader_start_micros, cgroup
+             FROM works ORDER BY pos",
+        )
+        .map_err(sql)?;
+    let mut query = works.query([]).map_err(sql)?;
+    while let Some(row) = query.next().map_err(sql)? {
+        let key = TurnKey::new(
+            row.get::<_, String>(0).map_err(sql)?,
+            row.get(1).map_err(sql)?,
+        );
+        let id_text: String = row.get(2).map_err(sql)?;
+        let id = token(&id_text)
+            .map(WorkId::from_token)
+            .map_err(|detail| corrupt(format!("work of {key}: {detail}")))?;
+        let runner = identity(row, 3, 4)
+            .map_err(sql)?
+            .ok_or_else(|| corrupt(format!("work of {key} has no runner")))?;
+        let leader = identity(row, 5, 6).map_err(sql)?;
+        let cgroup: Option<String> = row.get(7).map_err(sql)?;
+        state.works.push(WorkRecord {
+            key,
+            id,
+            runner,
+            leader,
+            cgroup,
+        });
+    }
+    // Already in order unless ids passed 2^63 (see [`int`]); the sort is then linear.
+    state.entries.sort_by_key(|e| e.queue_id);
+    check_queue(&state).map_err(corrupt)?;
+    Ok(state)
+}
+
+/// A `u64` as SQLite's 64-bit signed INTEGER, bit for bit: every value the core can hold (a
+/// queue counter at `u64::MAX` included) round-trips. Values past `i64::MAX` read as negative in
+/// the `sqlite3` shell and sort before the others there, which is why the loader sorts the rows by
+/// their `u64` id (the order `ORDER BY queue_id` gives for every id below 2^63).
+fn int(value: u64) -> i64 {
+    value as i64
+}
+
+/// The inverse of [`int`].
+fn uint(row: &rusqlite::Row<'_>, column: usize) -> rusqlite::Result<u64> {
+    Ok(row.get::<_, i64>(column)? as u64)
+}
+
+/// A process identity from a pid and a start-time column; `None` when both are NULL.
+fn identity(
+    row: &rusqlite::Row<'_>,
+    pid: usize,
+    start: usize,
+) -> rusqlite::Result<Option<ProcessIdentity>> {
+    let pid: Option<u32> = row.get(pid)?;
+    let start: Option<u64> = row.get::<_, Option<i64>>(start)?.map(|v| v as u64);
+    Ok(match (pid, start) {
+        (Some(pid), Some(start_time_micros)) => Some(ProcessIdentity {
+            pid,
+            start_time_micros,
+        }),
+        _ => None,
+    })
+}
+
+/// A slot token from its text, with the JSON loader's checks (a UUID, never nil).
+fn token(text: &str) -> Result<SlotToken, String> {
+    serde_json::from_value(serde_json::Value::String(text.to_string()))
+        .map_err(|e| format!("token {text:?}: {e}"))
+}
+
+/// One `entries` row as a queue entry; the inner `Err` says what in the row is inconsistent.
+fn entry_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<QueueEntry, String>> {
+    let owner = identity(row, 6, 7)?;
+    let enqueue_owner = identity(row, 8, 9)?;
+    let state_name: String = row.get(5)?;
+    let state = match (state_name.as_str(), owner, enqueue_owner) {
+        ("waiting", Some(owner), Some(enqueue_owner)) => RowState::Waiting {
+            enqueue_owner,
+            owner,
+        },
+        ("dispatching", Some(dispatch_owner), None) => RowState::Dispatching { dispatch_owner },
+        ("parked", None, None) => RowState::Parked,
+        (other, ..) => {
+            return Ok(Err(format!(
+                "state {other:?} does not match its owner columns"
+            )))
+        }
+    };
+    let reservation_token: Option<String> = row.get(10)?;
+    let slot_reservation = match (reservation_token, identity(row, 11, 12)?) {
+        (None, None) => None,
+        (Some(text), Some(reserver)) => match token(&text) {
+            Ok(token) => Some(RunnerSlotReservation {
+                reserver,
+                token,
+                child: identity(row, 13, 14)?,
+            }),
+            Err(detail) => return Ok(Err(detail)),
+        },
+        _ => {
+            return Ok(Err(
+                "a reservation without its token or reserver".to_string()
+            ))
+        }
+    };
+    Ok(Ok(QueueEntry {
+        queue_id: uint(row, 0)?,
+        key: TurnKey::new(row.get::<_, String>(1)?, row.get(2)?),
+        enqueued_at_millis: uint(row, 3)?,
+        state,
+        slot_reservation,
+        ready_at_millis: uint(row, 4)?,
+        cancel_requested: row.get(15)?,
+    }))
+}
+
+/// Writes what differs between `old` (what the tables hold) and `new`: the meta row if its
+/// fields changed, the entries that were removed, added or changed (by `queue_id`), and the
+/// runner and work lists whole when either changed (each is bounded by the slots in use).
+fn write_changes(
+    tx: &rusqlite::Transaction<'_>,
+    old: &QueueState,
+    new: &QueueState,
+) -> rusqlite::Result<()> {
+    if old.version != new.version || old.next_queue_id != new.next_queue_id {
+        tx.prepare_cached("UPDATE queue_meta SET version = ?1, next_queue_id = ?2 WHERE id = 1")?
+            .execute(params![new.version, int(new.next_queue_id)])?;
+    }
+    let new_by_id: HashMap<u64, &QueueEntry> =
+        new.entries.iter().map(|e| (e.queue_id, e)).collect();
+    let old_by_id: HashMap<u64, &QueueEntry> =
+        old.entries.iter().map(|e| (e.queue_id, e)).collect();
+    let mut delete = tx.prepare_cached("DELETE FROM entries WHERE queue_id = ?1")?;
+    for entry in &old.entries {
+        if !new_by_id.contains_key(&entry.queue_id) {
+            delete.execute([int(entry.queue_id)])?;
+        }
+    }
+    let mut upsert = tx.prepare_cached(
+        "INSERT OR REPLACE INTO entries (queue_id, task, turn, enqueued_at_millis, ready_at_millis,
+            state, owner_pid, owner_start_micros, enqueue_owner_pid, enqueue_owner_start_micros,
+            reservation_token, reserver_pid, reserver_start_micros, child_pid, child_start_micros,
+            cancel_requested)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+    )?;
+    for entry in &new.entries {
+        if old_by_id.get(&entry.queue_id) == Some(&entry) {
+            continue;
+        }
+        let (state, owner, enqueue_owner) = match &entry.state {
+            RowState::Waiting {
+                enqueue_owner,
+                owner,
+            } => ("waiting", Some(owner), Some(enqueue_owner)),
+            RowState::Dispatching { dispatch_owner } => ("dispatching", Some(dispatch_owner), None),
+            RowState::Parked => ("parked", None, None),
+        };
+        let reservation = entry.slot_reservation.as_ref();
+        let child = reservation.and_then(|r| r.child.as_ref());
+        upsert.execute(params![
+            int(entry.queue_id),
+            entry.key.task,
+            entry.key.turn,
+            int(entry.enqueued_at_millis),
+            int(entry.ready_at_millis),
+            state,
+            owner.map(|o| o.pid),
+            owner.map(|o| int(o.start_time_micros)),
+            enqueue_owner.map(|o| o.pid),
+            enqueue_owner.map(|o| int(o.start_time_micros)),
+            reservation.map(|r| r.token.to_string()),
+            reservation.map(|r| r.reserver.pid),
+            reservation.map(|r| int(r.reserver.start_time_micros)),
+            child.map(|c| c.pid),
+            child.map(|c| int(c.start_time_micros)),
+            entry.cancel_requested,
+        ])?;
+    }
+    if old.runners != new.runners {
+        tx.execute("DELETE FROM runners", [])?;
+        let mut insert = tx.prepare_cached(
+            "INSERT INTO runners (pos, task, turn, pid, start_micros, attached)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        for (pos, runner) in new.runners.iter().enumerate() {
+            insert.execute(params![
+                pos,
+                runner.key.task,
+                runner.key.turn,
+                runner.identity.pid,
+                int(runner.identity.start_time_micros),
+                runner.attached,
+            ])?;
+        }
+    }
+    if old.works != new.works {
+        tx.execute("DELETE FROM works", [])?;
+        let mut insert = tx.prepare_cached(
+            "INSERT INTO works (pos, task, turn, work_id, runner_pid, runner_start_micros,
+                leader_pid, leader_start_micros, cgroup)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )?;
+        for (pos, work) in new.works.iter().enumerate() {
+            insert.execute(params![
+                pos,
+                work.key.task,
+                work.key.turn,
+                work.id.to_string(),
+                work.runner.pid,
+                int(work.runner.start_time_micros),
+                work.leader.map(|l| l.pid),
+                work.leader.map(|l| int(l.start_time_micros)),
+                work.cgroup,
+            ])?;
+        }
+    }
+    Ok(())
+}
+
+/// What `tollgate doctor` found in a home's database.
+#[derive(Clone, Debug, Serialize)]
+pub struct DoctorReport {
+    pub database: PathBuf,
+    /// False for a home that has no database yet (nothing to check).
+    pub exists: bool,
+    pub schema_version: u32,
+    /// `PRAGMA integrity_check`'s findings; empty when it said "ok".
+    pub integrity_problems: Vec<String>,
+    /// The queue's structure check (or why the tables do not load as a queue).
+    pub queue_problem: Option<String>,
+    pub queue_rows: usize,
+    /// A `queue.json` in the home that the database does not read (not a problem of the
+    /// database: imported already, or waiting for the first command to import it).
+    pub unread_queue_json: Option<PathBuf>,
+}
+
+impl DoctorReport {
+    pub fn healthy(&self) -> bool {
+        self.integrity_problems.is_empty() && self.queue_problem.is_none()
+    }
+}
+
+/// The most findings `PRAGMA integrity_check` is asked for.
+const MAX_INTEGRITY_FINDINGS: u32 = 100;
+
+/// Runs SQLite's integrity check and the queue's structure check on the home's database,
+/// changing nothing (no migration, no import). `Err` when it cannot be opened at all.
+pub fn check_database(home: &Home) -> Result<DoctorReport, StoreError> {
+    let path = home.db_path();
+    let mut report = DoctorReport {
+        database: path.clone(),
+        exists: false,
+        schema_version: 0,
+        integrity_problems: Vec::new(),
+        queue_problem: None,
+        queue_rows: 0,
+        unread_queue_json: Some(home.queue_path()).filter(|p| p.exists()),
+    };
+    if !check_database_files(&path)? {
+        return Ok(report);
+    }
+    report.exists = true;
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let mut conn = Connection::open_with_flags(&path, flags).map_err(|e| sql_error(&path, e))?;
+    conn.busy_timeout(Duration::from_secs(10))
+        .map_err(|e| sql_error(&path, e))?;
+    report.schema_version = schema_version(&conn, &path)?;
+    if report.schema_version > SCHEMA_VERSION {
+        return Err(newer_schema(&path, report.schema_version));
+    }
+    let findings: Vec<String> = {
+        let mut check = conn
+            .prepare(&format!("PRAGMA integrity_check({MAX_INTEGRITY_FINDINGS})"))
+            .map_err(|e| sql_error(&path, e))?;
+        let rows = check
+            .query_map([], |row| row.get(0))
+            .map_err(|e| sql_error(&path, e))?;
+        rows.collect::<Result<_, _>>()
+            .map_err(|e| sql_error(&path, e))?
+    };
+    if findings != ["ok"] {
+        report.integrity_problems = findings;
+    }
+    if report.schema_version == 0 {
+        report.queue_problem = Some("the database has no tollgate schema".to_string());
+        return Ok(report);
+    }
+    let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;
+    match read_queue(&tx, &path) {
+        Ok(state) => report.queue_rows = state.entries.len(),
+        Err(StoreError::File(FileError::Corrupt { detail, .. })) => {
+            report.queue_problem = Some(detail)
+        }
+        Err(e) => report.queue_problem = Some(e.to_string()),
+    }
+    Ok(report)
+}

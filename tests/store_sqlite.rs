@@ -1,0 +1,647 @@
+//! The home's database (spec/store.md) through the library and the real binary: every shape of
+//! the queue round-trips through the tables; writers are serialised and a held write lock turns
+//! into a clear error after `lock_timeout`; an earlier version's `queue.json` is imported once and
+//! moved aside, a corrupt one refused with nothing imported; special and foreign files in place
+//! of `tollgate.db` are refused naming the path and left as they were; `doctor` reports.
+mod common;
+
+use common::{describe, tollgate};
+use std::path::Path;
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+use tollgate::config::Durability;
+use tollgate::home::Home;
+use tollgate::protocol::slots::{
+    enqueue, ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord,
+    RunnerSlotReservation, SlotToken, TurnKey, WorkId, WorkRecord,
+};
+use tollgate::queue::{parse_queue, Commit, SqliteStore, Store, StoreError};
+
+fn store(home: &Path) -> SqliteStore {
+    SqliteStore::new(Home::at(home), Duration::from_secs(10), Durability::Fsync)
+}
+
+fn id(pid: u32, start_time_micros: u64) -> ProcessIdentity {
+    ProcessIdentity {
+        pid,
+        start_time_micros,
+    }
+}
+
+/// A queue with every row state, reservations bound and unbound, runners and works with and
+/// without a leader, and values at the ends of their ranges.
+fn every_shape() -> QueueState {
+    let entry = |queue_id, task: &str, state, slot_reservation, ready_at_millis| QueueEntry {
+        queue_id,
+        key: TurnKey::new(task, 7),
+        enqueued_at_millis: 1_700_000_000_000u64.saturating_add(queue_id),
+        state,
+        slot_reservation,
+        ready_at_millis,
+        // Odd ids carry a cancel request, so both values round-trip.
+        cancel_requested: queue_id % 2 == 1,
+    };
+    QueueState {
+        version: 1,
+        next_queue_id: u64::MAX,
+        entries: vec![
+            entry(
+                3,
+                "waiting",
+                RowState::Waiting {
+                    enqueue_owner: id(10, 1),
+                    owner: id(11, 2),
+                },
+                None,
+                0,
+            ),
+            entry(
+                5,
+                "dispatching",
+                RowState::Dispatching {
+                    dispatch_owner: id(12, u64::MAX),
+                },
+                Some(RunnerSlotReservation {
+                    reserver: id(12, u64::MAX),
+                    token: SlotToken::generate(),
+                    child: Some(id(13, 4)),
+                }),
+                0,
+            ),
+            entry(
+                9,
+                "reserved",
+                RowState::Dispatching {
+                    dispatch_owner: id(14, 5),
+                },
+                Some(RunnerSlotReservation::new(id(14, 5), SlotToken::generate())),
+                u64::MAX - 1,
+            ),
+            entry(u64::MAX - 1, "parked", RowState::Parked, None, 42),
+        ],
+        runners: vec![
+            RunnerRecord {
+                key: TurnKey::new("zz-last-first", 1),
+                identity: id(20, 6),
+                attached: true,
+            },
+            RunnerRecord {
+                key: TurnKey::new("dispatching", 7),
+                identity: id(13, 4),
+                attached: false,
+            },
+        ],
+        works: vec![
+            WorkRecord {
+                key: TurnKey::new("dispatching", 7),
+                id: WorkId::from_token(SlotToken::generate()),
+                runner: id(13, 4),
+                leader: Some(id(30, 7)),
+                cgroup: Some("/sys/fs/cgroup/unified/tollgate-13-work-x".to_string()),
+            },
+            WorkRecord {
+                key: TurnKey::new("dispatching", 7),
+                id: WorkId::from_token(SlotToken::generate()),
+                runner: id(13, 4),
+                leader: None,
+                cgroup: None,
+            },
+        ],
+    }
+}
+
+#[test]
+fn every_queue_shape_round_trips_and_only_what_a_section_changed_changes() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let first = store(tmp.path());
+    assert_eq!(first.load().expect("new database"), QueueState::default());
+    let shape = every_shape();
+    first
+        .transact(|queue| {
+            *queue = shape.clone();
+            Ok::<_, StoreError>(())
+        })
+        .expect("publish");
+    assert_eq!(first.load().expect("load"), shape);
+    // Another connection (another command) reads the same document.
+    assert_eq!(store(tmp.path()).load().expect("load again"), shape);
+
+    // A section that changes one row, drops one and reorders nothing leaves the rest as it was.
+    let mut expected = shape.clone();
+    expected.entries.remove(0);
+    expected.entries[0].slot_reservation = None;
+    expected.runners.remove(0);
+    store(tmp.path())
+        .transact_as(Commit::Internal, |queue| {
+            queue.entries.remove(0);
+            queue.entries[0].slot_reservation = None;
+            queue.runners.remove(0);
+            Ok::<_, StoreError>(())
+        })
+        .expect("internal commit");
+    assert_eq!(first.load().expect("load"), expected);
+}
+
+#[test]
+fn a_failed_or_unpublishable_section_changes_nothing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let store = store(tmp.path());
+    store
+        .transact(|queue| {
+            *queue = every_shape();
+            Ok::<_, StoreError>(())
+        })
+        .expect("publish");
+    let db = tmp.path().join("tollgate.db");
+    let before = store.load().expect("load");
+
+    let err = store
+        .transact(|queue| {
+            queue.entries.clear();
+            Err::<(), _>(StoreError::Poisoned)
+        })
+        .expect_err("the section failed");
+    assert!(matches!(err, StoreError::Poisoned), "{err}");
+    assert_eq!(store.load().expect("load"), before);
+
+    // Rows out of FIFO order would make every later load fail: refused, nothing written.
+    let err = store
+        .transact(|queue| {
+            queue.entries.swap(0, 1);
+            Ok::<_, StoreError>(())
+        })
+        .expect_err("unpublishable");
+    assert!(
+        matches!(&err, StoreError::Unpublishable { path, .. } if path == &db),
+        "{err}"
+    );
+    assert_eq!(store.load().expect("load"), before);
+}
+
+/// S7 through the database: threads released together, each with its own connection (as
+/// separate commands have) and a clock further behind, enqueue; FIFO and times stay monotone.
+#[test]
+fn concurrent_writers_are_serialised_by_the_write_transaction() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    const THREADS: u64 = 8;
+    let barrier = Arc::new(Barrier::new(THREADS as usize));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|i| {
+            let (root, barrier) = (tmp.path().to_path_buf(), barrier.clone());
+            std::thread::spawn(move || {
+                let store = store(&root);
+                // Open (and migrate) before the barrier would hide the first-open race: don't.
+                barrier.wait();
+                store
+                    .transact(|state| {
+                        enqueue(
+                            state,
+                            &TurnKey::new(format!("t{i}"), 1),
+                            id(100 + i as u32, 1),
+                            10_000 - i * 100,
+                        )
+                        .map_err(tollgate::dispatch::DispatchError::from)
+                    })
+                    .expect("enqueue")
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.join().expect("thread");
+    }
+    let state = store(tmp.path()).load().expect("load");
+    assert_eq!(state.entries.len(), THREADS as usize);
+    state.check_structure().expect("structure");
+    let ids: Vec<u64> = state.entries.iter().map(|e| e.queue_id).collect();
+    assert_eq!(ids, (1..=THREADS).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_held_write_lock_times_out_with_an_error_naming_the_database() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path().join("home");
+    let out = tollgate(&home, &["init", "--workers", "1"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    std::fs::write(
+        home.join("tollgate.toml"),
+        "workers = 1\nlock_timeout = \"300ms\"\n",
+    )
+    .expect("config");
+    store(&home).load().expect("create the database");
+    let db = home.join("tollgate.db");
+    let holder = rusqlite::Connection::open(&db).expect("open");
+    holder
+        .execute_batch("BEGIN IMMEDIATE")
+        .expect("take the write lock");
+
+    let short = SqliteStore::new(
+        Home::at(&home),
+        Duration::from_millis(200),
+        Durability::Fsync,
+    );
+    let err = short
+        .transact(|_| Ok::<_, StoreError>(()))
+        .expect_err("the lock is held");
+    match &err {
+        StoreError::Busy {
+            path,
+            waited_millis,
+        } => {
+            assert_eq!(path, &db);
+            assert!(*waited_millis >= 200, "gave up early: {err}");
+        }
+        other => panic!("expected Busy, got {other}"),
+    }
+    // A read does not need the write lock.
+    short.load().expect("WAL readers are not blocked");
+
+    let out = tollgate(&home, &["submit", "--", "true"]);
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&db.display().to_string()) && stderr.contains("lock_timeout"),
+        "{}",
+        describe(&out)
+    );
+    holder.execute_batch("ROLLBACK").expect("release");
+    let out = tollgate(&home, &["submit", "--wait", "--", "true"]);
+    assert!(out.status.success(), "{}", describe(&out));
+}
+
+fn old_queue_json() -> String {
+    r#"{
+  "version": 1,
+  "next_queue_id": 4,
+  "entries": [
+    {
+      "queue_id": 3,
+      "task": "old",
+      "turn": 2,
+      "enqueued_at_millis": 1700000000000,
+      "state": "parked"
+    }
+  ],
+  "runners": []
+}
+"#
+    .to_string()
+}
+
+#[test]
+fn an_earlier_versions_queue_json_is_imported_once_and_moved_aside() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path().join("home");
+    let out = tollgate(&home, &["init", "--workers", "1"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let queue_json = home.join("queue.json");
+    std::fs::write(&queue_json, old_queue_json()).expect("write");
+    let expected = parse_queue(&queue_json, old_queue_json().as_bytes()).expect("valid");
+
+    let out = tollgate(&home, &["doctor"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        !home.join("tollgate.db").exists(),
+        "doctor must not create the database"
+    );
+
+    assert_eq!(store(&home).load().expect("import"), expected);
+    assert!(!queue_json.exists(), "queue.json was not moved aside");
+    assert_eq!(
+        std::fs::read_to_string(home.join("queue.json.imported")).expect("kept aside"),
+        old_queue_json()
+    );
+    // A queue.json that appears later (an old tollgate, a restored backup) is not imported again.
+    std::fs::write(&queue_json, "{ not even json").expect("write");
+    assert_eq!(store(&home).load().expect("load"), expected);
+    assert!(
+        queue_json.exists(),
+        "an unrecorded queue.json is left alone"
+    );
+
+    let out = tollgate(&home, &["doctor", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["healthy"], true, "{report}");
+    assert_eq!(report["queue_rows"], 1, "{report}");
+}
+
+#[test]
+fn a_corrupt_queue_json_is_refused_with_its_path_and_nothing_is_imported() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path().join("home");
+    let out = tollgate(&home, &["init", "--workers", "1"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let queue_json = home.join("queue.json");
+    let full = old_queue_json();
+    let half = &full.as_bytes()[..full.len() / 2];
+    std::fs::write(&queue_json, half).expect("write");
+    for args in [&["status"][..], &["submit", "--", "true"], &["reconcile"]] {
+        let out = tollgate(&home, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", describe(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(&queue_json.display().to_string()),
+            "{args:?} does not name queue.json: {}",
+            describe(&out)
+        );
+        assert_eq!(std::fs::read(&queue_json).expect("kept"), half);
+        assert!(
+            !home.join("tollgate.db").exists(),
+            "{args:?} created a database"
+        );
+        assert!(!home.join("queue.json.imported").exists());
+    }
+}
+
+#[test]
+fn a_file_that_is_not_sqlite_is_refused_naming_it_and_left_as_it_was() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path().join("home");
+    let out = tollgate(&home, &["init", "--workers", "1"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let db = home.join("tollgate.db");
+    let foreign = "this is a text file, not a database\n".repeat(200);
+    std::fs::write(&db, &foreign).expect("write");
+    let db_text = db.display().to_string();
+    for args in [&["status"][..], &["submit", "--", "true"], &["doctor"]] {
+        let out = tollgate(&home, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", describe(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&db_text) && stderr.contains("not a database"),
+            "{args:?}: {}",
+            describe(&out)
+        );
+        assert_eq!(std::fs::read_to_string(&db).expect("kept"), foreign);
+        assert!(!home.join("tollgate.db-wal").exists(), "{args:?}");
+    }
+}
+
+#[test]
+fn special_files_as_the_database_or_its_log_are_refused_by_every_reader_and_doctor() {
+    for name in ["tollgate.db", "tollgate.db-wal"] {
+        for special in ["fifo", "/dev/zero"] {
+            let tmp = tempfile::tempdir().expect("tempdir");
+            let home = tmp.path().join("home");
+            let out = tollgate(&home, &["init", "--workers", "1"]);
+            assert!(out.status.success(), "{}", describe(&out));
+            let path = home.join(name);
+            let found = if special == "fifo" {
+                nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+                "a FIFO"
+            } else {
+                std::os::unix::fs::symlink("/dev/zero", &path).expect("symlink");
+                "a character device"
+            };
+            for args in [&["status"][..], &["submit", "--", "true"], &["doctor"]] {
+                let what = format!("{name} as {special}, {args:?}");
+                let out = tollgate(&home, args);
+                assert_eq!(out.status.code(), Some(2), "{what}: {}", describe(&out));
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                assert!(
+                    stderr.contains(&path.display().to_string()) && stderr.contains(found),
+                    "{what}: {}",
+                    describe(&out)
+                );
+                let meta = std::fs::symlink_metadata(&path).expect("still there");
+                assert_eq!(
+                    meta.file_type().is_symlink(),
+                    special != "fifo",
+                    "{what}: replaced"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_database_of_a_newer_schema_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    store(tmp.path()).load().expect("create");
+    let db = tmp.path().join("tollgate.db");
+    rusqlite::Connection::open(&db)
+        .expect("open")
+        .execute(
+            "INSERT INTO schema_migrations (version, description, applied_at_millis) VALUES (99, 'future', 0)",
+            [],
+        )
+        .expect("insert");
+    let err = store(tmp.path()).load().expect_err("newer schema");
+    let text = err.to_string();
+    assert!(
+        text.contains(&db.display().to_string()) && text.contains("newer"),
+        "{text}"
+    );
+}
+
+#[test]
+fn doctor_reports_a_queue_that_breaks_its_structure_and_exits_1() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path().join("home");
+    let out = tollgate(&home, &["init", "--workers", "1"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    store(&home)
+        .transact(|queue| {
+            *queue = every_shape();
+            Ok::<_, StoreError>(())
+        })
+        .expect("publish");
+    let out = tollgate(&home, &["doctor"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("healthy"),
+        "{}",
+        describe(&out)
+    );
+
+    // A waiting row without its owner, written behind tollgate's back.
+    let db = home.join("tollgate.db");
+    rusqlite::Connection::open(&db)
+        .expect("open")
+        .execute(
+            "UPDATE entries SET owner_pid = NULL, owner_start_micros = NULL WHERE queue_id = 3",
+            [],
+        )
+        .expect("update");
+    let out = tollgate(&home, &["doctor", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["healthy"], false, "{report}");
+    let problem = report["queue_problem"].as_str().expect("a queue problem");
+    assert!(problem.contains("queue_id 3"), "{report}");
+    // Every other command refuses the same database, naming it.
+    let out = tollgate(&home, &["status"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&db.display().to_string()),
+        "{}",
+        describe(&out)
+    );
+}
+
+/// The benchmark's switch to the file store never shows a home that has a database another queue.
+#[test]
+fn the_file_store_switch_is_refused_on_a_home_that_has_a_database() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path().join("home");
+    let file_store = |args: &[&str]| {
+        std::process::Command::new(common::BIN)
+            .arg("--home")
+            .arg(&home)
+            .args(args)
+            .env(tollgate::queue::FILE_STORE_ENV, "1")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run tollgate")
+    };
+    let out = file_store(&["submit", "--wait", "--", "true"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(home.join("queue.json").is_file());
+    assert!(!home.join("tollgate.db").exists());
+
+    let out = tollgate(&home, &["status"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(home.join("tollgate.db").is_file(), "imported on first use");
+    let out = file_store(&["status"]);
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains(&home.join("tollgate.db").display().to_string()),
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn a_durability_setting_that_is_not_fsync_or_os_is_refused_naming_the_key() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path().join("home");
+    let out = tollgate(&home, &["init", "--workers", "1"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let config = home.join("tollgate.toml");
+    std::fs::write(&config, "workers = 1\ndurability = \"sometimes\"\n").expect("config");
+    let out = tollgate(&home, &["submit", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&config.display().to_string()) && stderr.contains("durability"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!home.join("tollgate.db").exists(), "nothing was created");
+}
+
+/// A small deterministic generator (no timing, no global state): the same walk on every run.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n.max(1)
+    }
+}
+
+/// One random change that keeps the queue's structure: a row added at the end, a row removed, a
+/// row's state or reservation changed, a runner or work added or removed.
+fn mutate(queue: &mut QueueState, rng: &mut Lcg) {
+    let owner = |rng: &mut Lcg| id(1 + rng.below(50) as u32, rng.below(3));
+    match rng.below(7) {
+        0 | 1 => {
+            let key = TurnKey::new(format!("t{}", rng.below(20)), 1 + rng.below(3) as u32);
+            let now = 1_700_000_000_000 + rng.below(1000);
+            let me = owner(rng);
+            let _ = enqueue(queue, &key, me, now);
+        }
+        2 if !queue.entries.is_empty() => {
+            let at = rng.below(queue.entries.len() as u64) as usize;
+            queue.entries.remove(at);
+        }
+        3 | 4 if !queue.entries.is_empty() => {
+            let at = rng.below(queue.entries.len() as u64) as usize;
+            let (a, b) = (owner(rng), owner(rng));
+            let row = &mut queue.entries[at];
+            row.state = match rng.below(3) {
+                0 => RowState::Waiting {
+                    enqueue_owner: a,
+                    owner: b,
+                },
+                1 => RowState::Dispatching { dispatch_owner: a },
+                _ => RowState::Parked,
+            };
+            row.slot_reservation = match rng.below(3) {
+                0 => None,
+                1 => Some(RunnerSlotReservation::new(b, SlotToken::generate())),
+                _ => Some(RunnerSlotReservation {
+                    reserver: b,
+                    token: SlotToken::generate(),
+                    child: Some(a),
+                }),
+            };
+            row.ready_at_millis = rng.below(2) * 1_700_000_000_500;
+            row.cancel_requested = rng.below(2) == 0;
+        }
+        5 => {
+            if queue.runners.is_empty() || rng.below(2) == 0 {
+                let key = TurnKey::new(format!("t{}", rng.below(20)), 1);
+                let who = owner(rng);
+                queue.set_runner(&key, who, rng.below(2) == 0);
+            } else {
+                let at = rng.below(queue.runners.len() as u64) as usize;
+                queue.runners.remove(at);
+            }
+        }
+        _ => {
+            if queue.works.is_empty() || rng.below(2) == 0 {
+                let leader = (rng.below(2) == 0).then(|| owner(rng));
+                queue.works.push(WorkRecord {
+                    key: TurnKey::new(format!("t{}", rng.below(20)), 1),
+                    id: WorkId::from_token(SlotToken::generate()),
+                    runner: owner(rng),
+                    cgroup: (rng.below(2) == 0).then(|| format!("/cg/work-{}", rng.below(9))),
+                    leader,
+                });
+            } else {
+                let at = rng.below(queue.works.len() as u64) as usize;
+                queue.works.remove(at);
+            }
+        }
+    }
+}
+
+/// The diff-write against a model: 400 random changes, each published by its own section
+/// (alternately promise and internal commits, through a fresh connection every tenth step), and
+/// after every one the database loads exactly the document the section produced.
+#[test]
+fn random_changes_round_trip_through_the_diff_write() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut rng = Lcg(12);
+    let mut expected = QueueState::default();
+    let mut current = store(tmp.path());
+    for step in 0..400 {
+        if step % 10 == 0 {
+            current = store(tmp.path());
+        }
+        let commit = if step % 2 == 0 {
+            Commit::Promise
+        } else {
+            Commit::Internal
+        };
+        let mut next = expected.clone();
+        mutate(&mut next, &mut rng);
+        current
+            .transact_as(commit, |queue| {
+                assert_eq!(
+                    queue, &expected,
+                    "step {step}: the section read another queue"
+                );
+                *queue = next.clone();
+                Ok::<_, StoreError>(())
+            })
+            .unwrap_or_else(|e| panic!("step {step}: {e}"));
+        expected = next;
+        assert_eq!(current.load().expect("load"), expected, "step {step}");
+    }
+    assert!(expected.entries.len() > 3, "the walk must grow the queue");
+}

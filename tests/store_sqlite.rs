@@ -483,6 +483,7 @@ fn doctor_reports_a_queue_that_breaks_its_structure_and_exits_1() {
 fn the_file_store_switch_is_refused_on_a_home_that_has_a_database() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let home = tmp.path().join("home");
+    std::fs::create_dir(&home).expect("an empty home");
     let file_store = |args: &[&str]| {
         std::process::Command::new(common::BIN)
             .arg("--home")

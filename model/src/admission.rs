@@ -55,7 +55,7 @@
 
 use crate::slots::state::token_from_counter;
 use stateright::{Model, Property};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use tollgate_core::admission::{
     delivery_outcome, drain, recovery, turn_at_start, watch_turn, Admission, Admit, Deadline,
@@ -64,7 +64,7 @@ use tollgate_core::admission::{
 };
 use tollgate_core::slots::steps::{
     self, CancelSelection, FinishInput, Handoff, ReconcileEffect, ReconcileInput, SubmitDecision,
-    SubmitEffect, SubmitInput, TakeOverEffect, TakeOverInput,
+    SubmitEffect, SubmitInput, TakeOverEffect, TakeOverInput, TurnOnDisk, TurnRecords,
 };
 use tollgate_core::slots::{
     enqueue, park, set_ready_at, Liveness, Observation, ProcessIdentity, QueueState, RowState,
@@ -554,13 +554,18 @@ impl AdmissionModel {
         let strategies = self.strategies();
         let mut spawned = Vec::new();
         for _ in 0..MAX_RECONCILE_STEPS {
-            let settled: BTreeSet<TurnKey> = steps::settled_needed(&st.queue)
-                .filter(|k| st.turns[turn_of(k) as usize].end.is_some())
-                .cloned()
-                .collect();
-            let orphans: Vec<TurnKey> = (0..st.turns.len() as u8)
-                .filter(|&t| st.turns[t as usize].end.is_none() && !st.turns[t as usize].ran)
-                .map(|t| self.key_of(st, t))
+            // Every turn has its record (serve writes it in the submit's section).
+            let records: TurnRecords = (0..st.turns.len() as u8)
+                .map(|t| {
+                    let turn = &st.turns[t as usize];
+                    let on_disk = TurnOnDisk::Record {
+                        settled: turn.end.is_some(),
+                        attached: false,
+                        started: turn.ran,
+                        runner: turn.ran,
+                    };
+                    (self.key_of(st, t), on_disk)
+                })
                 .collect();
             let token = Self::fresh_token(st);
             let live = Live::of(st, &[me]);
@@ -573,8 +578,7 @@ impl AdmissionModel {
                     now_millis: st.now,
                     cap: WORKERS,
                     strategies: &strategies,
-                    settled: &settled,
-                    orphans: &orphans,
+                    records: &records,
                     liveness: &live,
                 },
             );

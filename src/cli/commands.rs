@@ -473,6 +473,9 @@ fn describe(step: &ReconcileStep) -> String {
                 work.runner.pid, work.id
             )
         }
+        ReconcileStep::Forgotten { key } => {
+            format!("{key}: no turn record, removed its queue row")
+        }
         ReconcileStep::Requeued { key } => {
             format!("{key}: owner gone, parked (its row was never queued)")
         }

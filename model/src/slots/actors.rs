@@ -267,13 +267,11 @@ impl SlotModel {
     fn reconcile(&self, st: &mut SlotState, role: usize) {
         let me = st.me(role);
         let fresh = st.fresh_token();
-        let settled = st.settled_keys();
-        let orphans = if self.cfg.variant == Variant::SkipOrphanRequeue {
-            // BUG: the shell lists no orphaned turns.
-            Vec::new()
-        } else {
-            st.orphan_keys(&self.cfg)
-        };
+        let mut records = st.turn_records(&self.cfg);
+        if self.cfg.variant == Variant::SkipOrphanRequeue {
+            // BUG: the shell reads no record of a turn without a row (no orphan candidates).
+            records.retain(|key, _| st.queue.row(key).is_some());
+        }
         let strategies = self.cfg.strategies();
         let (procs, works) = (st.procs.clone(), st.works.clone());
         let liveness = ProcTable {
@@ -286,8 +284,7 @@ impl SlotModel {
             now_millis: LATE_MILLIS,
             cap: self.cfg.cap,
             strategies: &strategies,
-            settled: &settled,
-            orphans: &orphans,
+            records: &records,
             liveness: &liveness,
         };
         let outcome = match self.cfg.variant {
@@ -318,6 +315,8 @@ impl SlotModel {
                 }
             }
             Ok(ReconcileEffect::Requeued { .. }) => st.events |= event::REQUEUED,
+            // No model turn loses its record, so nothing is forgotten.
+            Ok(ReconcileEffect::Forgotten { .. }) => st.violations |= violation::CORE_ERROR,
             Ok(ReconcileEffect::Saturated | ReconcileEffect::Idle) => st.roles[role].pc = Pc::Done,
             Ok(
                 ReconcileEffect::CompletedHandoff { .. }

@@ -110,6 +110,7 @@ fn reconcile_once(
     n: u128,
     settled: &BTreeSet<TurnKey>,
 ) -> ReconcileEffect {
+    let records = settled_records(settled);
     reconcile(
         state,
         ReconcileInput {
@@ -118,12 +119,27 @@ fn reconcile_once(
             now_millis: 2_000,
             cap: 1,
             strategies: NO_STRATEGIES,
-            settled,
-            orphans: &[],
+            records: &records,
             liveness: world,
         },
     )
     .unwrap()
+}
+
+/// What the records say for reconcile when only `settled` matters: those turns have outcomes.
+fn settled_records(settled: &BTreeSet<TurnKey>) -> TurnRecords {
+    settled
+        .iter()
+        .map(|k| {
+            let turn = TurnOnDisk::Record {
+                settled: true,
+                attached: false,
+                started: true,
+                runner: true,
+            };
+            (k.clone(), turn)
+        })
+        .collect()
 }
 
 #[test]
@@ -224,16 +240,20 @@ fn s9_an_orphaned_turn_is_requeued_once_and_then_started() {
     let (mut state, mut world) = (QueueState::default(), World::default());
     world.live.insert(id(30));
     let key = TurnKey::new("job", 1);
-    let orphans = [key.clone()];
-    let settled = BTreeSet::new();
+    let never_started = TurnOnDisk::Record {
+        settled: false,
+        attached: false,
+        started: false,
+        runner: false,
+    };
+    let records: TurnRecords = [(key.clone(), never_started)].into();
     let input = |n| ReconcileInput {
         me: id(30),
         fresh_token: token(n),
         now_millis: 5,
         cap: 1,
         strategies: NO_STRATEGIES,
-        settled: &settled,
-        orphans: &orphans,
+        records: &records,
         liveness: &world,
     };
     let mut state2 = state.clone();
@@ -245,9 +265,10 @@ fn s9_an_orphaned_turn_is_requeued_once_and_then_started() {
         reconcile(&mut state, input(2)).unwrap(),
         ReconcileEffect::Spawn { replaced: None, .. }
     ));
-    // Without the orphan list nothing would bring it back.
+    // Without the turn's record nothing would bring it back.
+    let no_records = TurnRecords::new();
     let none = ReconcileInput {
-        orphans: &[],
+        records: &no_records,
         ..input(3)
     };
     assert_eq!(reconcile(&mut state2, none).unwrap(), ReconcileEffect::Idle);
@@ -421,4 +442,95 @@ fn a_take_over_of_a_settled_turn_runs_nothing_and_records_no_work() {
         state.works.is_empty(),
         "no work for a turn that already ended"
     );
+}
+
+#[test]
+fn a_parked_row_without_a_record_is_forgotten_and_a_held_one_is_left() {
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    world.live.insert(id(30));
+    // The submitter of the held row below lives; the parked row has no owner.
+    world.live.insert(id(10));
+    let ghost = TurnKey::new("ghost", 1);
+    let no_records = TurnRecords::new();
+    enqueue(&mut state, &ghost, id(10), 0).unwrap();
+    park(&mut state, &ghost).unwrap();
+    let records: TurnRecords = [(ghost.clone(), TurnOnDisk::NoRecord)].into();
+    let input = |n, records| ReconcileInput {
+        me: id(30),
+        fresh_token: token(n),
+        now_millis: 5,
+        cap: 1,
+        strategies: NO_STRATEGIES,
+        records,
+        liveness: &world,
+    };
+    // With a record the parked row would start; without one it leaves the queue.
+    let mut with_record = state.clone();
+    assert!(matches!(
+        reconcile(&mut with_record, input(1, &no_records)).unwrap(),
+        ReconcileEffect::Spawn { replaced: None, .. }
+    ));
+    assert_eq!(
+        reconcile(&mut state, input(2, &records)).unwrap(),
+        ReconcileEffect::Forgotten { key: ghost.clone() }
+    );
+    assert!(state.entries.is_empty());
+    // A row someone acts on (here: a live submitter still owns it) is left to its holder.
+    let mut held = QueueState::default();
+    enqueue(&mut held, &ghost, id(10), 0).unwrap();
+    assert_ne!(
+        reconcile(&mut held, input(3, &records)).unwrap(),
+        ReconcileEffect::Forgotten { key: ghost.clone() }
+    );
+    assert!(held.row(&ghost).is_some());
+}
+
+#[test]
+fn only_a_never_started_detached_record_is_an_orphan() {
+    let base = |settled, attached, started, runner| TurnOnDisk::Record {
+        settled,
+        attached,
+        started,
+        runner,
+    };
+    assert!(base(false, false, false, false).is_never_started());
+    for other in [
+        base(true, false, false, false),
+        base(false, true, false, false),
+        base(false, false, true, false),
+        base(false, false, false, true),
+        TurnOnDisk::NoRecord,
+    ] {
+        assert!(!other.is_never_started(), "{other:?}");
+    }
+    assert!(base(true, false, false, false).is_settled());
+    assert!(!base(false, false, true, true).is_settled());
+    assert!(!TurnOnDisk::NoRecord.is_settled());
+    let key = TurnKey::new("job", 1);
+    let mut state = QueueState::default();
+    let on_disk: TurnRecords = [(key.clone(), base(false, false, false, false))].into();
+    assert_eq!(orphan_candidates(&state, &on_disk), vec![key.clone()]);
+    enqueue(&mut state, &key, id(10), 0).unwrap();
+    assert!(orphan_candidates(&state, &on_disk).is_empty());
+}
+
+#[test]
+fn a_pass_goes_on_after_a_complete_kill_only() {
+    let key = TurnKey::new("job", 1);
+    let work = WorkRecord {
+        key: key.clone(),
+        id: WorkId::from_token(token(1)),
+        runner: id(10),
+        leader: None,
+    };
+    let kill = ReconcileEffect::Kill {
+        key: key.clone(),
+        work,
+    };
+    assert!(kill.continues(true));
+    assert!(!kill.continues(false));
+    assert!(!ReconcileEffect::Idle.continues(true));
+    assert!(!ReconcileEffect::Saturated.continues(true));
+    assert!(ReconcileEffect::Requeued { key: key.clone() }.continues(false));
+    assert!(ReconcileEffect::Forgotten { key }.continues(true));
 }

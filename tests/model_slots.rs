@@ -143,6 +143,17 @@ fn s_attached_and_cancel() {
     check_exhaustively(cancel, Some(22_808));
 }
 
+/// Every way production's `execute_turn` can start a command: started with its leader recorded,
+/// started with its leader unread (no `work_started`), or unstartable (no work, no leader; the
+/// runner writes the result and finishes), for a detached runner and an attached submitter, with
+/// a crash and a reconcile.
+#[test]
+fn s_command_faults_detached_and_attached() {
+    let mut cfg = budgets(SlotConfig::new(1, 1, 1), 1, 0, 1).with_command_faults();
+    cfg.attached = 1;
+    check_exhaustively(cfg, Some(24_948));
+}
+
 /// Larger budgets, behind `TOLLGATE_MODEL_FULL=1` (the CI budget cannot hold them). Measured on
 /// 2 shared cores before the last change of the take-over check: 2 x 2 x cap 1 with crash, reuse
 /// and reconcile budgets of 1 had about 24 million states (about 13 minutes), 2 x 2 x cap 2 with

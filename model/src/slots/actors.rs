@@ -18,7 +18,7 @@ use tollgate_core::slots::steps::{
     AttachedEffect, AttachedInput, CancelSelection, FinishInput, Handoff, ReconcileEffect,
     ReconcileInput, SubmitEffect, SubmitInput, TakeOverEffect, TakeOverInput,
 };
-use tollgate_core::slots::{ProcessIdentity, SlotError, SlotToken, TurnKey, WorkId};
+use tollgate_core::slots::{ProcessIdentity, SlotError, SlotToken, TurnKey};
 
 impl SlotModel {
     pub(super) fn rules(&self) -> VariantRules {
@@ -368,24 +368,36 @@ impl SlotModel {
 
     /// The work's command starts (the work is alive from now on) and `steps::work_started`
     /// records it.
-    fn start_work(
-        &self,
-        st: &mut SlotState,
-        role: usize,
-        key: TurnKey,
-        work: WorkId,
-        detached: bool,
-        then: Then,
-    ) {
+    /// The runner (detached or attached) starts the turn's command: its work runs, and the
+    /// section right after the spawn records the leader (`work_started`, also for an attached
+    /// run: production's `run_work` records it for both), unless `start` says the command could
+    /// not start or its leader could not be read.
+    pub(super) fn start_work(&self, st: &mut SlotState, role: usize, start: CommandStart) {
+        let Pc::StartWork {
+            key,
+            work,
+            detached,
+            then,
+        } = st.roles[role].pc.clone()
+        else {
+            unreachable!("start_work is only called for a role about to start its command");
+        };
         if st.ended & turn_bit(&key) != 0 {
             st.violations |= violation::ENDED_RAN;
+        }
+        if start == CommandStart::Unstartable {
+            // No process exists; the runner writes the unstartable result and leaves.
+            st.ran |= turn_bit(&key);
+            st.ended |= turn_bit(&key);
+            st.roles[role].pc = Pc::Written { key, then };
+            return;
         }
         st.works.push(Work {
             id: work,
             key: key.clone(),
             detached,
         });
-        if detached {
+        if start == CommandStart::Started {
             let me = st.me(role);
             if work_started(&mut st.queue, &key, work, me).is_err() {
                 st.violations |= violation::CORE_ERROR;
@@ -463,12 +475,7 @@ impl SlotModel {
                 st.finish_role(role, then);
             }
             Pc::TakeOver { key, token } => self.take_over(st, role, key, token),
-            Pc::StartWork {
-                key,
-                work,
-                detached,
-                then,
-            } => self.start_work(st, role, key, work, detached, then),
+            Pc::StartWork { .. } => self.start_work(st, role, CommandStart::Started),
             Pc::Running { key, work, then } => {
                 // The command exits (the runner kills what is left of its work) and the result
                 // is written.
@@ -553,4 +560,15 @@ fn check_strategy(
     if broken {
         st.violations |= violation::STRATEGY;
     }
+}
+
+/// How a runner's command starts (production's `execute_turn`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CommandStart {
+    /// It started and its leader was recorded.
+    Started,
+    /// It started; its leader's identity could not be read, so none is recorded.
+    LeaderUnread,
+    /// It could not start: nothing runs.
+    Unstartable,
 }

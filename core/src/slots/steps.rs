@@ -28,7 +28,8 @@ use super::{
     SlotRules, SlotToken, TurnKey, WorkId, WorkRecord,
 };
 use crate::admission::Strategy;
-use crate::scopes::{plan_submit, start_filter, SubmitPlan};
+pub use crate::scopes::Busy;
+use crate::scopes::{attached_may_start, plan_submit, start_filter, SubmitPlan};
 use std::collections::{BTreeMap, BTreeSet};
 
 // ---------------------------------------------------------------------------------------------
@@ -267,9 +268,9 @@ pub enum SubmitEffect {
         ready_at_millis: u64,
         wake_at_millis: Option<u64>,
     },
-    /// The task's strategy is `drop` and `running` is busy: nothing was enqueued; the shell ends
-    /// the new turn as dropped.
-    Dropped { running: TurnKey },
+    /// The task's strategy is `drop` and its turn `running` is in the queue (`busy` says how):
+    /// nothing was enqueued; the shell ends the new turn as dropped.
+    Dropped { running: TurnKey, busy: Busy },
 }
 
 /// A detached submit's decision.
@@ -297,9 +298,11 @@ pub fn submit<L: Liveness>(
         superseded,
     };
     match plan_submit(state, key, input.strategy, input.now_millis) {
-        SubmitPlan::Drop { running } => {
-            Ok(decision(0, SubmitEffect::Dropped { running }, Vec::new()))
-        }
+        SubmitPlan::Drop { running, busy } => Ok(decision(
+            0,
+            SubmitEffect::Dropped { running, busy },
+            Vec::new(),
+        )),
         SubmitPlan::Start => {
             let queue_id = enqueue(state, key, input.me, input.now_millis)?.queue_id();
             let effect = match reserve_runner_slot(
@@ -377,22 +380,38 @@ pub enum AttachedEffect {
     /// `me` is the turn's recorded executor: run the command in the foreground as `work`, then
     /// call [`runner_finish`].
     Run { work: WorkId },
-    /// The task's strategy is `drop` and `running` is busy; nothing was enqueued.
-    Dropped { running: TurnKey },
+    /// The task's strategy is `drop` and its turn `running` is in the queue; nothing was enqueued.
+    Dropped { running: TurnKey, busy: Busy },
+    /// The task's strategy has no room now (`concurrent=N` with N turns active, or one at a time
+    /// with a turn active): nothing changed; the shell waits in the foreground and calls again.
+    /// `running` is one of the active turns.
+    Wait { running: TurnKey },
 }
 
-/// The attached start section: a foreground run is not capped (it occupies, though) and never
-/// waits in its task's line, but a `drop` task still refuses it. Enqueue, reserve, both handoff
-/// publishes with `me` as the child, and the work record, all in one section.
+/// The attached start section: a foreground run is not capped by `workers` (it occupies, though),
+/// but it honours its task's strategy: a `drop` task refuses it while a turn of the task is in the
+/// queue, and it waits (in the foreground, outside the queue) while the task's running limit is
+/// reached ([`attached_may_start`]). Enqueue, reserve, both handoff publishes with `me` as the
+/// child, and the work record, all in one section.
 pub fn attached_start<L: Liveness>(
     state: &mut QueueState,
     input: AttachedInput<'_, L>,
 ) -> Result<AttachedEffect, SlotError> {
     let key = input.key;
     validate_task_name(&key.task)?;
-    if let SubmitPlan::Drop { running } = plan_submit(state, key, input.strategy, input.now_millis)
+    if let SubmitPlan::Drop { running, busy } =
+        plan_submit(state, key, input.strategy, input.now_millis)
     {
-        return Ok(AttachedEffect::Dropped { running });
+        return Ok(AttachedEffect::Dropped { running, busy });
+    }
+    if !attached_may_start(state, &key.task, input.strategy) {
+        let running = state
+            .entries
+            .iter()
+            .find(|e| e.key.task == key.task && !matches!(e.state, RowState::Parked))
+            .map(|e| e.key.clone())
+            .ok_or_else(|| SlotError::TurnBusy { key: key.clone() })?;
+        return Ok(AttachedEffect::Wait { running });
     }
     let before = state.clone();
     let result = attached_start_inner(state, input);

@@ -216,6 +216,13 @@ impl Model for SlotModel {
         if cfg.attached > 0 {
             props.push(event_property!(names::ATTACHED_RUN, event::ATTACHED_RUN));
         }
+        let limited = cfg
+            .tasks
+            .iter()
+            .any(|s| *s != Strategy::Drop && s.max_running() == 1);
+        if cfg.attached > 0 && limited {
+            props.push(event_property!(names::ATTACHED_WAIT, event::ATTACHED_WAIT));
+        }
         if cfg.cancel_budget > 0 {
             props.push(event_property!(
                 names::CANCEL_REMOVED,

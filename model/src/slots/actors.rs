@@ -140,6 +140,14 @@ impl SlotModel {
         let strategy = self.cfg.strategy(&key.task);
         st.recorded |= turn_bit(&key);
         let fresh = st.fresh_token();
+        let active_before = active_rows(&st.queue, &key.task);
+        let given = match (self.cfg.variant, strategy) {
+            // BUG: the attached start sees no running limit.
+            (Variant::AttachedIgnoresStrategy, s) if s != Strategy::Drop => Strategy::Concurrent {
+                max: tollgate_core::admission::MAX_CONCURRENT,
+            },
+            _ => strategy,
+        };
         let SlotState {
             queue,
             procs,
@@ -153,13 +161,18 @@ impl SlotModel {
                 me,
                 fresh_token: fresh,
                 now_millis: self.cfg.clock_millis(submitter),
-                strategy,
+                strategy: given,
                 liveness: &ProcTable { procs, works },
             },
         );
         match result {
             Ok(AttachedEffect::Run { work }) => {
                 st.events |= event::ATTACHED_RUN;
+                // S10 for the attached start: it never takes its task past its running limit.
+                let active = active_rows(&st.queue, &key.task);
+                if active > active_before.max(strategy.max_running()) {
+                    st.violations |= violation::STRATEGY;
+                }
                 st.note_installed(work.token());
                 st.roles[role].pc = Pc::StartWork {
                     key,
@@ -173,6 +186,9 @@ impl SlotModel {
                 st.ended |= turn_bit(&key);
                 st.finish_role(role, then);
             }
+            // The task's running limit is reached: the foreground submitter tries again later
+            // (its step stays where it is).
+            Ok(AttachedEffect::Wait { .. }) => st.events |= event::ATTACHED_WAIT,
             Err(_) => {
                 st.violations |= violation::CORE_ERROR;
                 st.finish_role(role, then);
@@ -560,6 +576,17 @@ fn check_strategy(
     if broken {
         st.violations |= violation::STRATEGY;
     }
+}
+
+/// The task's rows that are not parked (running, being started, or held by their submitter).
+fn active_rows(queue: &tollgate_core::slots::QueueState, task: &str) -> usize {
+    queue
+        .entries
+        .iter()
+        .filter(|e| {
+            e.key.task == task && !matches!(e.state, tollgate_core::slots::RowState::Parked)
+        })
+        .count()
 }
 
 /// How a runner's command starts (production's `execute_turn`).

@@ -48,10 +48,13 @@ pub enum Variant {
     SkipOrphanRequeue,
     /// Cancel ends the turns it removes but leaves their rows, which later run (breaks S11).
     CancelLeavesRow,
+    /// The attached start is given a strategy without a running limit: a foreground turn runs
+    /// beside a running turn of a `concurrent=1` task (breaks S10).
+    AttachedIgnoresStrategy,
 }
 
 impl Variant {
-    pub const BROKEN: [Variant; 10] = [
+    pub const BROKEN: [Variant; 11] = [
         Variant::OccupancyPerReserverPid,
         Variant::ExcludeDropsReservations,
         Variant::ReconcileExcludesItself,
@@ -62,6 +65,7 @@ impl Variant {
         Variant::DropEnqueues,
         Variant::SkipOrphanRequeue,
         Variant::CancelLeavesRow,
+        Variant::AttachedIgnoresStrategy,
     ];
 }
 

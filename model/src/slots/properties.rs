@@ -171,5 +171,6 @@ pub mod names {
     pub const REQUEUED: &str = "reconcile: requeue an orphaned turn";
     pub const CRASH_BETWEEN: &str = "crash between the two publishes";
     pub const ATTACHED_RUN: &str = "attached start runs";
+    pub const ATTACHED_WAIT: &str = "attached start waits for its task's running limit";
     pub const CANCEL_REMOVED: &str = "cancel removes a row";
 }

@@ -164,6 +164,8 @@ pub mod event {
     pub const CANCEL_KILL: u32 = 1 << 13;
     /// A runner took over a turn that had already ended, and ran nothing.
     pub const ALREADY_SETTLED: u32 = 1 << 14;
+    /// An attached start found its task's running limit reached and waited.
+    pub const ATTACHED_WAIT: u32 = 1 << 15;
 }
 
 /// Violations seen on a transition (a bit set); the `always` properties read them.

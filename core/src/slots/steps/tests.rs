@@ -291,9 +291,83 @@ fn queue_keeps_one_waiter_and_drop_never_enqueues() {
     let d4 = submit_one(&mut state, &world, &fourth, id(10), 4, 4, Strategy::Drop);
     assert_eq!(
         (d4.queue_id, d4.effect),
-        (0, SubmitEffect::Dropped { running: first })
+        (
+            0,
+            SubmitEffect::Dropped {
+                running: first,
+                busy: Busy::Running
+            }
+        )
     );
     assert_eq!(state.entries.len(), rows);
+}
+
+#[test]
+fn drop_names_a_parked_turn_as_waiting_for_a_slot_not_running() {
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    world.live.insert(id(10));
+    // cap 1 is taken by another task's turn: the drop task's first turn parks.
+    run_turn(
+        &mut state,
+        &mut world,
+        &TurnKey::new("other", 1),
+        id(10),
+        id(20),
+        1,
+    );
+    let first = TurnKey::new("d", 1);
+    let d1 = submit_one(&mut state, &world, &first, id(10), 2, 1, Strategy::Drop);
+    assert_eq!(d1.effect, SubmitEffect::Park);
+    let second = TurnKey::new("d", 2);
+    let d2 = submit_one(&mut state, &world, &second, id(10), 3, 1, Strategy::Drop);
+    assert_eq!(
+        d2.effect,
+        SubmitEffect::Dropped {
+            running: first.clone(),
+            busy: Busy::WaitingForSlot
+        }
+    );
+    assert_eq!(
+        Busy::WaitingForSlot.to_string(),
+        "is waiting for a worker slot"
+    );
+    assert_eq!(Busy::Running.to_string(), "is running");
+    assert!(state.row(&second).is_none());
+}
+
+#[test]
+fn an_attached_start_waits_while_its_task_is_at_its_running_limit() {
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    let first = TurnKey::new("job", 1);
+    run_turn(&mut state, &mut world, &first, id(10), id(20), 1);
+    world.live.insert(id(50));
+    let input = |key, strategy| AttachedInput {
+        key,
+        me: id(50),
+        fresh_token: token(9),
+        now_millis: 1,
+        strategy,
+        liveness: &world,
+    };
+    let second = TurnKey::new("job", 2);
+    let before = state.clone();
+    for one_at_a_time in [
+        Strategy::Concurrent { max: 1 },
+        Strategy::Queue,
+        Strategy::Debounce { quiet_millis: 5 },
+    ] {
+        assert_eq!(
+            attached_start(&mut state, input(&second, one_at_a_time)).unwrap(),
+            AttachedEffect::Wait {
+                running: first.clone()
+            }
+        );
+        assert_eq!(state, before, "a waiting attached start changes nothing");
+    }
+    assert!(matches!(
+        attached_start(&mut state, input(&second, Strategy::Concurrent { max: 2 })).unwrap(),
+        AttachedEffect::Run { .. }
+    ));
 }
 
 #[test]
@@ -409,7 +483,10 @@ fn attached_start_runs_uncapped_and_drop_refuses_it() {
     let second = TurnKey::new("job", 2);
     assert_eq!(
         attached_start(&mut state, input(&second, Strategy::Drop)).unwrap(),
-        AttachedEffect::Dropped { running: first }
+        AttachedEffect::Dropped {
+            running: first,
+            busy: Busy::Running
+        }
     );
 }
 

@@ -611,3 +611,51 @@ fn a_pass_goes_on_after_a_complete_kill_only() {
     assert!(ReconcileEffect::Requeued { key: key.clone() }.continues(false));
     assert!(ReconcileEffect::Forgotten { key }.continues(true));
 }
+
+#[test]
+fn a_live_reservers_unbound_reservation_is_never_stolen() {
+    // Mutation audit: `reserve_runner_slot` must keep a reservation whose reserver lives even
+    // when no child is bound yet (the reserver is about to spawn).
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    world.live.insert(id(10));
+    world.live.insert(id(11));
+    let key = TurnKey::new("job", 1);
+    let SubmitEffect::Spawn(handoff) =
+        submit_one(&mut state, &world, &key, id(10), 1, 2, Strategy::default()).effect
+    else {
+        panic!("expected a spawn")
+    };
+    let before = state.clone();
+    let again =
+        crate::slots::reserve_runner_slot(&mut state, &key, id(11), None, 2, token(2), &world)
+            .unwrap();
+    assert_eq!(
+        again,
+        crate::slots::ReserveOutcome::Pending {
+            token: Some(handoff.token())
+        }
+    );
+    assert_eq!(state, before, "a live reserver's reservation was taken");
+}
+
+#[test]
+fn the_second_publish_is_fenced_when_the_row_moved_on_after_the_first() {
+    // Mutation audit: `complete_runner_spawn_second` writes only over the row it expects.
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    world.live.insert(id(10));
+    world.live.insert(id(20));
+    let key = TurnKey::new("job", 1);
+    let SubmitEffect::Spawn(handoff) =
+        submit_one(&mut state, &world, &key, id(10), 1, 1, Strategy::default()).effect
+    else {
+        panic!("expected a spawn")
+    };
+    let bound = handoff_publish_first(&mut state, handoff, id(20)).unwrap();
+    // The row moves on between the publishes (here: parked again, its reservation gone).
+    crate::slots::park(&mut state, &key).unwrap();
+    let moved = state.clone();
+    let fenced = handoff_publish_second(&mut state, bound).unwrap_err();
+    assert_eq!(fenced.child, id(20));
+    assert_eq!(state, moved, "a fenced second publish changed the queue");
+    assert!(state.runner(&key).is_none());
+}

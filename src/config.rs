@@ -226,3 +226,15 @@ pub fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
         None => message,
     }
 }
+
+/// The config a test writes as `text`, loaded as `tollgate` loads `tollgate.toml` (the one
+/// helper the config modules' tests share).
+#[cfg(test)]
+pub(crate) fn load_text_for_test(text: &str) -> Result<Config, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let path = dir.path().join("tollgate.toml");
+    std::fs::write(&path, text).map_err(|e| e.to_string())?;
+    Config::load(&path)
+        .map_err(|e| e.to_string())
+        .map(|c| c.unwrap_or_default())
+}

@@ -1,19 +1,22 @@
 //! `tollgate reconcile`: repeat the core's reconcile step until nothing is left to repair.
 //!
-//! Each iteration is one locked section: read what the step needs from the turn records (which
-//! dispatched turns are settled, which orphaned turns are still never-started), call
-//! [`steps::reconcile`], publish, and let [`crate::driver`] perform the effect (a handoff, or the
-//! kill of a dead runner's work).
+//! Each iteration is one locked section: read what the turn records say of the turns the step
+//! looks at ([`steps::records_needed`]: every row's, and the pass's orphan candidates), call
+//! [`steps::reconcile`], publish, and perform the effect (a handoff or the kill of a dead runner's
+//! work through [`crate::driver`], or the line naming a forgotten row). Whether the pass goes on
+//! is the core's [`ReconcileEffect::continues`]. No decision about protocol state is taken here.
 
 use crate::dispatch::{DispatchError, Handoff};
 use crate::driver;
 use crate::process::work::WorkKill;
-use crate::protocol::slots::steps::{self, ReconcileEffect, ReconcileInput};
-use crate::protocol::slots::{Liveness, ProcessIdentity, QueueState, ReconcileStep, TurnKey};
+use crate::protocol::slots::steps::{
+    self, ReconcileEffect, ReconcileInput, TurnOnDisk, TurnRecords,
+};
+use crate::protocol::slots::{Liveness, ProcessIdentity, ReconcileStep, TurnKey};
 use crate::queue::Store;
 use crate::runtime::Runtime;
 use crate::tasks::{self, TurnRecord};
-use std::collections::BTreeSet;
+use std::io::Write;
 
 /// Everything one reconcile did, in order.
 #[derive(Debug, Default)]
@@ -24,48 +27,59 @@ pub struct ReconcileReport {
     pub kills: Vec<(TurnKey, WorkKill)>,
 }
 
-/// Runs reconcile steps as `me` until the core says idle or saturated. Spawns and kills happen
+/// Runs reconcile steps as `me` until the core says the pass is over. Spawns and kills happen
 /// outside the lock. The loop is bounded by the queue's size: every step but a kill and the last
-/// changes a row for good, and a kill that leaves survivors ends the pass (the next one retries).
+/// changes a row for good, and a kill that leaves survivors ends the pass (the core's
+/// [`ReconcileEffect::continues`]; the next pass retries).
 pub fn reconcile<L: Liveness, S: Store>(
     rt: &Runtime<L, S>,
     me: ProcessIdentity,
 ) -> Result<ReconcileReport, DispatchError> {
     let mut report = ReconcileReport::default();
     let queue = rt.store.load()?;
-    let orphans = orphan_candidates(rt, &queue)?;
-    let bound = 3 * (queue.entries.len() + queue.works.len() + orphans.len()) + 2;
+    let candidates = steps::orphan_candidates(&queue, &home_turns(rt)?);
+    let bound = 3 * (queue.entries.len() + queue.works.len() + candidates.len()) + 2;
     for _ in 0..bound {
-        let effect = reconcile_once(rt, me, &orphans)?;
+        let effect = reconcile_once(rt, me, &candidates)?;
         report.steps.push(effect.step());
-        match effect {
+        let mut kill_complete = true;
+        match &effect {
             ReconcileEffect::Spawn { handoff, .. } => {
                 let key = handoff.key().clone();
-                let handoff = driver::hand_off(&rt.store, rt.spawner.as_ref(), handoff)
+                let handoff = driver::hand_off(&rt.store, rt.spawner.as_ref(), handoff.clone())
                     .map_err(|e| e.to_string());
                 report.handoffs.push((key, handoff));
             }
             ReconcileEffect::Kill { key, work } => {
-                let killed = driver::kill_work(rt.spawner.as_ref(), &work);
-                let complete = killed.is_complete();
-                report.kills.push((key, killed));
-                if !complete {
-                    break;
-                }
+                let killed = driver::kill_work(rt.spawner.as_ref(), work);
+                kill_complete = killed.is_complete();
+                report.kills.push((key.clone(), killed));
             }
-            ReconcileEffect::Saturated | ReconcileEffect::Idle => break,
-            ReconcileEffect::Requeued { .. }
+            ReconcileEffect::Forgotten { key } => {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "tollgate: {key}: removed its queue row: the turn has no record ({} is \
+                     missing), so it can never run",
+                    rt.home.turn_file(key).display()
+                );
+            }
+            ReconcileEffect::Saturated
+            | ReconcileEffect::Idle
+            | ReconcileEffect::Requeued { .. }
             | ReconcileEffect::CompletedHandoff { .. }
             | ReconcileEffect::Parked { .. }
             | ReconcileEffect::Removed { .. } => {}
+        }
+        if !effect.continues(kill_complete) {
+            break;
         }
     }
     Ok(report)
 }
 
 /// One reconcile critical section. `orphan_candidates` are the turns found without a row before
-/// the pass; their records are read again here, under the lock, so a turn that started or ended
-/// meanwhile is not passed on.
+/// the pass; their records are read again here, under the lock, with those of every row, so a
+/// turn that started or ended meanwhile is seen as it is now.
 pub fn reconcile_once<L: Liveness, S: Store>(
     rt: &Runtime<L, S>,
     me: ProcessIdentity,
@@ -73,20 +87,12 @@ pub fn reconcile_once<L: Liveness, S: Store>(
 ) -> Result<ReconcileEffect, DispatchError> {
     let cap = rt.cap();
     rt.store.transact_internal(|state| {
-        // A row whose turn has no record (its task folder was deleted) can never run: settle it.
-        tasks::settle_rows_without_records(&rt.home, state)?;
-        // Which dispatched turns already have their result on disk: read under the lock.
-        let mut settled = BTreeSet::new();
-        for key in steps::settled_needed(state) {
-            if tasks::load_turn(&rt.home, key)?.is_some_and(|t| t.is_settled()) {
-                settled.insert(key.clone());
-            }
-        }
-        let mut orphans = Vec::with_capacity(orphan_candidates.len());
-        for key in orphan_candidates {
-            if tasks::load_turn(&rt.home, key)?.is_some_and(|t| never_queued(&t)) {
-                orphans.push(key.clone());
-            }
+        let mut records = TurnRecords::new();
+        for key in steps::records_needed(state, orphan_candidates) {
+            records.insert(
+                key.clone(),
+                on_disk(tasks::load_turn(&rt.home, key)?.as_ref()),
+            );
         }
         let strategies = rt.strategies_for(state)?;
         let effect = steps::reconcile(
@@ -97,8 +103,7 @@ pub fn reconcile_once<L: Liveness, S: Store>(
                 now_millis: rt.spawner.now_millis(),
                 cap,
                 strategies: &strategies,
-                settled: &settled,
-                orphans: &orphans,
+                records: &records,
                 liveness: &rt.liveness,
             },
         )?;
@@ -106,31 +111,29 @@ pub fn reconcile_once<L: Liveness, S: Store>(
     })
 }
 
-/// A detached turn that has a record but never started and has no outcome: if it has no row, its
-/// submitter died inside its section after writing the record (S9).
-fn never_queued(turn: &TurnRecord) -> bool {
-    !turn.is_settled()
-        && !turn.attached
-        && turn.started_at_millis.is_none()
-        && turn.runner.is_none()
+/// What a turn's record says, field by field, for the core's reconcile step.
+fn on_disk(record: Option<&TurnRecord>) -> TurnOnDisk {
+    match record {
+        None => TurnOnDisk::NoRecord,
+        Some(turn) => TurnOnDisk::Record {
+            settled: turn.is_settled(),
+            attached: turn.attached,
+            started: turn.started_at_millis.is_some(),
+            runner: turn.runner.is_some(),
+        },
+    }
 }
 
-/// Turns of the home that had no row in `queue` and whose record says never queued: what the
-/// reconcile step requeues (S9). Read without the lock; each section reads the records again.
-fn orphan_candidates<L: Liveness, S: Store>(
-    rt: &Runtime<L, S>,
-    queue: &QueueState,
-) -> Result<Vec<TurnKey>, DispatchError> {
-    let mut candidates = Vec::new();
+/// Every turn of the home with what its record says, read without the lock (the core picks the
+/// pass's orphan candidates from them; each section reads their records again).
+fn home_turns<L: Liveness, S: Store>(rt: &Runtime<L, S>) -> Result<TurnRecords, DispatchError> {
+    let mut turns = TurnRecords::new();
     for task in tasks::list_tasks(&rt.home)? {
         for turn in tasks::list_turns(&rt.home, &task)? {
             let key = TurnKey::new(task.clone(), turn);
-            if queue.row(&key).is_none()
-                && tasks::load_turn(&rt.home, &key)?.is_some_and(|t| never_queued(&t))
-            {
-                candidates.push(key);
-            }
+            let record = tasks::load_turn(&rt.home, &key)?;
+            turns.insert(key, on_disk(record.as_ref()));
         }
     }
-    Ok(candidates)
+    Ok(turns)
 }

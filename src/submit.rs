@@ -7,13 +7,13 @@ use crate::driver;
 use crate::fsutil::FileError;
 use crate::protocol::admission::Strategy;
 use crate::protocol::slots::steps::{
-    self, AttachedEffect, AttachedInput, SubmitDecision, SubmitEffect, SubmitInput,
+    self, AttachedEffect, AttachedInput, Busy, SubmitDecision, SubmitEffect, SubmitInput,
 };
 use crate::protocol::slots::{validate_task_name, Liveness, ProcessIdentity, SlotToken, TurnKey};
 use crate::queue::Store;
 use crate::runner::{self, Execution};
 use crate::runtime::Runtime;
-use crate::tasks::{self, TurnOutcome, MAX_ARGV};
+use crate::tasks::{self, TurnOutcome, TurnRecord, MAX_ARGV};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -71,8 +71,9 @@ pub enum Placement {
     /// Waits in the task's scope (its strategy: a queue/debounce waiter or a place in line),
     /// startable from `ready_at_millis` (0: as soon as the scope has room).
     Waiting { ready_at_millis: u64 },
-    /// Refused: the task's strategy is `drop` and `running` is busy. Nothing was enqueued.
-    Dropped { running: TurnKey },
+    /// Refused: the task's strategy is `drop` and its turn `running` is in the queue (`busy`
+    /// says how). Nothing was enqueued.
+    Dropped { running: TurnKey, busy: Busy },
 }
 
 #[derive(Clone, Debug)]
@@ -156,7 +157,7 @@ pub fn submit_detached_with<L: Liveness, S: Store>(
             }
             Placement::Waiting { ready_at_millis }
         }
-        SubmitEffect::Dropped { running } => Placement::Dropped { running },
+        SubmitEffect::Dropped { running, busy } => Placement::Dropped { running, busy },
     };
     Ok(Submitted {
         key: decided.key,
@@ -234,10 +235,78 @@ pub fn submit_attached<L: Liveness, S: Store>(
     let task = check_request(&request)?;
     runner::signals::install()
         .map_err(|e| DispatchError::io("installing signal handlers", e.into()))?;
-    let (turn, effect) = rt.store.transact(|state| {
+    // The turn is created by the first section; while the task's strategy has no room the
+    // submitter waits in the foreground and tries the section again with the same turn.
+    let mut created: Option<(TurnRecord, Strategy)> = None;
+    let mut told = false;
+    let (turn, effect) = loop {
+        let (turn, strategy, effect) = attached_section(rt, me, &request, &task, &created)?;
+        match effect {
+            AttachedEffect::Wait { running } => {
+                if !told {
+                    eprintln!(
+                        "tollgate: task {} turn {} waits: turn {} is active and the task's \
+                         strategy is {strategy}",
+                        turn.key.task, turn.key.turn, running.turn
+                    );
+                    told = true;
+                }
+                if let Some(signal) = runner::signals::requested() {
+                    let now = rt.spawner.now_millis();
+                    tasks::end_unrun(&rt.home, &turn.key, TurnOutcome::Cancelled, now)?;
+                    return Err(DispatchError::io(
+                        "waiting for the task's strategy",
+                        std::io::Error::other(format!("interrupted by signal {signal}")),
+                    ));
+                }
+                created = Some((turn, strategy));
+                std::thread::sleep(std::time::Duration::from_millis(ATTACHED_POLL_MILLIS));
+            }
+            effect => break (turn, effect),
+        }
+    };
+    let work = match effect {
+        AttachedEffect::Run { work } => work,
+        AttachedEffect::Dropped { running, busy } => {
+            return Ok(Attached::Dropped {
+                key: turn.key,
+                running,
+                busy,
+            })
+        }
+        AttachedEffect::Wait { .. } => unreachable!("the loop above only ends on Run or Dropped"),
+    };
+    let execution = runner::run_work(rt, &turn, me, work, true);
+    let mut turn = turn;
+    execution.record(&mut turn, tasks::now_millis());
+    runner::record_and_start_next(rt, &turn, me)?;
+    Ok(Attached::Ran {
+        key: turn.key,
+        execution,
+    })
+}
+
+/// How often a foreground submit whose task's strategy has no room tries its start again.
+const ATTACHED_POLL_MILLIS: u64 = 100;
+
+/// One attached start section: the turn's record (created by the first call, `created` after),
+/// then the core's [`steps::attached_start`] and the record writes its effect implies.
+fn attached_section<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    me: ProcessIdentity,
+    request: &SubmitRequest,
+    task: &Option<String>,
+    created: &Option<(TurnRecord, Strategy)>,
+) -> Result<(TurnRecord, Strategy, AttachedEffect), DispatchError> {
+    rt.store.transact(|state| {
         let now = rt.spawner.now_millis();
-        let task = tasks::fresh_task_for(&rt.home, task.as_deref(), &request.argv, state)?;
-        let (mut turn, strategy) = request.create_turn(&rt.home, &task, true, now, state)?;
+        let (mut turn, strategy) = match created {
+            Some((turn, strategy)) => (turn.clone(), *strategy),
+            None => {
+                let task = tasks::fresh_task_for(&rt.home, task.as_deref(), &request.argv, state)?;
+                request.create_turn(&rt.home, &task, true, now, state)?
+            }
+        };
         let effect = steps::attached_start(
             state,
             AttachedInput {
@@ -260,25 +329,9 @@ pub fn submit_attached<L: Liveness, S: Store>(
                 tasks::settle_turn_id(&rt.home, &turn.key, turn.id, 0)?;
                 tasks::end_unrun(&rt.home, &turn.key, TurnOutcome::Dropped, now)?;
             }
+            AttachedEffect::Wait { .. } => {}
         }
-        Ok::<_, DispatchError>((turn, effect))
-    })?;
-    let work = match effect {
-        AttachedEffect::Run { work } => work,
-        AttachedEffect::Dropped { running } => {
-            return Ok(Attached::Dropped {
-                key: turn.key,
-                running,
-            })
-        }
-    };
-    let execution = runner::run_work(rt, &turn, me, work, true);
-    let mut turn = turn;
-    execution.record(&mut turn, tasks::now_millis());
-    runner::record_and_start_next(rt, &turn, me)?;
-    Ok(Attached::Ran {
-        key: turn.key,
-        execution,
+        Ok::<_, DispatchError>((turn, strategy, effect))
     })
 }
 
@@ -289,9 +342,10 @@ pub enum Attached {
         key: TurnKey,
         execution: Execution,
     },
-    /// The task's strategy is `drop` and `running` is busy; nothing ran.
+    /// The task's strategy is `drop` and its turn `running` is in the queue; nothing ran.
     Dropped {
         key: TurnKey,
         running: TurnKey,
+        busy: Busy,
     },
 }

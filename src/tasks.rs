@@ -680,37 +680,6 @@ pub fn end_unrun(
     Ok(())
 }
 
-/// Settles the queue rows that can never run because their turn has no record (its task folder
-/// or turn folder was deleted): a parked row (no owner) without a reservation or a recorded runner
-/// is removed, with a line on stderr naming it and why. Nothing is written for the turn, since a
-/// record would recreate a task the operator removed. A row someone still acts on is left to its
-/// holder (if that holder dies, reconcile parks the row first and it is settled then). Call under
-/// the queue lock; returns the removed rows.
-pub fn settle_rows_without_records(
-    home: &Home,
-    state: &mut crate::protocol::slots::QueueState,
-) -> Result<Vec<TurnKey>, FileError> {
-    let mut gone = Vec::new();
-    for entry in &state.entries {
-        let idle = matches!(entry.state, crate::protocol::slots::RowState::Parked)
-            && entry.slot_reservation.is_none()
-            && state.runner(&entry.key).is_none();
-        if idle && load_turn(home, &entry.key)?.is_none() {
-            gone.push(entry.key.clone());
-        }
-    }
-    for key in &gone {
-        state.entries.retain(|e| &e.key != key);
-        let _ = writeln!(
-            io::stderr(),
-            "tollgate: {key}: removed its queue row: the turn has no record ({} is missing), so \
-             it can never run",
-            home.turn_file(key).display()
-        );
-    }
-    Ok(gone)
-}
-
 /// The strategies of the tasks that have parked rows in `state` (what deciding a start needs).
 pub fn parked_strategies(
     home: &Home,

@@ -93,7 +93,7 @@ fn two_scopes_with_a_sync_delivery() {
             .event(EventSpec::deferred(1, 1, 1))
             .event(EventSpec::deferred(0, 1, 2))
             .event(EventSpec::deferred(1, 0, 1).sync()),
-        321_508,
+        332_868,
     );
 }
 

@@ -143,6 +143,28 @@ fn s_attached_and_cancel() {
     check_exhaustively(cancel, Some(32_678));
 }
 
+/// Every way production's `execute_turn` can start a command: started with its leader recorded,
+/// started with its leader unread (no `work_started`), or unstartable (no work, no leader; the
+/// runner writes the result and finishes), for a detached runner and an attached submitter, with
+/// a crash and a reconcile.
+#[test]
+fn s_command_faults_detached_and_attached() {
+    let mut cfg = budgets(SlotConfig::new(1, 1, 1), 1, 0, 1).with_command_faults();
+    cfg.attached = 1;
+    check_exhaustively(cfg, Some(24_948));
+}
+
+/// A foreground turn next to a detached one of a `concurrent=1` task, with a crash and a
+/// reconcile: the attached start waits while the detached turn is active (also while its dead
+/// runner's row waits for reconcile), and never runs beside it (S10).
+#[test]
+fn s_attached_honours_concurrent_one() {
+    let mut cfg = budgets(SlotConfig::new(1, 1, 1), 1, 0, 1)
+        .with_tasks(vec![Strategy::Concurrent { max: 1 }]);
+    cfg.attached = 1;
+    check_exhaustively(cfg, Some(7_153));
+}
+
 /// Larger budgets, behind `TOLLGATE_MODEL_FULL=1` (the CI budget cannot hold them). Measured on
 /// 2 shared cores before the last change of the take-over check: 2 x 2 x cap 1 with crash, reuse
 /// and reconcile budgets of 1 had about 24 million states (about 13 minutes), 2 x 2 x cap 2 with
@@ -275,6 +297,17 @@ fn teeth_drop_that_enqueues_breaks_s10() {
         .without_faults()
         .with_tasks(vec![Strategy::Drop])
         .with_variant(Variant::DropEnqueues);
+    expect_counterexample(cfg, names::S10);
+}
+
+#[test]
+fn teeth_attached_start_ignoring_the_running_limit_breaks_s10() {
+    // A detached turn of a `concurrent=1` task runs; the foreground turn must wait for it.
+    let mut cfg = SlotConfig::new(1, 1, 1)
+        .without_faults()
+        .with_tasks(vec![Strategy::Concurrent { max: 1 }])
+        .with_variant(Variant::AttachedIgnoresStrategy);
+    cfg.attached = 1;
     expect_counterexample(cfg, names::S10);
 }
 

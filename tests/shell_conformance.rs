@@ -284,19 +284,17 @@ impl Mirror {
             .collect();
         let bound = 3 * (self.state.entries.len() + self.state.works.len() + candidates.len()) + 2;
         for _ in 0..bound {
-            let settled: BTreeSet<TurnKey> = self
-                .state
-                .entries
-                .iter()
-                .filter(|e| {
-                    matches!(e.state, RowState::Dispatching { .. }) && self.settled.contains(&e.key)
+            // What the shell reads from the records: every row's turn and the candidates.
+            let records: TurnRecords = records_needed(&self.state, &candidates)
+                .map(|k| {
+                    let on_disk = TurnOnDisk::Record {
+                        settled: self.settled.contains(k),
+                        attached: false,
+                        started: self.state.row(k).is_some(),
+                        runner: false,
+                    };
+                    (k.clone(), on_disk)
                 })
-                .map(|e| e.key.clone())
-                .collect();
-            let orphans: Vec<TurnKey> = candidates
-                .iter()
-                .filter(|k| !self.settled.contains(k))
-                .cloned()
                 .collect();
             let fresh_token = self.world.token();
             let effect = reconcile(
@@ -307,8 +305,7 @@ impl Mirror {
                     now_millis: self.world.now_millis,
                     cap: self.cap,
                     strategies: &self.strategies,
-                    settled: &settled,
-                    orphans: &orphans,
+                    records: &records,
                     liveness: &self.world,
                 },
             )

@@ -15,6 +15,14 @@ use tollgate::protocol::admission::Strategy as TaskStrategy;
 use tollgate::protocol::slots::steps::*;
 use tollgate::protocol::slots::*;
 
+/// A turn whose record holds its outcome, as reconcile's input says it.
+const SETTLED: TurnOnDisk = TurnOnDisk::Record {
+    settled: true,
+    attached: false,
+    started: true,
+    runner: true,
+};
+
 #[derive(Clone, Debug)]
 enum Op {
     Submit(u8),
@@ -443,7 +451,8 @@ impl World {
                     TASKS.iter().map(|(n, s)| (n.to_string(), *s)).collect();
                 for _ in 0..(3 * (self.state.entries.len() + self.state.works.len()) + 2) {
                     let fresh = self.fresh();
-                    let settled = self.settled.clone();
+                    let records: TurnRecords =
+                        self.settled.iter().map(|k| (k.clone(), SETTLED)).collect();
                     let seen = Seen {
                         procs: &self.procs,
                         works: &self.live_works,
@@ -456,8 +465,7 @@ impl World {
                             now_millis: self.now_millis,
                             cap: self.cap,
                             strategies: &strategies,
-                            settled: &settled,
-                            orphans: &[],
+                            records: &records,
                             liveness: &seen,
                         },
                     )

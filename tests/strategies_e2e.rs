@@ -162,6 +162,9 @@ fn drop_strategy_refuses_a_second_submit_while_busy_with_exit_code_4() {
         ],
     );
     assert!(first.status.success(), "{first:?}");
+    wait_until(20, "turn 1 running", || {
+        turn_states(&h.path, "d")[0] == "running"
+    });
     let second = tollgate(&h.path, &["submit", "--task", "d", "--", "true"]);
     assert_eq!(second.status.code(), Some(4), "{second:?}");
     let stderr = String::from_utf8_lossy(&second.stderr);
@@ -174,6 +177,125 @@ fn drop_strategy_refuses_a_second_submit_while_busy_with_exit_code_4() {
     // Idle again: the next submit runs.
     let third = tollgate(&h.path, &["submit", "--task", "d", "--wait", "--", "true"]);
     assert_eq!(third.status.code(), Some(0), "{third:?}");
+}
+
+/// `drop` takes no new turn while one of the task is in the queue, running or not: here the first
+/// turn waits for the only worker slot, and the refusal says so instead of calling it running.
+#[test]
+fn drop_refuses_beside_a_turn_waiting_for_a_slot_and_says_it_waits() {
+    let h = home(1);
+    let hold = gate(h.path.parent().unwrap(), "hold-slot");
+    let other = tollgate(
+        &h.path,
+        &[
+            "submit",
+            "--task",
+            "other",
+            "--",
+            "cat",
+            hold.to_str().unwrap(),
+        ],
+    );
+    assert!(other.status.success(), "{other:?}");
+    wait_until(20, "the other task's turn running", || {
+        turn_states(&h.path, "other")[0] == "running"
+    });
+    let first = tollgate(
+        &h.path,
+        &["submit", "--task", "d", "--strategy", "drop", "--", "true"],
+    );
+    assert!(first.status.success(), "{first:?}");
+    assert_eq!(turn_states(&h.path, "d"), ["parked"]);
+    let second = tollgate(&h.path, &["submit", "--task", "d", "--", "true"]);
+    assert_eq!(second.status.code(), Some(4), "{second:?}");
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        stderr.contains("turn 1 is waiting for a worker slot"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("is running"), "{stderr}");
+    let json = tollgate(&h.path, &["submit", "--task", "d", "--json", "--", "true"]);
+    assert_eq!(json.status.code(), Some(4), "{json:?}");
+    let answer: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(answer["busy"], "waiting_for_slot", "{answer}");
+    release(&hold);
+    wait_until(30, "turn 1 of d completed", || {
+        turn_states(&h.path, "d")[0] == "completed"
+    });
+    assert_eq!(
+        turn_states(&h.path, "d"),
+        ["completed", "dropped", "dropped"]
+    );
+}
+
+/// A foreground (`--attach`) turn honours its task's running limit: beside a running turn of a
+/// `concurrent=1` task it waits, says so, and starts only once that turn ended.
+#[test]
+fn attach_waits_for_the_running_turn_of_a_concurrent_one_task() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let h = home(4);
+    let dir = h.path.parent().unwrap().to_path_buf();
+    let hold = gate(&dir, "hold-a");
+    let done1 = dir.join("done1");
+    let first_cmd = format!("cat {} && touch {}", hold.display(), done1.display());
+    let first = tollgate(
+        &h.path,
+        &[
+            "submit",
+            "--task",
+            "c",
+            "--strategy",
+            "concurrent=1",
+            "--",
+            "sh",
+            "-c",
+            &first_cmd,
+        ],
+    );
+    assert!(first.status.success(), "{first:?}");
+    wait_until(20, "turn 1 running", || {
+        turn_states(&h.path, "c")[0] == "running"
+    });
+    // The attached turn succeeds only if turn 1 had ended when its command started.
+    let second_cmd = format!("test -e {}", done1.display());
+    let mut attached = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("--home")
+        .arg(&h.path)
+        .args([
+            "submit",
+            "--task",
+            "c",
+            "--attach",
+            "--",
+            "sh",
+            "-c",
+            &second_cmd,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = attached.stderr.take().unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let waits = lines
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the attached submit said nothing");
+    assert!(waits.contains("turn 2 waits: turn 1 is active"), "{waits}");
+    assert_eq!(turn_states(&h.path, "c")[0], "running");
+    release(&hold);
+    let status = attached.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "the attached turn ran beside turn 1"
+    );
+    assert_eq!(turn_states(&h.path, "c"), ["completed", "completed"]);
 }
 
 #[test]

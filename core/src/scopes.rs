@@ -18,8 +18,42 @@ pub enum SubmitPlan {
     },
     /// Park in the task's line, behind its older rows.
     LineUp,
-    /// Refuse: `running` is busy and the strategy is `drop`. Nothing is enqueued.
-    Drop { running: TurnKey },
+    /// Refuse: the strategy is `drop` and the task's turn `running` is still in the queue (`busy`
+    /// says how). Nothing is enqueued.
+    Drop { running: TurnKey, busy: Busy },
+}
+
+/// How a task's turn holds the task busy, as a refusal names it: a `drop` task takes no new turn
+/// while any turn of it is in the queue, running or not yet (spec/admission.md, "Strategies").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Busy {
+    /// Its command runs (a runner or a foreground submitter is recorded).
+    Running,
+    /// A slot is reserved for it and its runner is being started.
+    Starting,
+    /// It waits for a worker slot (parked by the global cap).
+    WaitingForSlot,
+}
+
+impl Busy {
+    /// How the turn of `key` holds its task in `state`.
+    pub fn of(state: &QueueState, key: &TurnKey) -> Busy {
+        match state.row(key).map(|e| &e.state) {
+            Some(RowState::Parked) => Busy::WaitingForSlot,
+            _ if state.runner(key).is_some() => Busy::Running,
+            _ => Busy::Starting,
+        }
+    }
+}
+
+impl std::fmt::Display for Busy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Busy::Running => "is running",
+            Busy::Starting => "is starting",
+            Busy::WaitingForSlot => "is waiting for a worker slot",
+        })
+    }
 }
 
 fn is_active(entry: &QueueEntry) -> bool {
@@ -81,8 +115,20 @@ pub fn plan_submit(
             superseded: superseded.into_iter().collect(),
         },
         Arrival::LineUp(_) => SubmitPlan::LineUp,
-        Arrival::Dropped { running, .. } => SubmitPlan::Drop { running },
+        Arrival::Dropped { running, .. } => SubmitPlan::Drop {
+            busy: Busy::of(state, &running),
+            running,
+        },
     }
+}
+
+/// Whether an attached (foreground) start of a turn of `task` may run now under `strategy`: the
+/// task's running limit has room (`concurrent=N`: fewer than N of its turns active; one at a time
+/// otherwise). An attached turn is no waiter (it is never superseded, and a debounce quiet period
+/// does not delay it): it waits in the foreground until this holds. `drop` is decided before, by
+/// [`plan_submit`].
+pub fn attached_may_start(state: &QueueState, task: &str, strategy: Strategy) -> bool {
+    strategy.may_start(running_in_scope(state, task), 0, 0)
 }
 
 /// Whether the parked row `entry` may start now under its task's `strategy`: room in the scope

@@ -256,7 +256,7 @@ fn a_dead_runners_live_work_keeps_its_slot_until_killed() {
                         dead: DEAD,
                         live_works: &live,
                     };
-                    let (strategies, settled) = (BTreeMap::new(), BTreeSet::new());
+                    let (strategies, records) = (BTreeMap::new(), TurnRecords::new());
                     let effect = reconcile(
                         &mut state,
                         ReconcileInput {
@@ -265,8 +265,7 @@ fn a_dead_runners_live_work_keeps_its_slot_until_killed() {
                             now_millis: 0,
                             cap: 1,
                             strategies: &strategies,
-                            settled: &settled,
-                            orphans: &[],
+                            records: &records,
                             liveness: &world,
                         },
                     )

@@ -12,20 +12,25 @@
 //! - **Deliver(event)**: the gate, [`Admission::admit_and_mark`]. `Refused`: the overload answer
 //!   (no ack, no mark, admission-rejected). `Duplicate`: the duplicate answer. `Admitted`: the
 //!   accept sequence begins (nothing answered yet).
-//! - **Submit(delivery)**: the durable turn, under the queue lock: the task's strategy decides
-//!   ([`Scope::arrive`], what the core's `plan_submit` calls); a start reserves the row for this
-//!   serve; a superseded waiter's turn ends. Then [`Admission::made_durable`]: until here a
+//! - **Submit(delivery)**: the durable turn, under the queue lock: the slot step production's
+//!   submit runs ([`steps::submit`] on the model's real [`QueueState`], with the scope's strategy):
+//!   a start reserves the row for this serve, a superseded waiter's turn ends, a dropped turn ends.
+//!   Then [`Admission::made_durable`]: until here a
 //!   redelivery of the identity is told to retry (`InFlight`), never answered as a duplicate. **SubmitFails(delivery)** (when the configuration
 //!   allows it): the turn could not be created, [`Admission::withdraw`], answered 503.
-//! - **Spawn(delivery)**: serve starts the runner of the row it reserved; the turn's work runs.
+//! - **Spawn(delivery)**: serve's driver performs the submit's [`Handoff`]: the runner is spawned,
+//!   the two publishes ([`steps::handoff_publish_first`], [`steps::handoff_publish_second`]) land,
+//!   and the runner's take-over ([`steps::runner_take_over`]) starts the turn's work.
 //! - **Ack(delivery)**: the durable dedupe line, then the 200; the delivery is watched (a `drop`
 //!   turn settles at once through [`delivery_outcome`]).
 //! - **Watch(delivery)**: the watcher's [`watch_turn`] for a delivery whose turn ended: settle.
 //!   **Timeout(delivery)** (when allowed): the detach deadline passes while the turn's work runs:
 //!   [`watch_turn`] says cancel; the turn ends cancelled, the delivery later timed-out.
-//! - **Finish(turn)**: the world: a running turn's runner ends it; what may start starts
-//!   ([`Scope::finish`]: the finishing runner starts the next row). **Tick**: the clock, and the
-//!   debounce waker ([`Scope::start_due`]).
+//! - **Finish(turn)**: a running turn's runner ends it: [`steps::runner_finish`], which starts
+//!   the next parked row its strategy allows (its handoff is performed in the same action).
+//!   **Tick**: the clock passes a debounce deadline, and the waker the submit asked for runs
+//!   production's waker step, reconcile ([`steps::reconcile`], until it is final).
+//!   A timeout's cancel is [`steps::cancel`]; the signalled runner finishes the turn cancelled.
 //! - **Shutdown**: [`Admission::begin_shutdown`]. **Drain**: once no submit is under way
 //!   ([`drain`] says hand off), [`Admission::hand_off`]; the handed-off turns are recorded for the
 //!   next serve, and this serve exits. Its turns run on.
@@ -33,7 +38,11 @@
 //!   turn records, the dedupe log and the hand-off file stay). **Restart**: a new serve:
 //!   [`Admission::restore_mark`] for the dedupe log, [`Admission::readopt`] for every turn still
 //!   in the queue or handed off ([`TurnAtStart`] from the row and who is alive), then
-//!   [`recovery`]: when it says reconcile, the rows only a dead serve held are started.
+//!   [`recovery`]: when it says reconcile, serve runs [`steps::reconcile`] until it is final, which
+//!   parks the rows only a dead serve reserved and starts them.
+//!
+//! Serve's `workers` cap ([`WORKERS`]) is larger than any configuration's number of turns: the
+//! global cap is the slot model's subject; here the strategies and the admission ledger decide.
 //!
 //! The model owns only what production gets from the world: which events the platform still
 //! delivers, the queue's rows and the turns' work, a clock, which serve is alive, and a record of
@@ -44,19 +53,32 @@
 //! drain's lock-timeout bound runs out, and the detach deadline of a turn that has not started
 //! (the model's detach timeout is longer than any wait it has).
 
+use crate::slots::state::token_from_counter;
 use stateright::{Model, Property};
+use std::collections::BTreeMap;
 use std::fmt;
 use tollgate_core::admission::{
-    delivery_outcome, drain, recovery, watch_turn, Admission, Admit, Arrival, Deadline, Delivery,
-    DeliveryId, Dispatch, Drain, DrainInputs, EventIdentity, Limits, Outcome, Readopt,
-    RejectReason, Retained, Scope, Settled, Strategy, Tenant, TurnAtStart, TurnEnd, TurnNow,
-    WatchEffect,
+    delivery_outcome, drain, recovery, turn_at_start, watch_turn, Admission, Admit, Deadline,
+    Delivery, DeliveryId, Dispatch, Drain, DrainInputs, EventIdentity, Limits, Outcome, Readopt,
+    RejectReason, Retained, Settled, Strategy, Tenant, TurnEnd, TurnNow, WatchEffect,
+};
+use tollgate_core::slots::steps::{
+    self, CancelSelection, FinishInput, Handoff, ReconcileEffect, ReconcileInput, SubmitDecision,
+    SubmitEffect, SubmitInput, TakeOverEffect, TakeOverInput, TurnOnDisk, TurnRecords,
+};
+use tollgate_core::slots::{
+    enqueue, park, set_ready_at, Liveness, Observation, ProcessIdentity, QueueState, RowState,
+    SlotError, TurnKey, WorkRecord,
 };
 
 /// How long a mark lasts: longer than any model run, so expiry never plays a part.
 pub const DEDUPE_TTL_MILLIS: u64 = 1_000_000;
 /// The detach timeout: longer than any model run; only `Timeout` makes a deadline pass.
 pub const DETACH_TIMEOUT_MILLIS: u64 = 1_000_000;
+/// Serve's `workers` (the slot cap of detached starts): more than any configuration's turns.
+pub const WORKERS: usize = 16;
+/// The most sections one reconcile pass runs (production's loop has a bound too).
+const MAX_RECONCILE_STEPS: usize = 32;
 
 /// Which serve the model drives: production, or one deliberately broken variant (the teeth).
 ///
@@ -76,7 +98,8 @@ pub enum Variant {
     /// At the cap the ingress acknowledges the delivery and drops it instead of refusing it
     /// honestly (breaks A2).
     AckAndDropAtCap,
-    /// Debounce keeps every waiter instead of superseding the parked one (breaks A4).
+    /// Debounce keeps every waiter instead of superseding the parked one: the submit step's
+    /// superseded rows are put back, parked (breaks A4).
     UnboundedDebounce,
     /// The shutdown drain hands off only deliveries whose turns run, and forgets the others
     /// (breaks A3).
@@ -317,15 +340,18 @@ pub struct Hold {
     pub lost_in_crash: bool,
 }
 
-/// A turn's queue row.
+/// A turn's queue row as the properties see it, read from the model's [`QueueState`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Row {
     /// Reserved by serve start `by`, its runner not started.
     Reserved { by: u8 },
-    /// Parked or in the scope's line: a finishing runner or the waker starts it.
+    /// Parked (a waiter, or in the scope's line): a finishing runner or the waker starts it.
     Waiting,
     /// Its runner runs the turn's work.
     Running,
+    /// Dispatching but neither reserved by a serve nor run by a recorded runner (a handoff
+    /// between its publishes; never left so by a model action).
+    Starting,
     /// Not in the queue (ended, or never enqueued).
     Gone,
 }
@@ -334,20 +360,21 @@ pub enum Row {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Turn {
     pub event: u8,
-    pub row: Row,
     pub end: Option<TurnEnd>,
     /// Its work started.
     pub ran: bool,
 }
 
 /// One admitted delivery in serve's accept sequence, not yet acknowledged.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct InFlight {
     pub attempt: u8,
     pub hold: u8,
     pub id: DeliveryId,
     /// Set by the submit.
     pub turn: Option<u8>,
+    /// The submit's reservation, for serve's driver to perform (lost if serve crashes first).
+    pub handoff: Option<Handoff>,
 }
 
 /// One delivery the watcher watches.
@@ -392,8 +419,11 @@ pub struct AdmissionState {
     /// How many serves have started (the first is start 1).
     pub starts: u8,
     pub turns: Vec<Turn>,
-    /// The queue's rows per scope, as the strategies see them (turn indexes).
-    pub scopes: Vec<Scope<u8>>,
+    /// The queue (`queue.json`): scope `i`'s turns are the rows of task `s<i>`, turn `t` is
+    /// [`key_of`]`(t)`; every change to it is a core step.
+    pub queue: QueueState,
+    /// The next fresh slot token is `token_from_counter(next_token)`.
+    pub next_token: u32,
     /// Events with a durable dedupe line.
     pub dedupe_log: Vec<u8>,
     /// Turns listed in the hand-off file.
@@ -436,7 +466,8 @@ impl AdmissionModel {
             phase: Phase::Open,
             starts: 1,
             turns: Vec::new(),
-            scopes: vec![Scope::default(); self.cfg.scopes.len()],
+            queue: QueueState::default(),
+            next_token: 1,
             dedupe_log: Vec::new(),
             handed_off: Vec::new(),
             now: 0,
@@ -454,9 +485,128 @@ impl AdmissionModel {
         }
     }
 
-    fn strategy_of_turn(&self, st: &AdmissionState, turn: u8) -> (usize, Strategy) {
-        let scope = self.cfg.events[st.turns[turn as usize].event as usize].scope as usize;
-        (scope, self.cfg.scopes[scope])
+    fn strategy_of_turn(&self, st: &AdmissionState, turn: u8) -> Strategy {
+        self.cfg.scopes[self.cfg.events[st.turns[turn as usize].event as usize].scope as usize]
+    }
+
+    /// The queue key of turn `turn`: task `s<scope>`, turn number `turn + 1`.
+    fn key_of(&self, st: &AdmissionState, turn: u8) -> TurnKey {
+        let scope = self.cfg.events[st.turns[turn as usize].event as usize].scope;
+        TurnKey::new(format!("s{scope}"), u32::from(turn) + 1)
+    }
+
+    /// The strategy of every scope's task, as serve reads them from the task records.
+    fn strategies(&self) -> BTreeMap<String, Strategy> {
+        self.cfg
+            .scopes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("s{i}"), *s))
+            .collect()
+    }
+
+    /// A fresh token for a step; [`Self::spend_token`] once a reservation took it (so that an
+    /// unused token does not tell apart states that are the same).
+    fn fresh_token(st: &AdmissionState) -> tollgate_core::slots::SlotToken {
+        token_from_counter(st.next_token)
+    }
+
+    fn spend_token(st: &mut AdmissionState) {
+        st.next_token += 1;
+    }
+
+    /// Performs a handoff as production's driver does: spawn the turn's runner, the first and
+    /// the second publish, then the runner's own take-over (it runs whether or not a publish was
+    /// fenced). `from_parked`: the row started from its scope's waiters or line.
+    fn perform_handoff(&self, st: &mut AdmissionState, handoff: Handoff, from_parked: bool) {
+        let turn = turn_of(handoff.key());
+        let child = runner_identity(turn);
+        if let Ok(bound) = steps::handoff_publish_first(&mut st.queue, handoff.clone(), child) {
+            let _ = steps::handoff_publish_second(&mut st.queue, bound);
+        }
+        let key = handoff.key().clone();
+        let settled = st.turns[turn as usize].end.is_some();
+        let live = Live::of(st, &[child]);
+        let taken = steps::runner_take_over(
+            &mut st.queue,
+            TakeOverInput {
+                key: &key,
+                token: handoff.token(),
+                me: child,
+                settled,
+                cgroup: None,
+                liveness: &live,
+            },
+        );
+        if let Ok(TakeOverEffect::Run { work }) = taken {
+            let _ = steps::work_started(&mut st.queue, &key, work, leader_identity(turn));
+            st.turns[turn as usize].ran = true;
+            match self.strategy_of_turn(st, turn) {
+                Strategy::Debounce { .. } => st.events |= event::DEBOUNCE_START,
+                Strategy::Concurrent { .. } if from_parked => st.events |= event::LINE_START,
+                _ => {}
+            }
+        }
+    }
+
+    /// One reconcile pass by `me` (serve at its start, or a debounce waker): the step until it
+    /// is final, each effect performed. Returns the turns it spawned runners for.
+    fn reconcile_pass(&self, st: &mut AdmissionState, me: ProcessIdentity) -> Vec<u8> {
+        let strategies = self.strategies();
+        let mut spawned = Vec::new();
+        for _ in 0..MAX_RECONCILE_STEPS {
+            // Every turn has its record (serve writes it in the submit's section).
+            let records: TurnRecords = (0..st.turns.len() as u8)
+                .map(|t| {
+                    let turn = &st.turns[t as usize];
+                    let on_disk = TurnOnDisk::Record {
+                        settled: turn.end.is_some(),
+                        attached: false,
+                        started: turn.ran,
+                        runner: turn.ran,
+                    };
+                    (self.key_of(st, t), on_disk)
+                })
+                .collect();
+            let token = Self::fresh_token(st);
+            let live = Live::of(st, &[me]);
+            let before = st.queue.clone();
+            let effect = steps::reconcile(
+                &mut st.queue,
+                ReconcileInput {
+                    me,
+                    fresh_token: token,
+                    now_millis: st.now,
+                    cap: WORKERS,
+                    strategies: &strategies,
+                    records: &records,
+                    liveness: &live,
+                },
+            );
+            match effect {
+                Err(_) => {
+                    // The shell publishes nothing on an error and ends the pass.
+                    st.queue = before;
+                    break;
+                }
+                Ok(effect) if effect.is_final() => break,
+                Ok(ReconcileEffect::Spawn { handoff, .. }) => {
+                    Self::spend_token(st);
+                    spawned.push(turn_of(handoff.key()));
+                    self.perform_handoff(st, handoff, true);
+                }
+                // Runners never die in this model, so no work is left to kill; the driver's
+                // kill would come here.
+                Ok(ReconcileEffect::Kill { .. }) => break,
+                Ok(_) => {}
+            }
+        }
+        spawned
+    }
+
+    /// The row of `turn` as the properties see it.
+    pub fn row(&self, st: &AdmissionState, turn: u8) -> Row {
+        row_of(&st.queue, &self.key_of(st, turn))
     }
 
     fn deliver(&self, st: &mut AdmissionState, event: u8) {
@@ -518,6 +668,7 @@ impl AdmissionModel {
                     hold,
                     id,
                     turn: None,
+                    handoff: None,
                 });
             }
         }
@@ -530,7 +681,7 @@ impl AdmissionModel {
             .inflight
             .iter()
             .find(|f| f.attempt == attempt)
-            .copied()
+            .cloned()
     }
 
     /// The submit section: the durable turn, the strategy's decision, a reservation by this serve.
@@ -544,34 +695,51 @@ impl AdmissionModel {
         let turn = st.turns.len() as u8;
         st.turns.push(Turn {
             event,
-            row: Row::Waiting,
             end: None,
             ran: false,
         });
-        let arrival = match (self.cfg.variant, strategy) {
-            (Variant::UnboundedDebounce, Strategy::Debounce { quiet_millis }) => {
-                debounce_keeping_every_waiter(&mut st.scopes[scope], quiet_millis, turn, st.now)
-            }
-            _ => st.scopes[scope].arrive(strategy, turn, st.now),
+        let key = self.key_of(st, turn);
+        let me = serve_identity(st.starts);
+        let token = Self::fresh_token(st);
+        let live = Live::of(st, &[]);
+        let input = SubmitInput {
+            key: &key,
+            me,
+            fresh_token: token,
+            now_millis: st.now,
+            cap: WORKERS,
+            strategy,
+            liveness: &live,
         };
-        match arrival {
-            Arrival::Start(_) => {
-                st.turns[turn as usize].row = Row::Reserved { by: st.starts };
+        let before = st.queue.clone();
+        let decided = match (self.cfg.variant, strategy) {
+            (Variant::UnboundedDebounce, Strategy::Debounce { .. }) => {
+                submit_keeping_every_waiter(&mut st.queue, input)
             }
-            Arrival::LineUp(_) => {}
-            Arrival::Park { superseded, .. } => {
-                if let Some(old) = superseded {
-                    let old = &mut st.turns[old as usize];
-                    old.end = Some(TurnEnd::Superseded);
-                    old.row = Row::Gone;
-                }
+            _ => steps::submit(&mut st.queue, input),
+        };
+        let decision = match decided {
+            Ok(decision) => decision,
+            Err(_) => {
+                // No model configuration makes the step refuse; the shell would publish nothing.
+                st.queue = before;
+                return;
             }
-            Arrival::Dropped { .. } => {
-                let t = &mut st.turns[turn as usize];
-                t.end = Some(TurnEnd::Dropped);
-                t.row = Row::Gone;
-            }
+        };
+        for old in &decision.superseded {
+            st.turns[turn_of(old) as usize].end = Some(TurnEnd::Superseded);
         }
+        let handoff = match decision.effect {
+            SubmitEffect::Spawn(handoff) => {
+                Self::spend_token(st);
+                Some(handoff)
+            }
+            SubmitEffect::Dropped { .. } => {
+                st.turns[turn as usize].end = Some(TurnEnd::Dropped);
+                None
+            }
+            SubmitEffect::Park | SubmitEffect::Pending | SubmitEffect::Wait { .. } => None,
+        };
         st.holds[flight.hold as usize].turn = Some(turn);
         if let Some(serve) = st.serve.as_mut() {
             serve.admission.made_durable(&identity_of(event));
@@ -579,6 +747,7 @@ impl AdmissionModel {
         if let Some(serve) = st.serve.as_mut() {
             for f in serve.inflight.iter_mut().filter(|f| f.attempt == attempt) {
                 f.turn = Some(turn);
+                f.handoff = handoff.clone();
             }
         }
     }
@@ -603,17 +772,18 @@ impl AdmissionModel {
     }
 
     fn spawn(&self, st: &mut AdmissionState, attempt: u8) {
-        let Some(InFlight {
-            turn: Some(turn), ..
-        }) = Self::inflight(st, attempt)
+        let Some(serve) = st.serve.as_mut() else {
+            return;
+        };
+        let Some(handoff) = serve
+            .inflight
+            .iter_mut()
+            .find(|f| f.attempt == attempt)
+            .and_then(|f| f.handoff.take())
         else {
             return;
         };
-        let t = &mut st.turns[turn as usize];
-        if t.row == (Row::Reserved { by: st.starts }) {
-            t.row = Row::Running;
-            t.ran = true;
-        }
+        self.perform_handoff(st, handoff, false);
     }
 
     /// The durable dedupe line, the 200, and the watcher (a dropped turn settles at once).
@@ -682,7 +852,7 @@ impl AdmissionModel {
             }
             WatchEffect::Cancel => {
                 st.events |= event::TIMED_OUT_CANCEL;
-                self.end_turn(st, turn, TurnEnd::Cancelled);
+                self.cancel_turn(st, turn);
             }
         }
     }
@@ -694,24 +864,58 @@ impl AdmissionModel {
         }
     }
 
-    /// A running turn ends (its runner finished, or it was cancelled); the next may start.
-    fn end_turn(&self, st: &mut AdmissionState, turn: u8, end: TurnEnd) {
-        let t = &mut st.turns[turn as usize];
-        t.end = Some(end);
-        t.row = Row::Gone;
-        let (scope, strategy) = self.strategy_of_turn(st, turn);
-        let had_line = !st.scopes[scope].line.is_empty();
-        let started = st.scopes[scope].finish(strategy, &turn, st.now);
-        start_turns(st, strategy, &started, had_line);
+    /// The cancel section for one turn (serve's `cancel_turn`): a live runner is signalled and
+    /// finishes the turn cancelled; a row nobody runs leaves and its turn ends cancelled.
+    fn cancel_turn(&self, st: &mut AdmissionState, turn: u8) {
+        let key = self.key_of(st, turn);
+        let live = Live::of(st, &[]);
+        let effect = steps::cancel(&mut st.queue, CancelSelection::Turn(&key), &live);
+        for removed in &effect.removed {
+            st.turns[turn_of(removed) as usize].end = Some(TurnEnd::Cancelled);
+        }
+        for (signalled, _) in &effect.signal {
+            self.end_turn(st, turn_of(signalled), TurnEnd::Cancelled);
+        }
     }
 
+    /// A running turn's runner ends it (its command ended, or it was signalled): the finish
+    /// step, then the handoff of the next row it started, in the same runner.
+    fn end_turn(&self, st: &mut AdmissionState, turn: u8, end: TurnEnd) {
+        let key = self.key_of(st, turn);
+        let me = runner_identity(turn);
+        let strategies = self.strategies();
+        let token = Self::fresh_token(st);
+        let live = Live::of(st, &[me]);
+        let before = st.queue.clone();
+        let finished = steps::runner_finish(
+            &mut st.queue,
+            FinishInput {
+                key: &key,
+                me,
+                fresh_token: token,
+                now_millis: st.now,
+                cap: WORKERS,
+                strategies: &strategies,
+                liveness: &live,
+            },
+        );
+        match finished {
+            Ok(next) => {
+                st.turns[turn as usize].end = Some(end);
+                if let Some(handoff) = next {
+                    Self::spend_token(st);
+                    self.perform_handoff(st, handoff, true);
+                }
+            }
+            // The shell publishes nothing on an error: the turn stays (and A3 sees it).
+            Err(_) => st.queue = before,
+        }
+    }
+
+    /// The clock passes the next debounce deadline; the waker the submit asked for runs its step.
     fn tick(&self, st: &mut AdmissionState) {
         st.now += 1;
-        for (scope, strategy) in self.cfg.scopes.iter().enumerate() {
-            let had_line = !st.scopes[scope].line.is_empty();
-            let started = st.scopes[scope].start_due(*strategy, st.now);
-            start_turns(st, *strategy, &started, had_line);
-        }
+        self.reconcile_pass(st, WAKER);
     }
 
     fn drain(&self, st: &mut AdmissionState) {
@@ -733,7 +937,7 @@ impl AdmissionModel {
                 let running: Vec<DeliveryId> = serve
                     .watched
                     .iter()
-                    .filter(|w| st.turns[w.turn as usize].row == Row::Running)
+                    .filter(|w| self.row(st, w.turn) == Row::Running)
                     .map(|w| w.id)
                     .collect();
                 for id in &running {
@@ -785,18 +989,22 @@ impl AdmissionModel {
             serve.admission.restore_mark(&identity_of(event), 0);
         }
         let mut effects = Vec::new();
+        let mut reserved_by_dead = Vec::new();
+        let live_at_start = Live::of(st, &[serve_identity(st.starts)]);
         for turn in 0..st.turns.len() as u8 {
+            let row = self.row(st, turn);
             let t = &st.turns[turn as usize];
             let handed_off = st.handed_off.contains(&turn);
-            if t.row == Row::Gone && !handed_off {
+            if row == Row::Gone && !handed_off {
                 continue;
             }
-            let at_start = match (t.end, t.row) {
-                (Some(end), _) => TurnAtStart::Ended(end),
-                // Every earlier serve is dead.
-                (None, Row::Reserved { .. }) | (None, Row::Gone) => TurnAtStart::Orphaned,
-                (None, Row::Waiting) | (None, Row::Running) => TurnAtStart::Held,
-            };
+            if matches!(row, Row::Reserved { .. }) {
+                reserved_by_dead.push(turn);
+            }
+            // Production's classification, from the record, the row and who is alive (every
+            // earlier serve is dead).
+            let at_start =
+                turn_at_start(t.end, st.queue.row(&self.key_of(st, turn)), &live_at_start);
             let spec = self.cfg.events[t.event as usize];
             let retained = Retained {
                 tenant: tenant_of(spec.tenant),
@@ -840,13 +1048,10 @@ impl AdmissionModel {
         st.phase = Phase::Open;
         let skip = self.cfg.variant == Variant::SkipRecovery;
         if recovery(&effects) == tollgate_core::admission::Recovery::Reconcile && !skip {
-            // Reconcile steals the dead serve's reservations and starts their runners.
-            for t in st.turns.iter_mut() {
-                if t.end.is_none() && matches!(t.row, Row::Reserved { .. }) {
-                    t.row = Row::Running;
-                    t.ran = true;
-                    st.events |= event::RECOVERED;
-                }
+            // Reconcile parks the dead serve's reservations and starts their runners.
+            let spawned = self.reconcile_pass(st, serve_identity(st.starts));
+            if spawned.iter().any(|t| reserved_by_dead.contains(t)) {
+                st.events |= event::RECOVERED;
             }
         }
     }
@@ -909,26 +1114,25 @@ impl AdmissionModel {
             }
             for f in &serve.inflight {
                 let attempt = f.attempt;
-                match f.turn {
-                    None => {
+                match (f.turn, &f.handoff) {
+                    (None, _) => {
                         actions.push(AdmissionAction::Submit { attempt });
                         if self.cfg.submit_failures {
                             actions.push(AdmissionAction::SubmitFails { attempt });
                         }
                     }
-                    Some(turn)
-                        if st.turns[turn as usize].row == (Row::Reserved { by: st.starts }) =>
-                    {
-                        actions.push(AdmissionAction::Spawn { attempt })
-                    }
-                    Some(_) => actions.push(AdmissionAction::Ack { attempt }),
+                    (Some(_), Some(_)) => actions.push(AdmissionAction::Spawn { attempt }),
+                    (Some(_), None) => actions.push(AdmissionAction::Ack { attempt }),
                 }
             }
             for w in &serve.watched {
                 let t = &st.turns[w.turn as usize];
                 if t.end.is_some() {
                     actions.push(AdmissionAction::Watch { hold: w.hold });
-                } else if self.cfg.timeouts && t.row == Row::Running && !w.deadline.timing_out {
+                } else if self.cfg.timeouts
+                    && self.row(st, w.turn) == Row::Running
+                    && !w.deadline.timing_out
+                {
                     actions.push(AdmissionAction::Timeout { hold: w.hold });
                 }
             }
@@ -938,15 +1142,16 @@ impl AdmissionModel {
         } else if self.may_restart(st) {
             actions.push(AdmissionAction::Restart);
         }
-        for (turn, t) in st.turns.iter().enumerate() {
-            if t.row == Row::Running {
-                actions.push(AdmissionAction::Finish { turn: turn as u8 });
+        for turn in 0..st.turns.len() as u8 {
+            if st.turns[turn as usize].end.is_none() && self.row(st, turn) == Row::Running {
+                actions.push(AdmissionAction::Finish { turn });
             }
         }
         let waiting_on_clock = st
-            .scopes
+            .queue
+            .entries
             .iter()
-            .any(|s| s.parked.as_ref().is_some_and(|(_, at)| *at > st.now));
+            .any(|e| matches!(e.state, RowState::Parked) && e.ready_at_millis > st.now);
         if waiting_on_clock {
             actions.push(AdmissionAction::Tick);
         }
@@ -968,6 +1173,106 @@ fn tenant_of(tenant: u8) -> Tenant {
     Tenant::new("platform", format!("t{tenant}"))
 }
 
+/// Serve start `start`'s process.
+fn serve_identity(start: u8) -> ProcessIdentity {
+    ProcessIdentity {
+        pid: 100 + u32::from(start),
+        start_time_micros: 1,
+    }
+}
+
+/// The runner of turn `turn` (a turn gets one runner: runners do not die in this model).
+fn runner_identity(turn: u8) -> ProcessIdentity {
+    ProcessIdentity {
+        pid: 1000 + u32::from(turn),
+        start_time_micros: 1,
+    }
+}
+
+/// The process group leader of turn `turn`'s work.
+fn leader_identity(turn: u8) -> ProcessIdentity {
+    ProcessIdentity {
+        pid: 2000 + u32::from(turn),
+        start_time_micros: 1,
+    }
+}
+
+/// The debounce waker (`tollgate worker wake`), a process of its own.
+const WAKER: ProcessIdentity = ProcessIdentity {
+    pid: 50,
+    start_time_micros: 1,
+};
+
+/// The model turn index of a queue key (see [`AdmissionModel::key_of`]).
+fn turn_of(key: &TurnKey) -> u8 {
+    u8::try_from(key.turn.saturating_sub(1)).unwrap_or(u8::MAX)
+}
+
+fn serve_start_of(identity: &ProcessIdentity) -> Option<u8> {
+    identity
+        .pid
+        .checked_sub(100)
+        .and_then(|s| u8::try_from(s).ok())
+        .filter(|_| identity.pid < 1000)
+}
+
+/// The row of `key` as the properties see it.
+fn row_of(queue: &QueueState, key: &TurnKey) -> Row {
+    let Some(entry) = queue.row(key) else {
+        return Row::Gone;
+    };
+    if queue.runners.iter().any(|r| &r.key == key) {
+        return Row::Running;
+    }
+    match (&entry.state, &entry.slot_reservation) {
+        (_, Some(r)) if r.child.is_none() => match serve_start_of(&r.reserver) {
+            Some(by) => Row::Reserved { by },
+            None => Row::Starting,
+        },
+        (_, Some(_)) => Row::Starting,
+        (RowState::Parked | RowState::Waiting { .. }, None) => Row::Waiting,
+        (RowState::Dispatching { .. }, None) => Row::Starting,
+    }
+}
+
+/// Who is alive, as the core's steps ask: the running serve, the runners of turns whose work
+/// started and has not ended, and the acting process itself.
+struct Live {
+    live: Vec<ProcessIdentity>,
+}
+
+impl Live {
+    fn of(st: &AdmissionState, acting: &[ProcessIdentity]) -> Self {
+        let mut live: Vec<ProcessIdentity> = acting.to_vec();
+        if st.serve.is_some() {
+            live.push(serve_identity(st.starts));
+        }
+        live.extend(
+            st.turns
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.ran && t.end.is_none())
+                .map(|(i, _)| runner_identity(i as u8)),
+        );
+        Live { live }
+    }
+}
+
+impl Liveness for Live {
+    fn observe(&self, identity: &ProcessIdentity) -> Observation {
+        if self.live.contains(identity) {
+            Observation::Matching
+        } else {
+            Observation::Gone
+        }
+    }
+
+    /// A work lives exactly as long as its runner here (runners do not die in this model).
+    fn observe_work(&self, work: &WorkRecord) -> Observation {
+        self.observe(&work.runner)
+    }
+}
+
 /// Counts a settle's effect on hold `hold` (a refused settle is counted too: serve asked to
 /// release twice).
 fn count_release(st: &mut AdmissionState, hold: u8, settled: Settled) {
@@ -986,23 +1291,6 @@ fn record_settle(st: &mut AdmissionState, hold: u8, settled: Settled, outcome: O
     }
 }
 
-/// Turns a finishing runner or the waker starts: their work runs.
-fn start_turns(st: &mut AdmissionState, strategy: Strategy, started: &[u8], had_line: bool) {
-    for &turn in started {
-        let t = &mut st.turns[turn as usize];
-        t.row = Row::Running;
-        t.ran = true;
-    }
-    if started.is_empty() {
-        return;
-    }
-    match strategy {
-        Strategy::Debounce { .. } => st.events |= event::DEBOUNCE_START,
-        Strategy::Concurrent { .. } if had_line => st.events |= event::LINE_START,
-        _ => {}
-    }
-}
-
 /// Broken copy of `admit_and_mark` (variant `MarkBeforeAdmit`): probes dedupe by marking, then
 /// asks the ledger.
 fn mark_then_admit(admission: &mut Admission, delivery: &Delivery, now_millis: u64) -> Admit {
@@ -1018,23 +1306,21 @@ fn mark_then_admit(admission: &mut Admission, delivery: &Delivery, now_millis: u
     }
 }
 
-/// Broken copy of `Scope::arrive` for debounce (variant `UnboundedDebounce`): the newest arrival
-/// becomes the parked waiter, and the one it replaces is kept waiting instead of superseded.
-fn debounce_keeping_every_waiter(
-    scope: &mut Scope<u8>,
-    quiet_millis: u64,
-    item: u8,
-    now_millis: u64,
-) -> Arrival<u8> {
-    let ready_at_millis = now_millis.saturating_add(quiet_millis);
-    if let Some((old, _)) = scope.parked.replace((item, ready_at_millis)) {
-        scope.line.push_back(old);
+/// Broken submit for debounce (variant `UnboundedDebounce`): production's submit step, after
+/// which the waiters it superseded are put back in the queue, parked, instead of ending.
+fn submit_keeping_every_waiter<L: Liveness>(
+    queue: &mut QueueState,
+    input: SubmitInput<'_, L>,
+) -> Result<SubmitDecision, SlotError> {
+    let (key, me, now_millis) = (input.key, input.me, input.now_millis);
+    let mut decision = steps::submit(queue, input)?;
+    let ready_at_millis = queue.row(key).map_or(0, |e| e.ready_at_millis);
+    for old in decision.superseded.drain(..) {
+        enqueue(queue, &old, me, now_millis)?;
+        park(queue, &old)?;
+        set_ready_at(queue, &old, ready_at_millis)?;
     }
-    Arrival::Park {
-        waiter: item,
-        ready_at_millis,
-        superseded: None,
-    }
+    Ok(decision)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1083,17 +1369,12 @@ fn a1_bounded_retention(model: &AdmissionModel, st: &AdmissionState) -> bool {
     {
         return false;
     }
-    // Everything the scopes retain is held by this serve's ledger.
-    st.scopes.iter().all(|s| {
-        s.running
+    // Every queue row (what the scopes retain) is a turn held by this serve's ledger.
+    st.queue.entries.iter().all(|e| {
+        let turn = Some(turn_of(&e.key));
+        st.holds
             .iter()
-            .chain(s.parked.as_ref().map(|(t, _)| t))
-            .chain(s.line.iter())
-            .all(|turn| {
-                st.holds
-                    .iter()
-                    .any(|h| h.start == st.starts && h.turn == Some(*turn) && ledger.is_held(h.id))
-            })
+            .any(|h| h.start == st.starts && h.turn == turn && ledger.is_held(h.id))
     })
 }
 
@@ -1158,13 +1439,16 @@ impl LedgerEmpty for Option<&tollgate_core::admission::Ledger> {
 }
 
 fn a4_one_parked_waiter(model: &AdmissionModel, st: &AdmissionState) -> bool {
-    st.scopes
-        .iter()
-        .zip(&model.cfg.scopes)
-        .all(|(s, strategy)| {
-            !matches!(strategy, Strategy::Queue | Strategy::Debounce { .. })
-                || usize::from(s.parked.is_some()) + s.line.len() <= 1
-        })
+    model.cfg.scopes.iter().enumerate().all(|(i, strategy)| {
+        let task = format!("s{i}");
+        let waiting = st
+            .queue
+            .entries
+            .iter()
+            .filter(|e| e.key.task == task && matches!(e.state, RowState::Parked))
+            .count();
+        !matches!(strategy, Strategy::Queue | Strategy::Debounce { .. }) || waiting <= 1
+    })
 }
 
 fn a5_capacity_at_outcome(_: &AdmissionModel, st: &AdmissionState) -> bool {
@@ -1389,7 +1673,7 @@ pub fn describe(
 ) -> String {
     let mut out = String::new();
     for (state, action) in path {
-        out.push_str(&format!("    {}\n", summarize(state)));
+        out.push_str(&format!("    {}\n", summarize(model, state)));
         if let Some(action) = action {
             out.push_str(&format!("  -> {}\n", model.format_action(action)));
         }
@@ -1397,37 +1681,26 @@ pub fn describe(
     out
 }
 
-/// One line: clock, serve, held ids, each scope's running/parked/line, turns, answers.
-pub fn summarize(st: &AdmissionState) -> String {
+/// One line: clock, serve, held ids, turns (scope, row, ran, end), answers.
+pub fn summarize(model: &AdmissionModel, st: &AdmissionState) -> String {
     let held: Vec<String> = current_ledger(st)
         .map(|l| l.held().iter().map(|id| id.to_string()).collect())
         .unwrap_or_default();
-    let scopes: Vec<String> = st
-        .scopes
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let ids = |v: &mut dyn Iterator<Item = &u8>| {
-                v.map(|t| format!("T{t}")).collect::<Vec<_>>().join(",")
-            };
-            format!(
-                "s{i}[run {} park {} line {}]",
-                ids(&mut s.running.iter()),
-                ids(&mut s.parked.iter().map(|(t, _)| t)),
-                ids(&mut s.line.iter())
-            )
-        })
-        .collect();
     let turns: Vec<String> = st
         .turns
         .iter()
         .enumerate()
         .map(|(i, t)| {
             let end = t.end.map(|e| format!("={e:?}")).unwrap_or_default();
+            let key = TurnKey::new(
+                format!("s{}", model.cfg.events[t.event as usize].scope),
+                i as u32 + 1,
+            );
             format!(
-                "T{i}:ev{}:{:?}{}{end}",
+                "T{i}:ev{}:{}:{:?}{}{end}",
                 t.event,
-                t.row,
+                key.task,
+                row_of(&st.queue, &key),
                 if t.ran { "+ran" } else { "" }
             )
         })
@@ -1456,12 +1729,11 @@ pub fn summarize(st: &AdmissionState) -> String {
         })
         .collect();
     format!(
-        "t={} serve#{} {:?} held [{}] {} | turns {} | {}",
+        "t={} serve#{} {:?} held [{}] | turns {} | {}",
         st.now,
         st.starts,
         st.phase,
         held.join(","),
-        scopes.join(" "),
         turns.join(" "),
         answers.join(" ")
     )

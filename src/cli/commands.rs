@@ -5,6 +5,7 @@ use super::{
 };
 use crate::home::Home;
 use crate::process::self_identity;
+use crate::protocol::slots::steps::Busy;
 use crate::protocol::slots::{ReconcileStep, SlotToken, TurnKey};
 use crate::runner::{run_worker, WorkerOutcome};
 use crate::runtime::Runtime;
@@ -201,7 +202,9 @@ pub(super) fn submit_request(
     if how.attach {
         let (key, execution) = match submit_attached(&rt, me, request)? {
             Attached::Ran { key, execution } => (key, execution),
-            Attached::Dropped { key, running } => return dropped(&key, &running, how.json),
+            Attached::Dropped { key, running, busy } => {
+                return dropped(&key, &running, busy, how.json)
+            }
         };
         if how.json {
             let id = tasks::load_turn(&rt.home, &key)?.and_then(|t| t.id);
@@ -219,8 +222,8 @@ pub(super) fn submit_request(
     let submitted = submit_detached(&rt, me, request)?;
     crate::runner::repair::after_section(&rt, me);
     let key = &submitted.key;
-    if let Placement::Dropped { running } = &submitted.placement {
-        return dropped(key, running, how.json);
+    if let Placement::Dropped { running, busy } = &submitted.placement {
+        return dropped(key, running, *busy, how.json);
     }
     for old in &submitted.superseded {
         if !how.json {
@@ -294,15 +297,20 @@ pub(super) fn submit_request(
 }
 
 /// Reports a turn refused by the `drop` strategy, with its own exit code.
-fn dropped(key: &TurnKey, running: &TurnKey, json: bool) -> Result<i32, CliError> {
+fn dropped(key: &TurnKey, running: &TurnKey, busy: Busy, json: bool) -> Result<i32, CliError> {
     if json {
+        let busy_word = match busy {
+            Busy::Running => "running",
+            Busy::Starting => "starting",
+            Busy::WaitingForSlot => "waiting_for_slot",
+        };
         print_json(&json!({
             "task": key.task, "turn": key.turn, "placement": "dropped",
-            "outcome": "dropped", "running_turn": running.turn,
+            "outcome": "dropped", "running_turn": running.turn, "busy": busy_word,
         }))?;
     } else {
         eprintln!(
-            "tollgate: task {} turn {} dropped: turn {} is running and the task's strategy is drop",
+            "tollgate: task {} turn {} dropped: turn {} {busy} and the task's strategy is drop",
             key.task, key.turn, running.turn
         );
     }
@@ -638,6 +646,9 @@ fn describe(step: &ReconcileStep) -> String {
                 "{key}: runner pid {} is gone, killing its work {}",
                 work.runner.pid, work.id
             )
+        }
+        ReconcileStep::Forgotten { key } => {
+            format!("{key}: no turn record, removed its queue row")
         }
         ReconcileStep::Requeued { key } => {
             format!("{key}: owner gone, parked (its row was never queued)")

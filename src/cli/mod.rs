@@ -31,7 +31,8 @@ pub mod exit {
     pub const USAGE: i32 = 2;
     /// The environment failed us: IO error, lock wait timed out, spawn failed.
     pub const ENVIRONMENT: i32 = 3;
-    /// `submit` was refused by the task's `drop` strategy: a turn of the task is running.
+    /// `submit` was refused by the task's `drop` strategy: a turn of the task is in the queue
+    /// (running, starting, or waiting for a worker slot).
     pub const DROPPED: i32 = 4;
 }
 
@@ -41,7 +42,7 @@ Exit codes:
   1  the work ran and failed (submit --wait passes the turn's own exit code through instead)
   2  bad usage or bad input (argument, config, state file, unknown task); nothing was changed
   3  environment failure (IO error, queue lock wait timed out, spawn failed)
-  4  submit refused by the task's `drop` strategy (a turn of the task is running)
+  4  submit refused by the task's `drop` strategy (a turn of the task is running or waiting)
 
 Quick start:
   tollgate submit -- echo hello      run a command on a detached runner (home created on first use)

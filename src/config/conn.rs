@@ -132,14 +132,7 @@ pub fn de_log_rotated_files<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D:
 mod tests {
     use crate::config::Config;
 
-    fn load(text: &str) -> Result<Config, String> {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let path = dir.path().join("tollgate.toml");
-        std::fs::write(&path, text).map_err(|e| e.to_string())?;
-        Config::load(&path)
-            .map_err(|e| e.to_string())
-            .map(|c| c.unwrap_or_default())
-    }
+    use crate::config::load_text_for_test as load;
 
     #[test]
     fn the_connection_and_log_keys_have_defaults_and_round_trip() {

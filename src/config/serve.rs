@@ -778,14 +778,7 @@ fn de_run<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
 mod tests {
     use crate::config::Config;
 
-    fn load(text: &str) -> Result<Config, String> {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let path = dir.path().join("tollgate.toml");
-        std::fs::write(&path, text).map_err(|e| e.to_string())?;
-        Config::load(&path)
-            .map_err(|e| e.to_string())
-            .map(|c| c.unwrap_or_default())
-    }
+    use crate::config::load_text_for_test as load;
 
     #[test]
     fn a_config_without_serve_still_loads_and_gets_the_defaults() {

@@ -1,6 +1,7 @@
 //! `pack.toml`: the batch a run executes. Parsing turns every problem into a [`PackError`] that
 //! names the file, the key and the line.
 
+use crate::clock::duration_millis;
 use crate::protocol::execution::{ItemSpec, MAX_ITEMS};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
@@ -73,10 +74,6 @@ impl Pack {
             })
             .collect()
     }
-}
-
-pub fn duration_millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[derive(Deserialize)]

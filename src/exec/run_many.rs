@@ -7,10 +7,11 @@
 //! thread behind; a late message is refused by the core and dropped.
 
 use super::kill::{self, Containment, KillTarget, Killer};
-use super::pack::{self, Command as ItemCommand, Pack};
+use super::pack::{Command as ItemCommand, Pack};
 use super::settlement::Settlement;
 use super::sweep::{self, DeadRun, RunRecord, SweepEntry, SweepError};
 use super::worktree::{self, Worktree};
+use crate::clock::{duration_millis, now_millis};
 use crate::process::containment::UnitIdentity;
 use crate::protocol::execution::{
     Action, Counts, EndReason, ExecError, Execution, ExitStatus, Lane, Limits, Outcome, Row,
@@ -25,7 +26,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// The longest the run sleeps without looking at the interrupt flag.
 const INTERRUPT_POLL_MILLIS: u64 = 50;
@@ -99,11 +100,7 @@ pub struct JsonLines<W: Write>(pub W);
 
 impl<W: Write> EventSink for JsonLines<W> {
     fn emit(&mut self, event: &Event) {
-        let written = serde_json::to_writer(&mut self.0, event)
-            .map_err(io::Error::other)
-            .and_then(|()| self.0.write_all(b"\n"))
-            .and_then(|()| self.0.flush());
-        if let Err(e) = written {
+        if let Err(e) = crate::jsonl::write_line(&mut self.0, event) {
             tracing::warn!("cannot write event: {e}");
         }
     }
@@ -192,9 +189,9 @@ pub fn run_many(
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
     let ceiling = opts.ceiling.or(pack.ceiling);
-    let grace_millis = pack::duration_millis(pack.grace);
+    let grace_millis = duration_millis(pack.grace);
     let limits = Limits {
-        ceiling_millis: ceiling.map(pack::duration_millis),
+        ceiling_millis: ceiling.map(duration_millis),
         term_grace_millis: grace_millis,
         join_grace_millis: grace_millis,
         jobs,
@@ -236,7 +233,7 @@ pub fn run_many(
         },
         worktree_root: opts.home.join("worktrees").join(&run_id),
         grace_millis,
-        started_at_millis: wall_millis(),
+        started_at_millis: now_millis(),
     };
     if let Err(e) = sweep::record_run(&opts.home, record) {
         if let Some(dir) = &run_group {
@@ -254,7 +251,7 @@ pub fn run_many(
         held: (0..pack.items.len()).map(|_| Held::default()).collect(),
         run_id,
         started: Instant::now(),
-        wall_base_millis: wall_millis(),
+        wall_base_millis: now_millis(),
         tx,
         rows: Vec::with_capacity(pack.items.len()),
         listed: Vec::new(),
@@ -338,15 +335,9 @@ pub fn run_many(
     })
 }
 
-fn wall_millis() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, pack::duration_millis)
-}
-
 impl Run<'_> {
     fn now_millis(&self) -> u64 {
-        pack::duration_millis(self.started.elapsed())
+        duration_millis(self.started.elapsed())
     }
 
     fn wall(&self, run_millis: u64) -> u64 {
@@ -549,7 +540,7 @@ impl Run<'_> {
             run_id: self.run_id.clone(),
             run_pid: std::process::id(),
             item: self.pack.items[index].name.clone(),
-            listed_at_millis: wall_millis(),
+            listed_at_millis: now_millis(),
         };
         match sweep::add(&self.opts.home, entry) {
             Ok(()) => self.listed.push(wt.path),

@@ -10,16 +10,17 @@
 //! older tollgate versions read version 2 files too (they ignore `runs`, and rewrite without it).
 
 use super::worktree::{self, Worktree, WorktreeKind};
+use crate::flock;
 use crate::fsutil::{self, FileError};
 use crate::process::containment::{self, UnitIdentity};
 use crate::process::ProcLiveness;
 use crate::protocol::execution::{sweep_decision, SweepDecision};
 use crate::protocol::slots::{Liveness, Observation, ProcessIdentity};
-use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 pub const SWEEP_FILE: &str = "sweep.json";
 const SWEEP_LOCK: &str = "sweep.lock";
@@ -43,7 +44,16 @@ pub enum SweepError {
         "SWEEP_RUNS_FULL: {path} holds its limit of {MAX_SWEEP_RUNS} runs; run `tollgate sweep`"
     )]
     RunsFull { path: PathBuf },
+    #[error(
+        "SWEEP_LOCK_TIMEOUT: {path} is still held by another tollgate process after \
+         {waited_millis} ms; nothing was changed (try again once it finished)"
+    )]
+    LockTimeout { path: PathBuf, waited_millis: u64 },
 }
+
+/// The longest a sweep-list update waits for `sweep.lock` (held only for a read-modify-publish of
+/// a small file, so a holder that keeps it this long is stuck).
+pub const SWEEP_LOCK_TIMEOUT_MILLIS: u64 = 10_000;
 
 /// A run in progress, recorded before its first item starts: enough for any later process to kill
 /// everything it started and remove its worktrees once the run's process is gone.
@@ -117,15 +127,29 @@ fn with_lock<T>(
     home: &Path,
     f: impl FnOnce(&mut SweepList) -> Result<T, SweepError>,
 ) -> Result<T, SweepError> {
+    with_lock_within(home, Duration::from_millis(SWEEP_LOCK_TIMEOUT_MILLIS), f)
+}
+
+/// [`with_lock`], waiting at most `timeout` for `sweep.lock`.
+fn with_lock_within<T>(
+    home: &Path,
+    timeout: Duration,
+    f: impl FnOnce(&mut SweepList) -> Result<T, SweepError>,
+) -> Result<T, SweepError> {
     let lock_path = home.join(SWEEP_LOCK);
     // 0600 like the rest of the home; a FIFO in its place is refused, not waited on.
     let file = fsutil::open_private_file(&lock_path, "sweep lock", false)
         .map_err(|e| file_err(&lock_path, e))?;
-    let _guard =
-        Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, errno)| SweepError::Io {
+    let _guard = flock::exclusive_within(file, timeout).map_err(|e| match e {
+        flock::WaitError::TimedOut { waited } => SweepError::LockTimeout {
+            path: lock_path.clone(),
+            waited_millis: crate::clock::duration_millis(waited),
+        },
+        flock::WaitError::Failed(errno) => SweepError::Io {
             path: lock_path.clone(),
             source: io::Error::from(errno),
-        })?;
+        },
+    })?;
     let path = home.join(SWEEP_FILE);
     let mut list = load(&path)?;
     let before = list.clone();
@@ -381,6 +405,31 @@ pub fn sweep(home: &Path) -> Result<SweepReport, SweepError> {
 mod tests {
     use super::*;
     use crate::process::containment::Marker;
+
+    #[test]
+    fn a_held_sweep_lock_is_a_bounded_wait_and_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock_path = dir.path().join(SWEEP_LOCK);
+        let held = match flock::try_exclusive(flock::open(&lock_path).unwrap()).unwrap() {
+            flock::TryLock::Locked(lock) => lock,
+            flock::TryLock::Held(_) => panic!("a fresh lock file is free"),
+        };
+        let timeout = Duration::from_millis(40);
+        let err = with_lock_within(dir.path(), timeout, |_| Ok(())).unwrap_err();
+        let SweepError::LockTimeout {
+            path,
+            waited_millis,
+        } = &err
+        else {
+            panic!("expected a lock timeout, got {err}");
+        };
+        assert_eq!(path, &lock_path);
+        assert!(*waited_millis >= 40, "{waited_millis}");
+        assert!(err.to_string().contains("sweep.lock"), "{err}");
+        assert!(!dir.path().join(SWEEP_FILE).exists(), "nothing was changed");
+        drop(held);
+        assert!(with_lock_within(dir.path(), timeout, |_| Ok(())).is_ok());
+    }
 
     #[test]
     fn a_version_1_list_loads_with_no_runs_and_a_version_2_list_round_trips() {

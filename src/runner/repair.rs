@@ -46,6 +46,7 @@ pub fn bounded_repair<L: Liveness, S: Store>(
             }
             ReconcileEffect::Saturated | ReconcileEffect::Idle => break,
             ReconcileEffect::Requeued { .. }
+            | ReconcileEffect::Forgotten { .. }
             | ReconcileEffect::CompletedHandoff { .. }
             | ReconcileEffect::Parked { .. }
             | ReconcileEffect::Removed { .. } => {}

@@ -8,6 +8,7 @@ use super::metrics::Counters;
 use super::refused::RefusedLog;
 use super::settings::{ServeError, ServePaths, Settings};
 use super::watcher::{turn_end, Watched, Watcher, WATCH_POLL_MILLIS};
+use crate::flock::{self, TryLock};
 use crate::fsutil;
 use crate::gate::Gate;
 use crate::home::Home;
@@ -17,13 +18,10 @@ use crate::protocol::admission::{
 };
 use crate::protocol::slots::TurnKey;
 use crate::tasks::{self, DeliveryMeta};
-use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::net::SocketAddr;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
@@ -38,7 +36,7 @@ const CLOSE_GRACE_MILLIS: u64 = 5_000;
 
 /// The exclusive `serve.lock`, held for the life of the instance.
 pub struct ServeLock {
-    _lock: Flock<File>,
+    _lock: nix::fcntl::Flock<File>,
 }
 
 impl ServeLock {
@@ -47,16 +45,9 @@ impl ServeLock {
             what: format!("opening {}", path.display()),
             source,
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(path)
-            .map_err(io)?;
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(mut lock) => {
+        let file = flock::open(path).map_err(io)?;
+        match flock::try_exclusive(file) {
+            Ok(TryLock::Locked(mut lock)) => {
                 let pid = std::process::id();
                 let write = |f: &mut File| -> std::io::Result<()> {
                     f.set_len(0)?;
@@ -66,7 +57,7 @@ impl ServeLock {
                 write(&mut lock).map_err(io)?;
                 Ok(ServeLock { _lock: lock })
             }
-            Err((mut file, Errno::EWOULDBLOCK)) => {
+            Ok(TryLock::Held(mut file)) => {
                 let mut text = String::new();
                 let _ = file.read_to_string(&mut text);
                 let holder = match text.trim() {
@@ -78,7 +69,7 @@ impl ServeLock {
                     holder,
                 })
             }
-            Err((_, errno)) => Err(ServeError::Io {
+            Err(errno) => Err(ServeError::Io {
                 what: format!("locking {}", path.display()),
                 source: std::io::Error::from(errno),
             }),

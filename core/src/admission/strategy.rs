@@ -231,36 +231,6 @@ impl<T: Clone + PartialEq> Scope<T> {
             }
         }
     }
-
-    /// `item` ended; returns what starts in its place now (the parked waiter if it is due, or the
-    /// head of the line while there is room).
-    pub fn finish(&mut self, strategy: Strategy, item: &T, now_millis: u64) -> Vec<T> {
-        self.running.retain(|r| r != item);
-        self.start_due(strategy, now_millis)
-    }
-
-    /// Starts whatever may start at `now_millis` (a debounce deadline passing, or room freed).
-    pub fn start_due(&mut self, strategy: Strategy, now_millis: u64) -> Vec<T> {
-        let mut started = Vec::new();
-        if let Some((_, ready_at)) = &self.parked {
-            if strategy.may_start(self.running.len(), *ready_at, now_millis) {
-                if let Some((waiter, _)) = self.parked.take() {
-                    self.running.push(waiter.clone());
-                    started.push(waiter);
-                }
-            }
-        }
-        while self.running.len() < strategy.max_running() {
-            match self.line.pop_front() {
-                Some(next) => {
-                    self.running.push(next.clone());
-                    started.push(next);
-                }
-                None => break,
-            }
-        }
-        started
-    }
 }
 
 #[cfg(test)]
@@ -323,9 +293,9 @@ mod tests {
             }
         ));
         assert_eq!(scope.retained(), 2);
-        assert_eq!(scope.finish(Strategy::Queue, &1, 0), vec![3]);
-        assert_eq!(scope.finish(Strategy::Queue, &3, 0), Vec::<u32>::new());
-        assert_eq!(scope.retained(), 0);
+        // The waiter starts (a finishing runner's start filter) only once nothing runs.
+        assert!(!Strategy::Queue.may_start(1, 0, 0));
+        assert!(Strategy::Queue.may_start(0, 0, 0));
     }
 
     #[test]
@@ -349,12 +319,10 @@ mod tests {
                 ..
             }
         ));
-        assert!(scope.start_due(s, 14).is_empty());
-        assert_eq!(scope.start_due(s, 15), vec![2]);
-        // A due waiter behind running work starts when that work ends.
-        scope.arrive(s, 3, 20);
-        assert!(scope.start_due(s, 40).is_empty());
-        assert_eq!(scope.finish(s, &2, 40), vec![3]);
+        assert!(!s.may_start(0, 15, 14));
+        assert!(s.may_start(0, 15, 15));
+        // A due waiter behind running work starts only when that work ends.
+        assert!(!s.may_start(1, 15, 40));
     }
 
     #[test]
@@ -376,8 +344,8 @@ mod tests {
         assert_eq!(scope.arrive(c, 2, 0), Arrival::Start(2));
         assert_eq!(scope.arrive(c, 3, 0), Arrival::LineUp(3));
         assert_eq!(scope.arrive(c, 4, 0), Arrival::LineUp(4));
-        assert_eq!(scope.finish(c, &2, 0), vec![3]);
-        assert_eq!(scope.finish(c, &1, 0), vec![4]);
-        assert_eq!(scope.retained(), 2);
+        assert_eq!(scope.retained(), 4);
+        assert!(c.may_start(1, 0, 0));
+        assert!(!c.may_start(2, 0, 0));
     }
 }

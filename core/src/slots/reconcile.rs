@@ -37,6 +37,9 @@ pub enum ReconcileStep {
     /// A turn with a record but no row (its submitter died between the two) was enqueued and
     /// parked (S9).
     Requeued { key: TurnKey },
+    /// A parked row whose turn has no record (its folder was deleted) was removed: it could
+    /// never run.
+    Forgotten { key: TurnKey },
     /// Rows are parked and no slot is free; nothing changed.
     Saturated,
     /// Nothing to repair and nothing parked.

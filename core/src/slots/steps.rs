@@ -28,7 +28,8 @@ use super::{
     SlotRules, SlotToken, TurnKey, WorkId, WorkRecord,
 };
 use crate::admission::Strategy;
-use crate::scopes::{plan_submit, start_filter, SubmitPlan};
+pub use crate::scopes::Busy;
+use crate::scopes::{attached_may_start, plan_submit, start_filter, SubmitPlan};
 use std::collections::{BTreeMap, BTreeSet};
 
 // ---------------------------------------------------------------------------------------------
@@ -170,14 +171,66 @@ pub fn strategies_needed(state: &QueueState) -> BTreeSet<&str> {
         .collect()
 }
 
-/// The turns whose settledness [`reconcile`] needs (the dispatched rows): the shell reads their
-/// records and passes those with an outcome as `settled`.
-pub fn settled_needed(state: &QueueState) -> impl Iterator<Item = &TurnKey> {
-    state
-        .entries
+/// What a turn's record on disk says, as [`reconcile`] needs it. The shell copies the fields
+/// from the record (or says there is none); every decision taken from them is the step's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TurnOnDisk {
+    /// The turn has no record: its task folder or turn folder was deleted.
+    NoRecord,
+    Record {
+        /// The record holds an outcome.
+        settled: bool,
+        /// A foreground (`--attach`) turn.
+        attached: bool,
+        /// A start time is recorded.
+        started: bool,
+        /// A runner is recorded.
+        runner: bool,
+    },
+}
+
+impl TurnOnDisk {
+    /// The turn has its outcome: it is never run again.
+    pub fn is_settled(&self) -> bool {
+        matches!(self, TurnOnDisk::Record { settled: true, .. })
+    }
+
+    /// A detached turn with a record that never started and has no outcome: without a row, its
+    /// submitter died inside its section after writing the record (S9), and reconcile requeues it.
+    pub fn is_never_started(&self) -> bool {
+        matches!(
+            self,
+            TurnOnDisk::Record {
+                settled: false,
+                attached: false,
+                started: false,
+                runner: false,
+            }
+        )
+    }
+}
+
+/// What the records say of each turn a reconcile step looks at (see [`records_needed`]).
+pub type TurnRecords = BTreeMap<TurnKey, TurnOnDisk>;
+
+/// The turns, among those listed on disk with what their records say, that a reconcile pass
+/// must keep looking at besides the queue's rows: the never-started ones without a row (S9). The
+/// shell lists the home's turns once, before the pass, and passes them here.
+pub fn orphan_candidates(state: &QueueState, on_disk: &TurnRecords) -> Vec<TurnKey> {
+    on_disk
         .iter()
-        .filter(|e| matches!(e.state, RowState::Dispatching { .. }))
-        .map(|e| &e.key)
+        .filter(|(key, turn)| turn.is_never_started() && state.row(key).is_none())
+        .map(|(key, _)| key.clone())
+        .collect()
+}
+
+/// The turns whose records one reconcile section needs, read under its lock: every row's turn
+/// (settled? record gone?) and the pass's orphan candidates.
+pub fn records_needed<'a>(
+    state: &'a QueueState,
+    candidates: &'a [TurnKey],
+) -> impl Iterator<Item = &'a TurnKey> {
+    state.entries.iter().map(|e| &e.key).chain(candidates)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -215,9 +268,9 @@ pub enum SubmitEffect {
         ready_at_millis: u64,
         wake_at_millis: Option<u64>,
     },
-    /// The task's strategy is `drop` and `running` is busy: nothing was enqueued; the shell ends
-    /// the new turn as dropped.
-    Dropped { running: TurnKey },
+    /// The task's strategy is `drop` and its turn `running` is in the queue (`busy` says how):
+    /// nothing was enqueued; the shell ends the new turn as dropped.
+    Dropped { running: TurnKey, busy: Busy },
 }
 
 /// A detached submit's decision.
@@ -245,9 +298,11 @@ pub fn submit<L: Liveness>(
         superseded,
     };
     match plan_submit(state, key, input.strategy, input.now_millis) {
-        SubmitPlan::Drop { running } => {
-            Ok(decision(0, SubmitEffect::Dropped { running }, Vec::new()))
-        }
+        SubmitPlan::Drop { running, busy } => Ok(decision(
+            0,
+            SubmitEffect::Dropped { running, busy },
+            Vec::new(),
+        )),
         SubmitPlan::Start => {
             let queue_id = enqueue(state, key, input.me, input.now_millis)?.queue_id();
             let effect = match reserve_runner_slot(
@@ -325,22 +380,38 @@ pub enum AttachedEffect {
     /// `me` is the turn's recorded executor: run the command in the foreground as `work`, then
     /// call [`runner_finish`].
     Run { work: WorkId },
-    /// The task's strategy is `drop` and `running` is busy; nothing was enqueued.
-    Dropped { running: TurnKey },
+    /// The task's strategy is `drop` and its turn `running` is in the queue; nothing was enqueued.
+    Dropped { running: TurnKey, busy: Busy },
+    /// The task's strategy has no room now (`concurrent=N` with N turns active, or one at a time
+    /// with a turn active): nothing changed; the shell waits in the foreground and calls again.
+    /// `running` is one of the active turns.
+    Wait { running: TurnKey },
 }
 
-/// The attached start section: a foreground run is not capped (it occupies, though) and never
-/// waits in its task's line, but a `drop` task still refuses it. Enqueue, reserve, both handoff
-/// publishes with `me` as the child, and the work record, all in one section.
+/// The attached start section: a foreground run is not capped by `workers` (it occupies, though),
+/// but it honours its task's strategy: a `drop` task refuses it while a turn of the task is in the
+/// queue, and it waits (in the foreground, outside the queue) while the task's running limit is
+/// reached ([`attached_may_start`]). Enqueue, reserve, both handoff publishes with `me` as the
+/// child, and the work record, all in one section.
 pub fn attached_start<L: Liveness>(
     state: &mut QueueState,
     input: AttachedInput<'_, L>,
 ) -> Result<AttachedEffect, SlotError> {
     let key = input.key;
     validate_task_name(&key.task)?;
-    if let SubmitPlan::Drop { running } = plan_submit(state, key, input.strategy, input.now_millis)
+    if let SubmitPlan::Drop { running, busy } =
+        plan_submit(state, key, input.strategy, input.now_millis)
     {
-        return Ok(AttachedEffect::Dropped { running });
+        return Ok(AttachedEffect::Dropped { running, busy });
+    }
+    if !attached_may_start(state, &key.task, input.strategy) {
+        let running = state
+            .entries
+            .iter()
+            .find(|e| e.key.task == key.task && !matches!(e.state, RowState::Parked))
+            .map(|e| e.key.clone())
+            .ok_or_else(|| SlotError::TurnBusy { key: key.clone() })?;
+        return Ok(AttachedEffect::Wait { running });
     }
     let before = state.clone();
     let result = attached_start_inner(state, input);
@@ -529,17 +600,19 @@ pub struct ReconcileInput<'a, L: Liveness> {
     pub now_millis: u64,
     pub cap: usize,
     pub strategies: &'a BTreeMap<String, Strategy>,
-    /// Dispatched turns whose record already holds an outcome: they are never run again.
-    pub settled: &'a BTreeSet<TurnKey>,
-    /// Detached turns whose record exists, unsettled and never started (the shell lists them;
-    /// the step requeues those without a row: S9).
-    pub orphans: &'a [TurnKey],
+    /// What the records say of the turns in [`records_needed`] (a turn missing from the map is
+    /// taken as "a record, not settled, started": the step neither requeues nor removes it).
+    pub records: &'a TurnRecords,
     pub liveness: &'a L,
 }
 
 /// The one thing a reconcile step did; the shell calls again until [`ReconcileEffect::is_final`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ReconcileEffect {
+    /// A parked row nobody acts on whose turn has no record (its task or turn folder was
+    /// deleted) was removed: it could never run. The shell says so on stderr; no record is
+    /// written, since that would recreate what the operator removed.
+    Forgotten { key: TurnKey },
     /// An orphaned turn (record, no row) was enqueued and parked.
     Requeued { key: TurnKey },
     /// A dead reserver's handoff was finished: its live bound child already runs the turn.
@@ -570,9 +643,21 @@ impl ReconcileEffect {
         matches!(self, ReconcileEffect::Saturated | ReconcileEffect::Idle)
     }
 
+    /// Whether the pass calls the step again once the shell performed this effect.
+    /// `kill_complete`: for a [`ReconcileEffect::Kill`], whether none of the work was left after
+    /// the kill (otherwise the pass ends: the next pass asks for the kill again, and no step may
+    /// run the turn while a copy of its work may be alive). Ignored for the other effects.
+    pub fn continues(&self, kill_complete: bool) -> bool {
+        match self {
+            ReconcileEffect::Kill { .. } => kill_complete,
+            other => !other.is_final(),
+        }
+    }
+
     /// The step as the report and the CLI name it.
     pub fn step(&self) -> ReconcileStep {
         match self {
+            ReconcileEffect::Forgotten { key } => ReconcileStep::Forgotten { key: key.clone() },
             ReconcileEffect::Requeued { key } => ReconcileStep::Requeued { key: key.clone() },
             ReconcileEffect::CompletedHandoff { key } => {
                 ReconcileStep::CompletedHandoff { key: key.clone() }
@@ -594,7 +679,8 @@ impl ReconcileEffect {
     }
 }
 
-/// One reconcile section, in this order: requeue one orphaned turn (S9); kill a dead runner's
+/// One reconcile section, in this order: forget a parked row whose turn has no record; requeue
+/// one orphaned turn (S9); kill a dead runner's
 /// possibly-live work (nothing else happens to its turn until the work is seen gone); finish a
 /// dead reserver's handoff; park a dead owner's waiting row; remove (settled) or replace (not
 /// settled) a dead executor's row; start the oldest parked row its strategy allows.
@@ -611,6 +697,25 @@ pub fn reconcile_with<L: Liveness>(
     state: &mut QueueState,
     input: ReconcileInput<'_, L>,
 ) -> Result<ReconcileEffect, SlotError> {
+    let records = input.records;
+    // A row that can never run because its turn has no record, and that nobody acts on (a held
+    // row is left to its holder; if it dies, the row is parked first and forgotten then).
+    let forgotten = state.entries.iter().find(|e| {
+        matches!(e.state, RowState::Parked)
+            && e.slot_reservation.is_none()
+            && state.runner(&e.key).is_none()
+            && records.get(&e.key) == Some(&TurnOnDisk::NoRecord)
+    });
+    if let Some(entry) = forgotten {
+        let key = entry.key.clone();
+        state.entries.retain(|e| e.key != key);
+        return Ok(ReconcileEffect::Forgotten { key });
+    }
+    let orphans: Vec<TurnKey> = records
+        .iter()
+        .filter(|(_, turn)| turn.is_never_started())
+        .map(|(key, _)| key.clone())
+        .collect();
     let filter = start_filter(input.strategies, input.now_millis);
     let step = reconcile_step_general(
         rules,
@@ -619,14 +724,15 @@ pub fn reconcile_with<L: Liveness>(
         input.cap,
         input.fresh_token,
         input.liveness,
-        &|key: &TurnKey| input.settled.contains(key),
+        &|key: &TurnKey| records.get(key).is_some_and(TurnOnDisk::is_settled),
         &filter,
         Orphans {
-            keys: input.orphans,
+            keys: &orphans,
             now_millis: input.now_millis,
         },
     )?;
     Ok(match step {
+        ReconcileStep::Forgotten { key } => ReconcileEffect::Forgotten { key },
         ReconcileStep::Requeued { key } => ReconcileEffect::Requeued { key },
         ReconcileStep::CompletedHandoff { key } => ReconcileEffect::CompletedHandoff { key },
         ReconcileStep::Parked { key } => ReconcileEffect::Parked { key },

@@ -29,6 +29,12 @@ pub enum SlotAction {
     RunnerReconciles { role: u8 },
     /// A `tollgate cancel job` process starts.
     StartCanceller,
+    /// The role's command cannot start (`execute_turn` returns unstartable before any process
+    /// exists): no work runs, no leader is recorded; the result is written and the runner leaves.
+    CommandUnstartable { role: u8 },
+    /// The role's command starts but its leader's identity cannot be read: the work runs and no
+    /// leader is recorded (`work_started` is not called).
+    LeaderUnread { role: u8 },
 }
 
 macro_rules! event_property {
@@ -58,6 +64,10 @@ impl Model for SlotModel {
             }
             let index = index as u8;
             actions.push(SlotAction::Step { role: index });
+            if self.cfg.command_faults && matches!(role.pc, Pc::StartWork { .. }) {
+                actions.push(SlotAction::CommandUnstartable { role: index });
+                actions.push(SlotAction::LeaderUnread { role: index });
+            }
             if matches!(role.pc, Pc::Spawn { .. }) {
                 if st.crashes_left > 0 {
                     actions.push(SlotAction::SpawnFails { role: index });
@@ -206,6 +216,13 @@ impl Model for SlotModel {
         }
         if cfg.attached > 0 {
             props.push(event_property!(names::ATTACHED_RUN, event::ATTACHED_RUN));
+        }
+        let limited = cfg
+            .tasks
+            .iter()
+            .any(|s| *s != Strategy::Drop && s.max_running() == 1);
+        if cfg.attached > 0 && limited {
+            props.push(event_property!(names::ATTACHED_WAIT, event::ATTACHED_WAIT));
         }
         if cfg.cancel_budget > 0 {
             props.push(event_property!(

@@ -18,7 +18,7 @@ use tollgate_core::slots::steps::{
     AttachedEffect, AttachedInput, CancelSelection, FinishInput, Handoff, ReconcileEffect,
     ReconcileInput, SubmitEffect, SubmitInput, TakeOverEffect, TakeOverInput,
 };
-use tollgate_core::slots::{ProcessIdentity, SlotError, SlotToken, TurnKey, WorkId};
+use tollgate_core::slots::{ProcessIdentity, SlotError, SlotToken, TurnKey};
 
 impl SlotModel {
     pub(super) fn rules(&self) -> VariantRules {
@@ -140,6 +140,14 @@ impl SlotModel {
         let strategy = self.cfg.strategy(&key.task);
         st.recorded |= turn_bit(&key);
         let fresh = st.fresh_token();
+        let active_before = active_rows(&st.queue, &key.task);
+        let given = match (self.cfg.variant, strategy) {
+            // BUG: the attached start sees no running limit.
+            (Variant::AttachedIgnoresStrategy, s) if s != Strategy::Drop => Strategy::Concurrent {
+                max: tollgate_core::admission::MAX_CONCURRENT,
+            },
+            _ => strategy,
+        };
         let SlotState {
             queue,
             procs,
@@ -153,13 +161,18 @@ impl SlotModel {
                 me,
                 fresh_token: fresh,
                 now_millis: self.cfg.clock_millis(submitter),
-                strategy,
+                strategy: given,
                 liveness: &ProcTable { procs, works },
             },
         );
         match result {
             Ok(AttachedEffect::Run { work }) => {
                 st.events |= event::ATTACHED_RUN;
+                // S10 for the attached start: it never takes its task past its running limit.
+                let active = active_rows(&st.queue, &key.task);
+                if active > active_before.max(strategy.max_running()) {
+                    st.violations |= violation::STRATEGY;
+                }
                 st.note_installed(work.token());
                 st.roles[role].pc = Pc::StartWork {
                     key,
@@ -173,6 +186,9 @@ impl SlotModel {
                 st.ended |= turn_bit(&key);
                 st.finish_role(role, then);
             }
+            // The task's running limit is reached: the foreground submitter tries again later
+            // (its step stays where it is).
+            Ok(AttachedEffect::Wait { .. }) => st.events |= event::ATTACHED_WAIT,
             Err(_) => {
                 st.violations |= violation::CORE_ERROR;
                 st.finish_role(role, then);
@@ -279,13 +295,11 @@ impl SlotModel {
     fn reconcile(&self, st: &mut SlotState, role: usize) {
         let me = st.me(role);
         let fresh = st.fresh_token();
-        let settled = st.settled_keys();
-        let orphans = if self.cfg.variant == Variant::SkipOrphanRequeue {
-            // BUG: the shell lists no orphaned turns.
-            Vec::new()
-        } else {
-            st.orphan_keys(&self.cfg)
-        };
+        let mut records = st.turn_records(&self.cfg);
+        if self.cfg.variant == Variant::SkipOrphanRequeue {
+            // BUG: the shell reads no record of a turn without a row (no orphan candidates).
+            records.retain(|key, _| st.queue.row(key).is_some());
+        }
         let strategies = self.cfg.strategies();
         let (procs, works) = (st.procs.clone(), st.works.clone());
         let liveness = ProcTable {
@@ -298,8 +312,7 @@ impl SlotModel {
             now_millis: LATE_MILLIS,
             cap: self.cfg.cap,
             strategies: &strategies,
-            settled: &settled,
-            orphans: &orphans,
+            records: &records,
             liveness: &liveness,
         };
         let outcome = match self.cfg.variant {
@@ -330,6 +343,8 @@ impl SlotModel {
                 }
             }
             Ok(ReconcileEffect::Requeued { .. }) => st.events |= event::REQUEUED,
+            // No model turn loses its record, so nothing is forgotten.
+            Ok(ReconcileEffect::Forgotten { .. }) => st.violations |= violation::CORE_ERROR,
             Ok(ReconcileEffect::Saturated | ReconcileEffect::Idle) => st.roles[role].pc = Pc::Done,
             Ok(
                 ReconcileEffect::CompletedHandoff { .. }
@@ -386,24 +401,36 @@ impl SlotModel {
 
     /// The work's command starts (the work is alive from now on) and `steps::work_started`
     /// records it.
-    fn start_work(
-        &self,
-        st: &mut SlotState,
-        role: usize,
-        key: TurnKey,
-        work: WorkId,
-        detached: bool,
-        then: Then,
-    ) {
+    /// The runner (detached or attached) starts the turn's command: its work runs, and the
+    /// section right after the spawn records the leader (`work_started`, also for an attached
+    /// run: production's `run_work` records it for both), unless `start` says the command could
+    /// not start or its leader could not be read.
+    pub(super) fn start_work(&self, st: &mut SlotState, role: usize, start: CommandStart) {
+        let Pc::StartWork {
+            key,
+            work,
+            detached,
+            then,
+        } = st.roles[role].pc.clone()
+        else {
+            unreachable!("start_work is only called for a role about to start its command");
+        };
         if st.ended & turn_bit(&key) != 0 {
             st.violations |= violation::ENDED_RAN;
+        }
+        if start == CommandStart::Unstartable {
+            // No process exists; the runner writes the unstartable result and leaves.
+            st.ran |= turn_bit(&key);
+            st.ended |= turn_bit(&key);
+            st.roles[role].pc = Pc::Written { key, then };
+            return;
         }
         st.works.push(Work {
             id: work,
             key: key.clone(),
             detached,
         });
-        if detached {
+        if start == CommandStart::Started {
             let me = st.me(role);
             if work_started(&mut st.queue, &key, work, me).is_err() {
                 st.violations |= violation::CORE_ERROR;
@@ -481,12 +508,7 @@ impl SlotModel {
                 st.finish_role(role, then);
             }
             Pc::TakeOver { key, token } => self.take_over(st, role, key, token),
-            Pc::StartWork {
-                key,
-                work,
-                detached,
-                then,
-            } => self.start_work(st, role, key, work, detached, then),
+            Pc::StartWork { .. } => self.start_work(st, role, CommandStart::Started),
             Pc::Running { key, work, then } => {
                 // The command exits (the runner kills what is left of its work) and the result
                 // is written. An executor that a cancel signalled (the cancel recorded the
@@ -593,4 +615,26 @@ fn check_strategy(
     if broken {
         st.violations |= violation::STRATEGY;
     }
+}
+
+/// The task's rows that are not parked (running, being started, or held by their submitter).
+fn active_rows(queue: &tollgate_core::slots::QueueState, task: &str) -> usize {
+    queue
+        .entries
+        .iter()
+        .filter(|e| {
+            e.key.task == task && !matches!(e.state, tollgate_core::slots::RowState::Parked)
+        })
+        .count()
+}
+
+/// How a runner's command starts (production's `execute_turn`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CommandStart {
+    /// It started and its leader was recorded.
+    Started,
+    /// It started; its leader's identity could not be read, so none is recorded.
+    LeaderUnread,
+    /// It could not start: nothing runs.
+    Unstartable,
 }

@@ -52,10 +52,13 @@ pub enum Variant {
     /// had already run to its end (the outcome from the request, not from what happened; breaks
     /// S12).
     CancelledAfterCompletion,
+    /// The attached start is given a strategy without a running limit: a foreground turn runs
+    /// beside a running turn of a `concurrent=1` task (breaks S10).
+    AttachedIgnoresStrategy,
 }
 
 impl Variant {
-    pub const BROKEN: [Variant; 11] = [
+    pub const BROKEN: [Variant; 12] = [
         Variant::OccupancyPerReserverPid,
         Variant::ExcludeDropsReservations,
         Variant::ReconcileExcludesItself,
@@ -67,6 +70,7 @@ impl Variant {
         Variant::SkipOrphanRequeue,
         Variant::CancelLeavesRow,
         Variant::CancelledAfterCompletion,
+        Variant::AttachedIgnoresStrategy,
     ];
 }
 
@@ -102,6 +106,10 @@ pub struct SlotConfig {
     /// A submitter submits its turns from concurrent threads (like a serving process) instead of
     /// one after the other; several outstanding spawns of one process become reachable.
     pub concurrent_submissions: bool,
+    /// A runner's command may fail to start (nothing runs, the turn ends unstartable: no leader is
+    /// ever recorded) or start without its leader's identity being readable (the work runs with
+    /// no leader recorded), as `execute_turn` can in production.
+    pub command_faults: bool,
     pub variant: Variant,
 }
 
@@ -125,6 +133,7 @@ impl SlotConfig {
             children_reuse_pids: false,
             runner_reconciles: false,
             concurrent_submissions: false,
+            command_faults: false,
             variant: Variant::Production,
         }
     }
@@ -133,6 +142,11 @@ impl SlotConfig {
     pub fn without_faults(mut self) -> Self {
         self.crash_budget = 0;
         self.reuse_budget = 0;
+        self
+    }
+
+    pub fn with_command_faults(mut self) -> Self {
+        self.command_faults = true;
         self
     }
 
@@ -198,7 +212,7 @@ impl fmt::Display for SlotConfig {
         let tasks: Vec<String> = self.tasks.iter().map(|s| s.to_string()).collect();
         write!(
             f,
-            "{} submitters{} x {} turns x cap {} tasks [{}] (crashes {}, reuses {}, reconciles {}{}{}{}{}, {:?})",
+            "{} submitters{} x {} turns x cap {} tasks [{}] (crashes {}, reuses {}, reconciles {}{}{}{}{}{}, {:?})",
             self.submitters,
             if self.attached > 0 {
                 format!(" + {} attached", self.attached)
@@ -228,6 +242,11 @@ impl fmt::Display for SlotConfig {
             },
             if self.concurrent_submissions {
                 ", concurrent submissions"
+            } else {
+                ""
+            },
+            if self.command_faults {
+                ", command faults"
             } else {
                 ""
             },

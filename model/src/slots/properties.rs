@@ -178,6 +178,7 @@ pub mod names {
     pub const REQUEUED: &str = "reconcile: requeue an orphaned turn";
     pub const CRASH_BETWEEN: &str = "crash between the two publishes";
     pub const ATTACHED_RUN: &str = "attached start runs";
+    pub const ATTACHED_WAIT: &str = "attached start waits for its task's running limit";
     pub const CANCEL_REMOVED: &str = "cancel removes a row";
     pub const CANCEL_HONOURED: &str = "take-over honours a recorded cancel";
     pub const CANCEL_STOPPED: &str = "a signalled runner stops its work";

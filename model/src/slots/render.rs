@@ -138,6 +138,18 @@ pub fn describe_action(before: &SlotState, action: &SlotAction) -> String {
     };
     match action {
         SlotAction::Step { role } => format!("{}: {}", who(*role), what(*role)),
+        SlotAction::CommandUnstartable { role } => {
+            format!(
+                "{}: {} -> the command cannot start",
+                who(*role),
+                what(*role)
+            )
+        }
+        SlotAction::LeaderUnread { role } => format!(
+            "{}: {} -> the command starts, its leader unread",
+            who(*role),
+            what(*role)
+        ),
         SlotAction::SpawnFails { role } => {
             format!("{}: {} -> spawn fails, releases", who(*role), what(*role))
         }

@@ -2,7 +2,7 @@
 //! counter, and the bookkeeping the properties read (events, violations, retired tokens).
 
 use std::collections::BTreeSet;
-use tollgate_core::slots::steps::{BoundHandoff, Handoff};
+use tollgate_core::slots::steps::{BoundHandoff, Handoff, TurnOnDisk, TurnRecords};
 use tollgate_core::slots::{
     Liveness, Observation, ProcessIdentity, QueueEntry, QueueState, RowState, SlotToken, TurnKey,
     WorkId, WorkRecord,
@@ -168,6 +168,8 @@ pub mod event {
     pub const CANCEL_HONOURED: u32 = 1 << 15;
     /// A signalled runner killed its running work and recorded the turn cancelled.
     pub const CANCEL_STOPPED: u32 = 1 << 16;
+    /// An attached start found its task's running limit reached and waited.
+    pub const ATTACHED_WAIT: u32 = 1 << 17;
 }
 
 /// Violations seen on a transition (a bit set); the `always` properties read them.
@@ -374,27 +376,31 @@ impl SlotState {
         }
     }
 
-    /// Turns whose record holds a result (the `settled` the shell passes to reconcile).
-    pub(super) fn settled_keys(&self) -> BTreeSet<TurnKey> {
-        self.queue
-            .entries
-            .iter()
-            .filter(|e| (self.ran | self.cancelled) & turn_bit(&e.key) != 0)
-            .map(|e| e.key.clone())
-            .collect()
-    }
-
-    /// Turns with a record, not ended, and no queue row: what the shell lists as orphans for
-    /// reconcile (a submitter died after writing the record, before its section published).
-    pub(super) fn orphan_keys(&self, cfg: &super::SlotConfig) -> Vec<TurnKey> {
-        (0..cfg.all_submitters())
+    /// What the turn records say, as the shell reads them for reconcile: every scripted turn
+    /// whose record exists (settled once it ended: ran, superseded, dropped or cancelled; the
+    /// model's turns record no start time, and a turn with a row is never taken for an orphan),
+    /// and a row whose turn has no record as `NoRecord`.
+    pub(super) fn turn_records(&self, cfg: &super::SlotConfig) -> TurnRecords {
+        let mut records: TurnRecords = (0..cfg.all_submitters())
             .flat_map(|s| (0..cfg.turns as usize).map(move |k| (s, k)))
-            .map(|(s, k)| cfg.script(s, k))
-            .filter(|key| {
-                let bit = turn_bit(key);
-                self.recorded & bit != 0 && self.ended & bit == 0 && self.queue.row(key).is_none()
+            .map(|(s, k)| (s >= cfg.submitters, cfg.script(s, k)))
+            .filter(|(_, key)| self.recorded & turn_bit(key) != 0)
+            .map(|(attached, key)| {
+                let turn = TurnOnDisk::Record {
+                    settled: self.ended & turn_bit(&key) != 0,
+                    attached,
+                    started: false,
+                    runner: false,
+                };
+                (key, turn)
             })
-            .collect()
+            .collect();
+        for entry in &self.queue.entries {
+            records
+                .entry(entry.key.clone())
+                .or_insert(TurnOnDisk::NoRecord);
+        }
+        records
     }
 
     pub(super) fn finish_role(&mut self, role: usize, then: Then) {

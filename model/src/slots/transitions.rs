@@ -23,6 +23,17 @@ impl SlotModel {
                 let proc = st.roles[role].proc;
                 st.reap(proc);
             }
+            SlotAction::CommandUnstartable { role } | SlotAction::LeaderUnread { role } => {
+                let role = role as usize;
+                let start = if matches!(action, SlotAction::CommandUnstartable { .. }) {
+                    super::actors::CommandStart::Unstartable
+                } else {
+                    super::actors::CommandStart::LeaderUnread
+                };
+                self.start_work(&mut st, role, start);
+                let proc = st.roles[role].proc;
+                st.reap(proc);
+            }
             SlotAction::SpawnFails { role } | SlotAction::SpawnUnrecorded { role } => {
                 let role = role as usize;
                 st.crashes_left -= 1;

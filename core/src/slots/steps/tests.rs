@@ -111,6 +111,7 @@ fn reconcile_once(
     n: u128,
     settled: &BTreeSet<TurnKey>,
 ) -> ReconcileEffect {
+    let records = settled_records(settled);
     reconcile(
         state,
         ReconcileInput {
@@ -119,12 +120,27 @@ fn reconcile_once(
             now_millis: 2_000,
             cap: 1,
             strategies: NO_STRATEGIES,
-            settled,
-            orphans: &[],
+            records: &records,
             liveness: world,
         },
     )
     .unwrap()
+}
+
+/// What the records say for reconcile when only `settled` matters: those turns have outcomes.
+fn settled_records(settled: &BTreeSet<TurnKey>) -> TurnRecords {
+    settled
+        .iter()
+        .map(|k| {
+            let turn = TurnOnDisk::Record {
+                settled: true,
+                attached: false,
+                started: true,
+                runner: true,
+            };
+            (k.clone(), turn)
+        })
+        .collect()
 }
 
 #[test]
@@ -225,16 +241,20 @@ fn s9_an_orphaned_turn_is_requeued_once_and_then_started() {
     let (mut state, mut world) = (QueueState::default(), World::default());
     world.live.insert(id(30));
     let key = TurnKey::new("job", 1);
-    let orphans = [key.clone()];
-    let settled = BTreeSet::new();
+    let never_started = TurnOnDisk::Record {
+        settled: false,
+        attached: false,
+        started: false,
+        runner: false,
+    };
+    let records: TurnRecords = [(key.clone(), never_started)].into();
     let input = |n| ReconcileInput {
         me: id(30),
         fresh_token: token(n),
         now_millis: 5,
         cap: 1,
         strategies: NO_STRATEGIES,
-        settled: &settled,
-        orphans: &orphans,
+        records: &records,
         liveness: &world,
     };
     let mut state2 = state.clone();
@@ -246,9 +266,10 @@ fn s9_an_orphaned_turn_is_requeued_once_and_then_started() {
         reconcile(&mut state, input(2)).unwrap(),
         ReconcileEffect::Spawn { replaced: None, .. }
     ));
-    // Without the orphan list nothing would bring it back.
+    // Without the turn's record nothing would bring it back.
+    let no_records = TurnRecords::new();
     let none = ReconcileInput {
-        orphans: &[],
+        records: &no_records,
         ..input(3)
     };
     assert_eq!(reconcile(&mut state2, none).unwrap(), ReconcileEffect::Idle);
@@ -271,9 +292,83 @@ fn queue_keeps_one_waiter_and_drop_never_enqueues() {
     let d4 = submit_one(&mut state, &world, &fourth, id(10), 4, 4, Strategy::Drop);
     assert_eq!(
         (d4.queue_id, d4.effect),
-        (0, SubmitEffect::Dropped { running: first })
+        (
+            0,
+            SubmitEffect::Dropped {
+                running: first,
+                busy: Busy::Running
+            }
+        )
     );
     assert_eq!(state.entries.len(), rows);
+}
+
+#[test]
+fn drop_names_a_parked_turn_as_waiting_for_a_slot_not_running() {
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    world.live.insert(id(10));
+    // cap 1 is taken by another task's turn: the drop task's first turn parks.
+    run_turn(
+        &mut state,
+        &mut world,
+        &TurnKey::new("other", 1),
+        id(10),
+        id(20),
+        1,
+    );
+    let first = TurnKey::new("d", 1);
+    let d1 = submit_one(&mut state, &world, &first, id(10), 2, 1, Strategy::Drop);
+    assert_eq!(d1.effect, SubmitEffect::Park);
+    let second = TurnKey::new("d", 2);
+    let d2 = submit_one(&mut state, &world, &second, id(10), 3, 1, Strategy::Drop);
+    assert_eq!(
+        d2.effect,
+        SubmitEffect::Dropped {
+            running: first.clone(),
+            busy: Busy::WaitingForSlot
+        }
+    );
+    assert_eq!(
+        Busy::WaitingForSlot.to_string(),
+        "is waiting for a worker slot"
+    );
+    assert_eq!(Busy::Running.to_string(), "is running");
+    assert!(state.row(&second).is_none());
+}
+
+#[test]
+fn an_attached_start_waits_while_its_task_is_at_its_running_limit() {
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    let first = TurnKey::new("job", 1);
+    run_turn(&mut state, &mut world, &first, id(10), id(20), 1);
+    world.live.insert(id(50));
+    let input = |key, strategy| AttachedInput {
+        key,
+        me: id(50),
+        fresh_token: token(9),
+        now_millis: 1,
+        strategy,
+        liveness: &world,
+    };
+    let second = TurnKey::new("job", 2);
+    let before = state.clone();
+    for one_at_a_time in [
+        Strategy::Concurrent { max: 1 },
+        Strategy::Queue,
+        Strategy::Debounce { quiet_millis: 5 },
+    ] {
+        assert_eq!(
+            attached_start(&mut state, input(&second, one_at_a_time)).unwrap(),
+            AttachedEffect::Wait {
+                running: first.clone()
+            }
+        );
+        assert_eq!(state, before, "a waiting attached start changes nothing");
+    }
+    assert!(matches!(
+        attached_start(&mut state, input(&second, Strategy::Concurrent { max: 2 })).unwrap(),
+        AttachedEffect::Run { .. }
+    ));
 }
 
 #[test]
@@ -389,7 +484,10 @@ fn attached_start_runs_uncapped_and_drop_refuses_it() {
     let second = TurnKey::new("job", 2);
     assert_eq!(
         attached_start(&mut state, input(&second, Strategy::Drop)).unwrap(),
-        AttachedEffect::Dropped { running: first }
+        AttachedEffect::Dropped {
+            running: first,
+            busy: Busy::Running
+        }
     );
 }
 
@@ -510,4 +608,144 @@ fn a_cancel_before_the_take_over_is_recorded_and_honoured_and_a_work_keeps_its_g
         state.works[0].cgroup.as_deref(),
         Some("/g/tollgate-400-work-y")
     );
+}
+
+#[test]
+fn a_parked_row_without_a_record_is_forgotten_and_a_held_one_is_left() {
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    world.live.insert(id(30));
+    // The submitter of the held row below lives; the parked row has no owner.
+    world.live.insert(id(10));
+    let ghost = TurnKey::new("ghost", 1);
+    let no_records = TurnRecords::new();
+    enqueue(&mut state, &ghost, id(10), 0).unwrap();
+    park(&mut state, &ghost).unwrap();
+    let records: TurnRecords = [(ghost.clone(), TurnOnDisk::NoRecord)].into();
+    let input = |n, records| ReconcileInput {
+        me: id(30),
+        fresh_token: token(n),
+        now_millis: 5,
+        cap: 1,
+        strategies: NO_STRATEGIES,
+        records,
+        liveness: &world,
+    };
+    // With a record the parked row would start; without one it leaves the queue.
+    let mut with_record = state.clone();
+    assert!(matches!(
+        reconcile(&mut with_record, input(1, &no_records)).unwrap(),
+        ReconcileEffect::Spawn { replaced: None, .. }
+    ));
+    assert_eq!(
+        reconcile(&mut state, input(2, &records)).unwrap(),
+        ReconcileEffect::Forgotten { key: ghost.clone() }
+    );
+    assert!(state.entries.is_empty());
+    // A row someone acts on (here: a live submitter still owns it) is left to its holder.
+    let mut held = QueueState::default();
+    enqueue(&mut held, &ghost, id(10), 0).unwrap();
+    assert_ne!(
+        reconcile(&mut held, input(3, &records)).unwrap(),
+        ReconcileEffect::Forgotten { key: ghost.clone() }
+    );
+    assert!(held.row(&ghost).is_some());
+}
+
+#[test]
+fn only_a_never_started_detached_record_is_an_orphan() {
+    let base = |settled, attached, started, runner| TurnOnDisk::Record {
+        settled,
+        attached,
+        started,
+        runner,
+    };
+    assert!(base(false, false, false, false).is_never_started());
+    for other in [
+        base(true, false, false, false),
+        base(false, true, false, false),
+        base(false, false, true, false),
+        base(false, false, false, true),
+        TurnOnDisk::NoRecord,
+    ] {
+        assert!(!other.is_never_started(), "{other:?}");
+    }
+    assert!(base(true, false, false, false).is_settled());
+    assert!(!base(false, false, true, true).is_settled());
+    assert!(!TurnOnDisk::NoRecord.is_settled());
+    let key = TurnKey::new("job", 1);
+    let mut state = QueueState::default();
+    let on_disk: TurnRecords = [(key.clone(), base(false, false, false, false))].into();
+    assert_eq!(orphan_candidates(&state, &on_disk), vec![key.clone()]);
+    enqueue(&mut state, &key, id(10), 0).unwrap();
+    assert!(orphan_candidates(&state, &on_disk).is_empty());
+}
+
+#[test]
+fn a_pass_goes_on_after_a_complete_kill_only() {
+    let key = TurnKey::new("job", 1);
+    let work = WorkRecord {
+        key: key.clone(),
+        id: WorkId::from_token(token(1)),
+        runner: id(10),
+        leader: None,
+        cgroup: None,
+    };
+    let kill = ReconcileEffect::Kill {
+        key: key.clone(),
+        work,
+    };
+    assert!(kill.continues(true));
+    assert!(!kill.continues(false));
+    assert!(!ReconcileEffect::Idle.continues(true));
+    assert!(!ReconcileEffect::Saturated.continues(true));
+    assert!(ReconcileEffect::Requeued { key: key.clone() }.continues(false));
+    assert!(ReconcileEffect::Forgotten { key }.continues(true));
+}
+
+#[test]
+fn a_live_reservers_unbound_reservation_is_never_stolen() {
+    // Mutation audit: `reserve_runner_slot` must keep a reservation whose reserver lives even
+    // when no child is bound yet (the reserver is about to spawn).
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    world.live.insert(id(10));
+    world.live.insert(id(11));
+    let key = TurnKey::new("job", 1);
+    let SubmitEffect::Spawn(handoff) =
+        submit_one(&mut state, &world, &key, id(10), 1, 2, Strategy::default()).effect
+    else {
+        panic!("expected a spawn")
+    };
+    let before = state.clone();
+    let again =
+        crate::slots::reserve_runner_slot(&mut state, &key, id(11), None, 2, token(2), &world)
+            .unwrap();
+    assert_eq!(
+        again,
+        crate::slots::ReserveOutcome::Pending {
+            token: Some(handoff.token())
+        }
+    );
+    assert_eq!(state, before, "a live reserver's reservation was taken");
+}
+
+#[test]
+fn the_second_publish_is_fenced_when_the_row_moved_on_after_the_first() {
+    // Mutation audit: `complete_runner_spawn_second` writes only over the row it expects.
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    world.live.insert(id(10));
+    world.live.insert(id(20));
+    let key = TurnKey::new("job", 1);
+    let SubmitEffect::Spawn(handoff) =
+        submit_one(&mut state, &world, &key, id(10), 1, 1, Strategy::default()).effect
+    else {
+        panic!("expected a spawn")
+    };
+    let bound = handoff_publish_first(&mut state, handoff, id(20)).unwrap();
+    // The row moves on between the publishes (here: parked again, its reservation gone).
+    crate::slots::park(&mut state, &key).unwrap();
+    let moved = state.clone();
+    let fenced = handoff_publish_second(&mut state, bound).unwrap_err();
+    assert_eq!(fenced.child, id(20));
+    assert_eq!(state, moved, "a fenced second publish changed the queue");
+    assert!(state.runner(&key).is_none());
 }

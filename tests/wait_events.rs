@@ -196,3 +196,66 @@ fn a_sigkilled_runner_ends_submit_wait_and_wait_with_exit_3() {
 fn a_sigkilled_runner_is_noticed_on_the_fallback_tick() {
     a_killed_runner_ends_the_waits(true);
 }
+
+#[cfg(feature = "serve")]
+mod serve_support;
+
+/// serve's watcher: a sync route answers with its turn's outcome whether the watcher is woken
+/// by inotify or only by its fallback tick (watches refused).
+#[cfg(feature = "serve")]
+mod serve_watcher {
+    use super::serve_support::*;
+
+    fn sync_routes_answer(fallback: bool) {
+        let routes = ["ok", "fails"]
+            .iter()
+            .zip(["exit 0", "echo out; exit 3"])
+            .map(|(task, script)| {
+                format!(
+                    "[[route]]\npath = \"/{task}\"\nadapter = \"generic\"\nsecret_env = \"{SECRET_ENV}\"\ntask = \"{task}\"\nrun = [\"sh\", \"-c\", {script:?}]\ndispatch = \"sync\"\n"
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let home = TestHome::new(2, &routes);
+        let mut cmd = Serve::command(&home);
+        if fallback {
+            cmd.env("TOLLGATE_TEST_NO_WATCH", "1");
+        } else {
+            cmd.env_remove("TOLLGATE_TEST_NO_WATCH");
+        }
+        let serve = Serve::spawn(cmd);
+        let body = br#"{"n":1}"#;
+        for round in 0..3 {
+            let r = serve.post(
+                "/ok",
+                &generic_headers(&format!("ok{round}"), None, body),
+                body,
+            );
+            assert_eq!(r.status, 200, "{}", r.text());
+            assert_eq!(r.json()["outcome"], "completed", "{}", r.text());
+            let r = serve.post(
+                "/fails",
+                &generic_headers(&format!("f{round}"), None, body),
+                body,
+            );
+            assert_eq!(r.status, 200, "{}", r.text());
+            assert_eq!(r.json()["outcome"], "failed", "{}", r.text());
+            assert_eq!(r.json()["exit_code"], 3, "{}", r.text());
+        }
+        assert_eq!(
+            serve.metric("tollgate_outcomes_total{outcome=\"failed\"}"),
+            3
+        );
+    }
+
+    #[test]
+    fn serve_sync_routes_answer_on_events() {
+        sync_routes_answer(false);
+    }
+
+    #[test]
+    fn serve_sync_routes_answer_on_the_fallback_tick() {
+        sync_routes_answer(true);
+    }
+}

@@ -231,3 +231,52 @@ impl TurnWatch {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record published by rename after the watch exists wakes the wait (no lost wake-up: the
+    /// rename happens before `wait` is called).
+    #[test]
+    fn a_rename_into_the_folder_wakes_the_wait() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut watch = TurnWatch::new(&[dir.path().to_path_buf()], false);
+        if !watch.has_events() {
+            return; // inotify refused on this machine: only the fallback exists.
+        }
+        let tmp = dir.path().join(".turn.json.tmp");
+        std::fs::write(&tmp, b"{}").expect("write");
+        std::fs::rename(&tmp, dir.path().join("turn.json")).expect("rename");
+        assert_eq!(watch.wait(), Wake::Changed);
+    }
+
+    /// The runner's exit wakes the wait through its pidfd, and the pidfd is dropped after.
+    #[test]
+    fn a_runner_that_exits_wakes_the_wait() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut watch = TurnWatch::new(&[dir.path().to_path_buf()], false);
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        watch.follow_runner(child.id());
+        if !watch.follows(child.id()) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return; // no pidfd on this kernel: the /proc check on the fallback tick covers it.
+        }
+        child.kill().expect("kill");
+        assert_eq!(watch.wait(), Wake::RunnerEnded);
+        assert!(!watch.follows(child.id()));
+        let _ = child.wait();
+    }
+
+    /// More folders than the bound: no watch at all, the wait is the fallback poll.
+    #[test]
+    fn beyond_the_bound_the_wait_falls_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let dirs = vec![dir.path().to_path_buf(); MAX_WATCHED_DIRS + 1];
+        assert!(!TurnWatch::new(&dirs, false).has_events());
+    }
+}

@@ -36,6 +36,7 @@ pub mod status;
 pub mod submit;
 pub mod sync;
 pub mod tasks;
+pub mod watch;
 
 /// The sans-IO core (crate `tollgate-core`, in `core/`), under the name the shell has always used.
 pub use tollgate_core as protocol;

@@ -18,9 +18,6 @@ use std::io::{IsTerminal, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Poll period of `--wait` and `logs --follow` (they watch files another process writes).
-const WATCH_POLL_MILLIS: u64 = 100;
-
 fn open(home: Option<PathBuf>) -> Result<Runtime, CliError> {
     Ok(Runtime::open(Home::resolve(home)?)?)
 }
@@ -317,11 +314,16 @@ fn dropped(key: &TurnKey, running: &TurnKey, busy: Busy, json: bool) -> Result<i
     Ok(exit::DROPPED)
 }
 
-/// Polls the turn's record until it has an outcome (another process writes it), copying the
-/// turn's output to ours as it grows when `stream` is set.
+/// Waits for the turn's record to have an outcome (another process writes it), copying the
+/// turn's output to ours as it grows when `stream` is set. It sleeps on the turn folder's events
+/// and the runner's pidfd ([`crate::watch`]); the runner's liveness is read when it ended, when
+/// the fallback period passed, or while no pidfd follows it yet.
 fn follow_turn(rt: &Runtime, key: &TurnKey, stream: bool) -> Result<TurnRecord, CliError> {
     let (mut out_offset, mut err_offset) = (0u64, 0u64);
     let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
+    // Watch before the first read, so a change after it wakes us.
+    let mut watch = crate::watch::TurnWatch::new(&[rt.home.turn_dir(key)], stream);
+    let mut check_runner = true;
     loop {
         let turn = tasks::load_turn(&rt.home, key)?.ok_or_else(|| {
             CliError::Environment(format!(
@@ -336,20 +338,37 @@ fn follow_turn(rt: &Runtime, key: &TurnKey, stream: bool) -> Result<TurnRecord, 
         if turn.is_settled() {
             return Ok(turn);
         }
-        // A turn whose runner died never ends by itself: say so instead of following forever.
-        let queue = rt.store.load()?;
-        if status_shell::turn_state(&queue, &turn, &rt.liveness) == "orphaned" {
-            let runner = queue
-                .runner(key)
-                .map(|r| format!(" (pid {})", r.identity.pid))
-                .unwrap_or_default();
-            return Err(CliError::Environment(format!(
-                "{key}: its runner{runner} is gone, so it cannot end by itself; \
-                 `tollgate reconcile` repairs it"
-            )));
+        if check_runner {
+            runner_alive(rt, key, &turn, &mut watch)?;
         }
-        std::thread::sleep(Duration::from_millis(WATCH_POLL_MILLIS));
+        let wake = watch.wait();
+        check_runner = wake != crate::watch::Wake::Changed || !watch.has_events();
     }
+}
+
+/// Fails when the turn's runner died: such a turn never ends by itself, so say so instead of
+/// waiting forever. A live runner is followed by `watch` (its death wakes the next wait).
+pub(super) fn runner_alive(
+    rt: &Runtime,
+    key: &TurnKey,
+    turn: &TurnRecord,
+    watch: &mut crate::watch::TurnWatch,
+) -> Result<(), CliError> {
+    let queue = rt.store.load()?;
+    if status_shell::turn_state(&queue, turn, &rt.liveness) == "orphaned" {
+        let runner = queue
+            .runner(key)
+            .map(|r| format!(" (pid {})", r.identity.pid))
+            .unwrap_or_default();
+        return Err(CliError::Environment(format!(
+            "{key}: its runner{runner} is gone, so it cannot end by itself; \
+             `tollgate reconcile` repairs it"
+        )));
+    }
+    if let Some(runner) = queue.runner(key) {
+        watch.follow_runner(runner.identity.pid);
+    }
+    Ok(())
 }
 
 /// The status `args` ask for: one task or all, every turn or the recent ones, one label or all.

@@ -97,9 +97,6 @@ fn exit_code_of(turn: &TurnRecord) -> i32 {
     }
 }
 
-/// Poll period while waiting (the turns' records are written by other processes).
-const WAIT_POLL_MILLIS: u64 = 100;
-
 pub fn wait(home: Option<PathBuf>, args: WaitArgs) -> Result<i32, CliError> {
     let rt = open(home)?;
     let keys = args
@@ -108,6 +105,11 @@ pub fn wait(home: Option<PathBuf>, args: WaitArgs) -> Result<i32, CliError> {
         .map(|r| turnref::resolve(&rt, r))
         .collect::<Result<Vec<TurnKey>, CliError>>()?;
     let mut ended: Vec<Option<TurnRecord>> = vec![None; keys.len()];
+    // The turns' records are written by other processes: sleep on their folders' events (watched
+    // before the first read, so no change is missed), re-reading on each wake.
+    let dirs: Vec<PathBuf> = keys.iter().map(|k| rt.home.turn_dir(k)).collect();
+    let mut watch = crate::watch::TurnWatch::new(&dirs, false);
+    let mut check_runner = true;
     loop {
         for (key, slot) in keys.iter().zip(ended.iter_mut()) {
             if slot.is_none() {
@@ -127,13 +129,17 @@ pub fn wait(home: Option<PathBuf>, args: WaitArgs) -> Result<i32, CliError> {
                         );
                     }
                     *slot = Some(turn);
+                } else if check_runner {
+                    // A turn whose runner died never ends: say so (exit 3) instead of hanging.
+                    super::commands::runner_alive(&rt, key, &turn, &mut watch)?;
                 }
             }
         }
         if ended.iter().all(Option::is_some) {
             break;
         }
-        std::thread::sleep(Duration::from_millis(WAIT_POLL_MILLIS));
+        let wake = watch.wait();
+        check_runner = wake != crate::watch::Wake::Changed || !watch.has_events();
     }
     let turns: Vec<TurnRecord> = ended.into_iter().flatten().collect();
     let worst = turns.iter().map(exit_code_of).max().unwrap_or(exit::OK);

@@ -1,7 +1,11 @@
 //! The watcher: settles each retained delivery's permit with its turn's outcome. One tokio task
-//! polls the turn records of every retained delivery at a fixed, bounded interval; a delivery past
-//! `detach_timeout` has its turn cancelled and ends as timed-out once the turn has really ended
-//! (capacity is never given back while the turn still runs).
+//! sleeps on one inotify instance watching the retained turns' folders and re-reads only the
+//! records whose folder changed (a record is published by rename: `IN_MOVED_TO`). Beyond
+//! [`MAX_WATCHES`] folders, or when inotify is refused, the records are read on the fallback tick
+//! ([`crate::watch::FALLBACK_POLL_MILLIS`]), which also re-reads every record so a missed event
+//! only costs latency. A delivery past `detach_timeout` has its turn cancelled (the task wakes at
+//! the nearest deadline) and ends as timed-out once the turn has really ended (capacity is never
+//! given back while the turn still runs).
 
 use super::events::{Event, EventLog};
 use crate::gate::Permit;
@@ -9,13 +13,27 @@ use crate::home::Home;
 use crate::protocol::admission::{watch_turn, Deadline, Outcome, TurnEnd, TurnNow, WatchEffect};
 use crate::protocol::slots::TurnKey;
 use crate::tasks::{self, DeliveryMeta, TurnOutcome};
-use std::collections::BTreeMap;
+use nix::sys::inotify::{AddWatchFlags, Inotify, WatchDescriptor};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::oneshot;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::{oneshot, Notify};
 
-/// How often the watcher reads the retained deliveries' turn records.
+/// The drain's poll period (shutdown waits for the watched deliveries to settle).
 pub const WATCH_POLL_MILLIS: u64 = 100;
+
+/// Bound on the turn folders watched by inotify; deliveries beyond it are read on the fallback
+/// tick only (the default `max_user_watches` is 8192 per user, shared with other programs).
+pub const MAX_WATCHES: usize = 4096;
+
+/// Which turn folders the inotify instance watches, both ways, with how many deliveries use each.
+#[derive(Default)]
+struct WatchBook {
+    by_key: HashMap<TurnKey, (WatchDescriptor, usize)>,
+    by_wd: HashMap<WatchDescriptor, TurnKey>,
+}
 
 /// How a delivery ended, for a synchronous request waiting on it.
 #[derive(Clone, Debug)]
@@ -74,6 +92,12 @@ pub struct Watcher {
     /// Held while this process spawns runners, and while it reaps them (so a runner that exits at
     /// once is not reaped before its spawner read its identity).
     spawn_lock: Arc<Mutex<()>>,
+    /// The turn folders' watches (`None`: inotify refused, everything on the fallback tick).
+    inotify: Option<Inotify>,
+    book: Mutex<WatchBook>,
+    /// Deliveries to re-read at the next wake (new ones, and those whose folder changed).
+    dirty: Mutex<BTreeSet<String>>,
+    wake: Notify,
 }
 
 impl Watcher {
@@ -89,7 +113,113 @@ impl Watcher {
             config,
             events,
             spawn_lock,
+            inotify: crate::watch::inotify_instance(),
+            book: Mutex::new(WatchBook::default()),
+            dirty: Mutex::new(BTreeSet::new()),
+            wake: Notify::new(),
         }
+    }
+
+    /// Watches `key`'s folder (shared by deliveries of the same turn), unless over the bound.
+    fn add_watch(&self, key: &TurnKey) {
+        let Some(inotify) = &self.inotify else {
+            return;
+        };
+        let mut book = crate::sync::lock(&self.book);
+        if let Some((_, users)) = book.by_key.get_mut(key) {
+            *users += 1;
+            return;
+        }
+        if book.by_key.len() >= MAX_WATCHES {
+            return;
+        }
+        let dir = self.home.turn_dir(key);
+        match inotify.add_watch(dir.as_path(), crate::watch::dir_mask(false)) {
+            Ok(wd) => {
+                book.by_key.insert(key.clone(), (wd, 1));
+                book.by_wd.insert(wd, key.clone());
+            }
+            Err(e) => tracing::debug!(
+                "cannot watch {} ({e}); read on the fallback tick",
+                dir.display()
+            ),
+        }
+    }
+
+    /// Drops one delivery's use of `key`'s folder watch.
+    fn remove_watch(&self, key: &TurnKey) {
+        let Some(inotify) = &self.inotify else {
+            return;
+        };
+        let mut book = crate::sync::lock(&self.book);
+        let Some((wd, users)) = book.by_key.get_mut(key) else {
+            return;
+        };
+        *users = users.saturating_sub(1);
+        if *users == 0 {
+            let wd = *wd;
+            book.by_key.remove(key);
+            book.by_wd.remove(&wd);
+            // The folder may be gone already (its watch then went with it).
+            let _ = inotify.rm_watch(wd);
+        }
+    }
+
+    /// Reads the queued inotify events and marks the deliveries whose folder changed. Returns
+    /// true when events were lost (queue overflow): every record must be re-read.
+    fn read_events(&self) -> bool {
+        let Some(inotify) = &self.inotify else {
+            return false;
+        };
+        let mut changed: BTreeSet<TurnKey> = BTreeSet::new();
+        let mut overflow = false;
+        // Bounded: each read empties up to one kernel buffer; the kernel's queue is bounded.
+        for _ in 0..64 {
+            match inotify.read_events() {
+                Ok(events) if !events.is_empty() => {
+                    let mut book = crate::sync::lock(&self.book);
+                    for event in events {
+                        if event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+                            overflow = true;
+                        }
+                        if let Some(key) = book.by_wd.get(&event.wd) {
+                            changed.insert(key.clone());
+                        }
+                        if event.mask.contains(AddWatchFlags::IN_IGNORED) {
+                            // The folder is gone (swept): its watch went with it.
+                            if let Some(key) = book.by_wd.remove(&event.wd) {
+                                book.by_key.remove(&key);
+                            }
+                        }
+                    }
+                }
+                Ok(_) | Err(nix::errno::Errno::EAGAIN) => break,
+                Err(e) => {
+                    tracing::warn!("reading the serve watcher's inotify events failed: {e}");
+                    overflow = true;
+                    break;
+                }
+            }
+        }
+        if !changed.is_empty() {
+            let ids: Vec<String> = crate::sync::lock(&self.entries)
+                .iter()
+                .filter(|(_, w)| changed.contains(&w.key))
+                .map(|(id, _)| id.clone())
+                .collect();
+            crate::sync::lock(&self.dirty).extend(ids);
+        }
+        overflow
+    }
+
+    /// How long until the nearest detach deadline of a delivery not yet timing out.
+    fn next_deadline_in(&self, now_millis: u64) -> Option<Duration> {
+        crate::sync::lock(&self.entries)
+            .values()
+            .filter(|w| !w.deadline.timing_out)
+            .map(|w| w.deadline.deadline_millis)
+            .min()
+            .map(|at| Duration::from_millis(at.saturating_sub(now_millis)))
     }
 
     /// Reaps runners this process spawned that have ended (they are detached, but still our
@@ -108,39 +238,93 @@ impl Watcher {
 
     /// Starts watching an admitted delivery. The map is bounded by the gate: deferred entries by
     /// `max_detached`, synchronous ones by the requests waiting on them.
+    /// The folder is watched before the delivery is marked for a first read, so a turn that
+    /// ended before (or while) it was added is still seen.
     pub fn watch(&self, watched: Watched) {
-        crate::sync::lock(&self.entries).insert(watched.meta.id.clone(), watched);
+        self.add_watch(&watched.key);
+        let id = watched.meta.id.clone();
+        if let Some(old) = crate::sync::lock(&self.entries).insert(id.clone(), watched) {
+            self.remove_watch(&old.key);
+        }
+        crate::sync::lock(&self.dirty).insert(id);
+        self.wake.notify_one();
     }
 
     pub fn len(&self) -> usize {
         crate::sync::lock(&self.entries).len()
     }
 
-    /// Polls until `stop` says so.
+    /// Waits on the folders' events, new deliveries, the nearest detach deadline and the
+    /// fallback tick, until `stop` says so; each wake re-reads only what it has to.
     pub async fn run(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
-        let mut interval = tokio::time::interval(Duration::from_millis(WATCH_POLL_MILLIS));
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let fallback = Duration::from_millis(crate::watch::FALLBACK_POLL_MILLIS);
+        let events: Option<AsyncFd<OwnedFd>> = self.inotify.as_ref().and_then(|inotify| {
+            let fd = inotify.as_fd().try_clone_to_owned().ok()?;
+            // SAFETY: `fd` is an OwnedFd (a duplicate of the inotify descriptor) moved into the
+            // AsyncFd, which owns it until dropped: it stays open and always returns the same fd.
+            match unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) } {
+                Ok(fd) => Some(fd),
+                Err(e) => {
+                    tracing::warn!("cannot wait on inotify ({e}); the watcher polls");
+                    None
+                }
+            }
+        });
+        let mut last_full = tokio::time::Instant::now();
         loop {
+            let now = tasks::now_millis();
+            let since_full = last_full.elapsed();
+            let mut sleep_for = fallback.saturating_sub(since_full);
+            if let Some(deadline) = self.next_deadline_in(now) {
+                sleep_for = sleep_for.min(deadline);
+            }
+            let mut full = false;
             tokio::select! {
-                _ = interval.tick() => {}
+                _ = tokio::time::sleep(sleep_for) => full = true,
+                _ = self.wake.notified() => {}
+                ready = readable(events.as_ref()) => {
+                    if ready {
+                        full = self.read_events();
+                    }
+                }
                 _ = stop.changed() => return,
             }
+            if full {
+                last_full = tokio::time::Instant::now();
+            }
             let this = Arc::clone(&self);
-            if let Err(e) = tokio::task::spawn_blocking(move || this.tick()).await {
-                tracing::error!("the serve watcher's poll failed: {e}");
+            let pass = tokio::task::spawn_blocking(move || {
+                if full {
+                    crate::sync::lock(&this.dirty).clear();
+                    this.tick();
+                } else {
+                    let ids = std::mem::take(&mut *crate::sync::lock(&this.dirty));
+                    this.tick_some(ids.into_iter().collect());
+                }
+            });
+            if let Err(e) = pass.await {
+                tracing::error!("the serve watcher's pass failed: {e}");
             }
         }
     }
 
-    /// One poll: for every watched delivery, read its turn record and run the core's
-    /// `watch_turn` step (under the entries' lock) and perform its effect: settle the permit, or
-    /// cancel a turn past its deadline.
+    /// Re-reads every watched delivery's record (the fallback tick, and the drain's poll).
     pub fn tick(&self) {
+        let snapshot: Vec<String> = crate::sync::lock(&self.entries).keys().cloned().collect();
+        self.tick_some(snapshot);
+    }
+
+    /// One pass over `ids`: for each delivery still watched, read its turn record and run the
+    /// core's `watch_turn` step (under the entries' lock) and perform its effect: settle the
+    /// permit, or cancel a turn past its deadline.
+    fn tick_some(&self, ids: Vec<String>) {
         self.reap();
-        let snapshot: Vec<(String, TurnKey)> = crate::sync::lock(&self.entries)
-            .iter()
-            .map(|(id, w)| (id.clone(), w.key.clone()))
-            .collect();
+        let snapshot: Vec<(String, TurnKey)> = {
+            let entries = crate::sync::lock(&self.entries);
+            ids.into_iter()
+                .filter_map(|id| entries.get(&id).map(|w| (id, w.key.clone())))
+                .collect()
+        };
         for (id, key) in snapshot {
             let record = match tasks::load_turn(&self.home, &key) {
                 Ok(record) => record,
@@ -166,6 +350,7 @@ impl Watcher {
                     let watched = entries.remove(&id);
                     drop(entries);
                     if let Some(watched) = watched {
+                        self.remove_watch(&watched.key);
                         let exit_code = record.as_ref().and_then(|t| t.exit_code);
                         self.settle(watched, outcome, exit_code);
                     }
@@ -194,8 +379,28 @@ impl Watcher {
 
     /// Shutdown: takes every delivery still watched (the caller records them as handed off).
     pub fn take_all(&self) -> Vec<Watched> {
+        *crate::sync::lock(&self.book) = WatchBook::default();
         std::mem::take(&mut *crate::sync::lock(&self.entries))
             .into_values()
             .collect()
+    }
+}
+
+/// Resolves when the inotify descriptor is readable (true), or never when there is none.
+async fn readable(fd: Option<&AsyncFd<OwnedFd>>) -> bool {
+    match fd {
+        Some(fd) => match fd.readable().await {
+            Ok(mut guard) => {
+                // The events are read right after; a later event is a new edge.
+                guard.clear_ready();
+                true
+            }
+            Err(e) => {
+                tracing::warn!("waiting on inotify failed: {e}");
+                std::future::pending::<()>().await;
+                false
+            }
+        },
+        None => std::future::pending().await,
     }
 }

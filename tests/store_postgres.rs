@@ -18,7 +18,9 @@ use tollgate::protocol::slots::{
     ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord, RunnerSlotReservation,
     SlotToken, TurnKey, WorkId, WorkRecord,
 };
-use tollgate::queue::{Commit, PostgresLock, PostgresStore, PostgresUrl, Store, StoreError};
+use tollgate::queue::{
+    redact, Commit, PostgresLock, PostgresStore, PostgresUrl, Store, StoreError,
+};
 
 /// The test server's URL, or `None` (with a message) when this run may skip.
 fn server() -> Option<String> {
@@ -36,9 +38,15 @@ fn server() -> Option<String> {
     };
     match postgres::Client::connect(&url, postgres::NoTls) {
         Ok(_) => Some(url),
-        Err(e) if required => panic!("TOLLGATE_REQUIRE_POSTGRES=1 but {url} is unreachable: {e}"),
+        Err(e) if required => panic!(
+            "TOLLGATE_REQUIRE_POSTGRES=1 but {} is unreachable: {e}",
+            redact(&url)
+        ),
         Err(e) => {
-            eprintln!("skipped: TOLLGATE_TEST_POSTGRES={url} is unreachable: {e}");
+            eprintln!(
+                "skipped: TOLLGATE_TEST_POSTGRES={} is unreachable: {e}",
+                redact(&url)
+            );
             None
         }
     }

@@ -21,7 +21,8 @@ pub const STORE_ENV: &str = "TOLLGATE_STORE";
 pub enum HomeStore {
     Database(SqliteStore),
     File(QueueStore),
-    Postgres(PostgresStore),
+    /// Boxed: the client and its URL make it several times the size of the others.
+    Postgres(Box<PostgresStore>),
     /// A `store` setting that does not parse: every use fails naming it, nothing is changed.
     Misconfigured {
         setting: String,
@@ -48,12 +49,12 @@ impl HomeStore {
                         .queue
                         .clone()
                         .unwrap_or_else(|| home.root().display().to_string());
-                    HomeStore::Postgres(PostgresStore::new(
+                    HomeStore::Postgres(Box::new(PostgresStore::new(
                         url,
                         queue,
                         config.lock_timeout(),
                         config.durability,
-                    ))
+                    )))
                 }
                 Err(detail) => HomeStore::Misconfigured { setting, detail },
             };
@@ -106,7 +107,7 @@ impl Store for HomeStore {
         match self {
             HomeStore::Database(store) => Store::load(store),
             HomeStore::File(store) => Self::file_store(store)?.load(),
-            HomeStore::Postgres(store) => Store::load(store),
+            HomeStore::Postgres(store) => Store::load(store.as_ref()),
             HomeStore::Misconfigured { setting, detail } => Err(misconfigured(setting, detail)),
         }
     }

@@ -7,8 +7,10 @@
 //! lock_timeout`): sections of one queue are serialised exactly as `BEGIN IMMEDIATE` serialises
 //! them in SQLite, so the task and turn record files a section writes stay guarded by it. The
 //! lock is released by the commit or rollback itself, so a killed command never leaves it taken.
-//! A promise commit runs with `synchronous_commit = on`, an internal one with `off` (it may be
-//! lost by a crash of the server, never reordered after a later durable commit).
+//! Every commit runs with `synchronous_commit = on` except a promise commit under
+//! `durability = "os"`: unlike SQLite's, the server can crash while tollgate's processes live on,
+//! so an internal transition it lost (a runner's take-over) would let reconcile start a turn whose
+//! work still runs (S2); spec/store.md, "PostgreSQL", says why.
 
 use super::store::{check_queue, Commit, Store, StoreError};
 use crate::clock;
@@ -403,7 +405,9 @@ impl Store for PostgresStore {
         let Some(client) = guard.as_mut() else {
             unreachable!("client() connected");
         };
-        let durable = commit == Commit::Promise && self.durability == Durability::Fsync;
+        // Only what this process is about to promise may be left to the server's WAL writer,
+        // and only when the home said so: a lost internal commit would hide a live process.
+        let durable = !(commit == Commit::Promise && self.durability == Durability::Os);
         let started = Instant::now();
         let mut tx = client.transaction().map_err(|e| self.error(e))?;
         self.set_lock_timeout(&mut tx)?;

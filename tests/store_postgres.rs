@@ -388,6 +388,47 @@ fn a_home_whose_config_names_the_database_submits_waits_and_shows_status() {
     assert!(state.next_queue_id > 1, "{state:?}");
     assert!(state.entries.is_empty(), "{state:?}");
     check_store_env_overrides(&url, tmp.path());
+    check_default_queue_is_the_canonical_home(&url, tmp.path());
+}
+
+/// Without `?queue=`, the queue is the home's canonical path: the home named relatively from
+/// its parent and absolutely through a `..` detour is one queue.
+fn check_default_queue_is_the_canonical_home(url: &str, dir: &Path) {
+    let home = dir.join("plain-home");
+    let out = tollgate(&home, &["init", "--workers", "1"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let run = |home_arg: &Path, args: &[&str]| {
+        std::process::Command::new(common::BIN)
+            .current_dir(dir)
+            .arg("--home")
+            .arg(home_arg)
+            .args(args)
+            .env("TOLLGATE_STORE", url)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run tollgate")
+    };
+    let out = run(
+        Path::new("plain-home"),
+        &["submit", "--wait", "--task", "relative", "--", "true"],
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    let detour = dir.join("plain-home").join("..").join("plain-home");
+    let out = run(&detour, &["status"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("relative"),
+        "{}",
+        describe(&out)
+    );
+    let canonical = std::fs::canonicalize(&home).expect("canonical");
+    let state = store(url, &canonical.display().to_string())
+        .load()
+        .expect("load");
+    assert!(
+        state.next_queue_id > 1,
+        "the turn is not in the queue named by the canonical path: {state:?}"
+    );
 }
 
 /// `TOLLGATE_STORE` overrides the config; a value that is neither `sqlite` nor a postgres URL

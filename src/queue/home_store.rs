@@ -45,10 +45,15 @@ impl HomeStore {
                 Ok(url) => {
                     // Each home its own queue unless the URL names one: task and turn records
                     // are still files in the home, so two homes must not share a queue yet.
-                    let queue = url
-                        .queue
-                        .clone()
-                        .unwrap_or_else(|| home.root().display().to_string());
+                    // The canonical path, so `--home h`, `--home ./h` and `--home /abs/h` are
+                    // one queue (the home exists by the time a command uses its store).
+                    let queue = url.queue.clone().unwrap_or_else(|| {
+                        std::fs::canonicalize(home.root())
+                            .or_else(|_| std::path::absolute(home.root()))
+                            .unwrap_or_else(|_| home.root().to_path_buf())
+                            .display()
+                            .to_string()
+                    });
                     HomeStore::Postgres(Box::new(PostgresStore::new(
                         url,
                         queue,

@@ -2,7 +2,8 @@
 //! queue round-trips; a failed section changes nothing; concurrent writers are serialised (no
 //! lost update) under both lock kinds, whose throughput is printed; a held lock turns into a clear
 //! error after `lock_timeout` and an unreachable server into one naming it, password redacted; a
-//! home whose tollgate.toml names the database runs `submit --wait` and `status` on it.
+//! home whose tollgate.toml names the database runs `submit --wait` and `status` on it; a `store`
+//! value that is not a store is refused naming the setting, creating nothing.
 //!
 //! The server is `TOLLGATE_TEST_POSTGRES` (a postgres:// URL; `.ci/run` starts a throwaway
 //! cluster and sets it). Unset, every test here skips with a message; with
@@ -462,4 +463,28 @@ fn check_store_env_overrides(url: &str, dir: &Path) {
     assert!(out.status.success(), "{}", describe(&out));
     assert!(!home.join("tollgate.db").exists(), "a tollgate.db was made");
     assert!(store(url, &queue).load().expect("load").next_queue_id > 1);
+}
+
+#[test]
+fn a_store_setting_that_is_not_a_store_is_refused_naming_it_and_nothing_is_created() {
+    // Needs no server: refused before any connection.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = init_home(tmp.path(), 1);
+    let config = home.join("tollgate.toml");
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str("store = \"mysql://db.example/tollgate\"\n");
+    std::fs::write(&config, text).expect("write config");
+    let out = tollgate(&home, &["submit", "--", "true"]);
+    assert!(!out.status.success(), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&config.display().to_string())
+            && stderr.contains("`store`")
+            && stderr.contains("mysql://db.example/tollgate"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!home.join("tollgate.db").exists(), "a tollgate.db was made");
+    let tasks = std::fs::read_dir(home.join("tasks")).map_or(0, |d| d.count());
+    assert_eq!(tasks, 0, "a task was recorded");
 }

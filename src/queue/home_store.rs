@@ -139,6 +139,6 @@ impl Store for HomeStore {
 fn misconfigured(setting: &str, detail: &str) -> StoreError {
     StoreError::Database {
         path: setting.into(),
-        detail: format!("not a store: {detail} (expected \"sqlite\" or a postgres:// URL)"),
+        detail: detail.to_string(),
     }
 }

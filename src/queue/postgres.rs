@@ -128,7 +128,10 @@ impl PostgresUrl {
     /// Splits `url`; `Err` says what is wrong with it (the caller names the setting).
     pub fn parse(url: &str) -> Result<PostgresUrl, String> {
         if !Self::is_postgres(url) {
-            return Err("expected a postgres:// or postgresql:// URL".to_string());
+            return Err(format!(
+                "{:?} is neither \"sqlite\" nor a postgres:// or postgresql:// URL",
+                redact(url)
+            ));
         }
         let (base, query) = match url.split_once('?') {
             Some((base, query)) => (base, Some(query)),

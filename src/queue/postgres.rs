@@ -796,3 +796,38 @@ fn write_changes(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_hides_the_password_in_the_user_part_and_in_parameters() {
+        assert_eq!(
+            redact("postgres://u:p%40ss@h:5432/db?sslmode=disable"),
+            "postgres://u:***@h:5432/db?sslmode=disable"
+        );
+        assert_eq!(
+            redact("postgresql://u@h/db?password=hunter2&host=/run"),
+            "postgresql://u@h/db?password=***&host=/run"
+        );
+        assert_eq!(redact("postgres://h/db"), "postgres://h/db");
+    }
+
+    #[test]
+    fn the_queue_parameter_is_tollgates_and_not_passed_to_the_client() {
+        let url = PostgresUrl::parse("postgres://u:pw@h/db?sslmode=disable&queue=ci").expect("ok");
+        assert_eq!(url.queue.as_deref(), Some("ci"));
+        assert_eq!(url.connect, "postgres://u:pw@h/db?sslmode=disable");
+        assert_eq!(url.redacted, "postgres://u:***@h/db?sslmode=disable");
+        let url = PostgresUrl::parse("postgres://h/db?queue=ci").expect("ok");
+        assert_eq!(url.connect, "postgres://h/db");
+        let long = format!(
+            "postgres://h/db?queue={}",
+            "q".repeat(MAX_QUEUE_NAME_BYTES + 1)
+        );
+        assert!(PostgresUrl::parse(&long).is_err());
+        let bad = PostgresUrl::parse("postgres://u:pw@h/db?nonsense=1").expect_err("unknown");
+        assert!(!bad.contains("pw@"), "{bad}");
+    }
+}

@@ -50,6 +50,11 @@ pub struct Config {
     /// OS, trading the last moments before a power loss for speed.
     #[serde(default, skip_serializing_if = "Durability::is_default")]
     pub durability: Durability,
+    /// Where the queue lives (spec/store.md): `sqlite` (default: the home's `tollgate.db`) or a
+    /// `postgres://` URL (`?queue=NAME` picks the queue; default: one per home). The
+    /// `TOLLGATE_STORE` environment variable overrides it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<String>,
     /// `[serve]`: the webhook ingress (`tollgate serve`); defaults when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serve: Option<ServeTable>,
@@ -65,6 +70,7 @@ impl Default for Config {
             workers: default_workers(),
             lock_timeout: default_lock_timeout(),
             durability: Durability::default(),
+            store: None,
             serve: None,
             routes: Vec::new(),
         }

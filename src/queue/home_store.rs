@@ -1,6 +1,7 @@
 //! The store the binary builds for a home: the database ([`SqliteStore`]), or, only for the
 //! benchmark's side by side and tests, the file store of earlier versions ([`QueueStore`]).
 
+use super::postgres::{PostgresStore, PostgresUrl};
 use super::sqlite::SqliteStore;
 use super::store::{Commit, QueueStore, Store, StoreError};
 use crate::config::Config;
@@ -12,15 +13,57 @@ use crate::protocol::slots::QueueState;
 /// the two stores do not share state, so a home that has a database refuses it.
 pub const FILE_STORE_ENV: &str = "TOLLGATE_FILE_STORE";
 
+/// Overrides the `store` setting of tollgate.toml: `sqlite` (the home's `tollgate.db`) or a
+/// `postgres://` URL (spec/store.md, "PostgreSQL").
+pub const STORE_ENV: &str = "TOLLGATE_STORE";
+
 #[derive(Debug)]
 pub enum HomeStore {
     Database(SqliteStore),
     File(QueueStore),
+    /// Boxed: the client and its URL make it several times the size of the others.
+    Postgres(Box<PostgresStore>),
+    /// A `store` setting that does not parse: every use fails naming it, nothing is changed.
+    Misconfigured {
+        setting: String,
+        detail: String,
+    },
 }
 
 impl HomeStore {
     /// The home's store with the config's `lock_timeout` and `durability`. No IO.
     pub fn for_home(home: &Home, config: &Config) -> HomeStore {
+        let (setting, store) = match std::env::var(STORE_ENV) {
+            Ok(value) if !value.is_empty() => (STORE_ENV.to_string(), Some(value)),
+            _ => (
+                format!("{}: `store`", home.config_path().display()),
+                config.store.clone(),
+            ),
+        };
+        if let Some(url) = store.filter(|s| s != "sqlite") {
+            return match PostgresUrl::parse(&url) {
+                Ok(url) => {
+                    // Each home its own queue unless the URL names one: task and turn records
+                    // are still files in the home, so two homes must not share a queue yet.
+                    // The canonical path, so `--home h`, `--home ./h` and `--home /abs/h` are
+                    // one queue (the home exists by the time a command uses its store).
+                    let queue = url.queue.clone().unwrap_or_else(|| {
+                        std::fs::canonicalize(home.root())
+                            .or_else(|_| std::path::absolute(home.root()))
+                            .unwrap_or_else(|_| home.root().to_path_buf())
+                            .display()
+                            .to_string()
+                    });
+                    HomeStore::Postgres(Box::new(PostgresStore::new(
+                        url,
+                        queue,
+                        config.lock_timeout(),
+                        config.durability,
+                    )))
+                }
+                Err(detail) => HomeStore::Misconfigured { setting, detail },
+            };
+        }
         if std::env::var_os(FILE_STORE_ENV).is_some_and(|v| v == "1") {
             HomeStore::File(QueueStore::new(home.clone(), config.lock_timeout()))
         } else {
@@ -69,6 +112,8 @@ impl Store for HomeStore {
         match self {
             HomeStore::Database(store) => Store::load(store),
             HomeStore::File(store) => Self::file_store(store)?.load(),
+            HomeStore::Postgres(store) => Store::load(store.as_ref()),
+            HomeStore::Misconfigured { setting, detail } => Err(misconfigured(setting, detail)),
         }
     }
 
@@ -83,6 +128,17 @@ impl Store for HomeStore {
         match self {
             HomeStore::Database(store) => store.transact_as(commit, change),
             HomeStore::File(store) => Self::file_store(store)?.transact_as(commit, change),
+            HomeStore::Postgres(store) => store.transact_as(commit, change),
+            HomeStore::Misconfigured { setting, detail } => {
+                Err(misconfigured(setting, detail).into())
+            }
         }
+    }
+}
+
+fn misconfigured(setting: &str, detail: &str) -> StoreError {
+    StoreError::Database {
+        path: setting.into(),
+        detail: detail.to_string(),
     }
 }

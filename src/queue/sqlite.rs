@@ -152,7 +152,7 @@ impl SqliteStore {
     fn connection(&self) -> Result<MutexGuard<'_, Option<Open>>, StoreError> {
         let mut guard = self.open.lock().unwrap_or_else(|e| e.into_inner());
         if guard.is_none() {
-            let conn = open_database(&self.home, self.lock_timeout)?;
+            let conn = open_retrying_busy(&self.home, self.lock_timeout)?;
             *guard = Some(Open {
                 conn,
                 synchronous: None,
@@ -229,7 +229,7 @@ impl Store for SqliteStore {
 
 /// With the `failpoints` feature, `store::after_durable_commit(DIR)` copies the database as it
 /// stands after every synced commit to `DIR/tollgate.db`: what a disk that lost every unsynced
-/// write would hold (the power-loss test, tests/store_durability.rs).
+/// write would hold (the power-loss test, tests/failpoints_store_durability.rs).
 #[cfg(feature = "failpoints")]
 fn snapshot_for_tests(conn: &Connection, path: &Path) -> Result<(), FileError> {
     let Some(Some(dir)) = fail::eval("store::after_durable_commit", |dir| dir) else {
@@ -302,6 +302,35 @@ fn check_database_files(path: &Path) -> Result<bool, FileError> {
     }
     Ok(exists)
 }
+
+/// [`open_database`], tried again while it meets a busy database, up to `lock_timeout` in all.
+///
+/// Commands that open a new database at the same moment race on its first moments (one creates
+/// the tables while another, still in the rollback journal mode of an empty file, switches to WAL
+/// or reads the schema): SQLite answers some of those with `SQLITE_BUSY` at once, without its busy
+/// handler, so the wait is here. Bounded like every lock wait.
+fn open_retrying_busy(home: &Home, lock_timeout: Duration) -> Result<Connection, StoreError> {
+    let started = Instant::now();
+    let mut pause_millis = 1;
+    loop {
+        match open_database(home, lock_timeout) {
+            Err(StoreError::Busy { path, .. }) => {
+                if started.elapsed() >= lock_timeout {
+                    return Err(StoreError::Busy {
+                        path,
+                        waited_millis: started.elapsed().as_millis(),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(pause_millis));
+                pause_millis = (pause_millis * 2).min(OPEN_RETRY_MAX_PAUSE_MILLIS);
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The longest pause between two tries of a busy first open.
+const OPEN_RETRY_MAX_PAUSE_MILLIS: u64 = 20;
 
 /// Opens the home's database, creating it (0600) if missing, in WAL mode, and brings its schema
 /// to [`SCHEMA_VERSION`], importing an earlier version's `queue.json` when the database is new.

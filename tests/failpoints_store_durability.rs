@@ -6,7 +6,7 @@
 //! turn's finish, the handoff to the parked one, its take-over and finish) are internal and are
 //! not. Putting the copy back stands for the power loss: the parked turn's row is there, and
 //! `reconcile` repairs the rest from it. Turn records are files, fsynced when written, so they
-//! survive the loss. Run with `cargo test --features failpoints --test store_durability`.
+//! survive the loss. Run with `cargo test --features failpoints --test failpoints_store_durability`.
 #![cfg(feature = "failpoints")]
 
 mod common;

@@ -173,6 +173,12 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
         cwd: Some(resolve_cwd(args.cwd)?),
         env: parse_env(&args.env)?,
         labels: parse_labels(args.labels)?,
+        timeout_millis: args
+            .timeout
+            .as_deref()
+            .map(crate::config::limits::parse_turn_timeout)
+            .transpose()
+            .map_err(|e| CliError::Usage(format!("--timeout: {e}")))?,
     };
     let how = How {
         attach: args.attach,
@@ -212,6 +218,8 @@ pub(super) fn submit_request(
             }))?;
         } else if let Some(error) = &execution.error {
             eprintln!("tollgate: task {} turn {}: {error}", key.task, key.turn);
+        } else if execution.outcome == tasks::TurnOutcome::TimedOut {
+            eprintln!("tollgate: {key} timed out: its processes were killed");
         }
         return Ok(execution.shell_exit_code());
     }
@@ -285,6 +293,18 @@ pub(super) fn submit_request(
             "placement": placement, "runner": runner, "outcome": turn.outcome,
             "exit_code": turn.exit_code, "signal": turn.signal,
         }))?;
+    }
+    if turn.outcome == Some(tasks::TurnOutcome::TimedOut) {
+        if !how.json {
+            let limit = turn.timeout_millis.map_or_else(String::new, |millis| {
+                format!(
+                    " after {}",
+                    humantime::format_duration(Duration::from_millis(millis))
+                )
+            });
+            eprintln!("tollgate: {key} timed out{limit}: its processes were killed");
+        }
+        return Ok(crate::runner::TIMED_OUT_EXIT_CODE);
     }
     Ok(match (turn.exit_code, turn.signal) {
         (Some(code), _) => code,

@@ -42,6 +42,7 @@ Exit codes:
   2  bad usage or bad input (argument, config, state file, unknown task); nothing was changed
   3  environment failure (IO error, queue lock wait timed out, spawn failed)
   4  submit refused by the task's `drop` strategy (a turn of the task is running)
+  124  submit --wait/--attach: the turn ran longer than its --timeout and was killed
 
 Quick start:
   tollgate submit -- echo hello      run a command on a detached runner (home created on first use)
@@ -158,6 +159,10 @@ pub struct SubmitArgs {
     /// to 16, each 1..=64 characters without spaces or commas).
     #[arg(long = "label", value_name = "LABEL")]
     pub labels: Vec<String>,
+    /// Kill the turn's whole process tree (TERM, a grace, KILL) once it has run DUR (e.g. 30s,
+    /// 5m, 1h30m; at most 30 days). The turn ends `timed-out`; `--wait`/`--attach` exit 124.
+    #[arg(long, value_name = "DUR")]
+    pub timeout: Option<String>,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -286,7 +291,14 @@ pub fn missing_separator_hint(kind: clap::error::ErrorKind, args: &[String]) -> 
     }
     let rest = &args[at + 1..];
     // Options of `submit` that take a value in the next argument (`--task NAME`).
-    const WITH_VALUE: [&str; 5] = ["--task", "--strategy", "--cwd", "--env", "--label"];
+    const WITH_VALUE: [&str; 6] = [
+        "--task",
+        "--strategy",
+        "--cwd",
+        "--env",
+        "--label",
+        "--timeout",
+    ];
     let mut split = rest.len();
     let mut i = 0;
     while i < rest.len() {

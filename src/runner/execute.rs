@@ -6,6 +6,10 @@
 //! the whole unit (TERM, [`TERM_GRACE_MILLIS`], KILL, wait until empty) and the turn is
 //! `cancelled` unless the command had already exited on its own or still exits 0 (then it ran to
 //! its end: `completed`).
+//!
+//! A turn with a timeout (`submit --timeout`) whose command is still running when the timeout has
+//! passed since its spawn gets the same kill of its whole unit, and ends `timed_out` however the
+//! command then exits (it was cut off); its exit code or signal are kept in the record.
 
 use super::signals;
 use crate::home::Home;
@@ -28,6 +32,10 @@ pub const TERM_GRACE_MILLIS: u64 = crate::process::work::WORK_TERM_GRACE_MILLIS;
 /// `waitpid` would miss a signal that lands between the flag check and the call.
 const WAIT_POLL_MILLIS: u64 = 10;
 
+/// The exit code of `submit --wait`/`--attach` for a turn killed at its timeout: 124, as GNU
+/// `timeout(1)` uses, so scripts written for it keep working.
+pub const TIMED_OUT_EXIT_CODE: i32 = 124;
+
 /// How a command ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Execution {
@@ -46,8 +54,12 @@ impl Execution {
         turn.error = self.error.clone();
     }
 
-    /// The exit code `submit --wait` passes on: the command's own, 128+signal, or 1.
+    /// The exit code `submit --wait` passes on: [`TIMED_OUT_EXIT_CODE`] for a turn cut off at
+    /// its timeout, else the command's own, 128+signal, or 1.
     pub fn shell_exit_code(&self) -> i32 {
+        if self.outcome == TurnOutcome::TimedOut {
+            return TIMED_OUT_EXIT_CODE;
+        }
         match (self.exit_code, self.signal) {
             (Some(code), _) => code,
             (None, Some(signal)) => 128 + signal,
@@ -167,7 +179,10 @@ pub fn execute_turn(
     if let Some(leader) = leader {
         on_spawn(leader);
     }
-    wait_for(pid, unit)
+    let deadline = turn
+        .timeout_millis
+        .map(|millis| std::time::Instant::now() + Duration::from_millis(millis));
+    wait_for(pid, unit, deadline)
 }
 
 fn create_group(dir: &std::path::Path) -> std::io::Result<()> {
@@ -231,8 +246,9 @@ fn wait_failed(e: nix::errno::Errno, signalled: bool) -> Execution {
 }
 
 /// Waits for the command (a bounded poll, so a cancel is seen however it lands), and on a cancel
-/// kills the whole unit before collecting the command's status.
-fn wait_for(pid: Pid, unit: &UnitIdentity) -> Execution {
+/// or at `deadline` (the turn's timeout) kills the whole unit before collecting the command's
+/// status.
+fn wait_for(pid: Pid, unit: &UnitIdentity, deadline: Option<std::time::Instant>) -> Execution {
     loop {
         match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR) => {}
@@ -245,6 +261,11 @@ fn wait_for(pid: Pid, unit: &UnitIdentity) -> Execution {
         }
         if signals::requested().is_some() {
             return cancel(pid, unit);
+        }
+        if deadline.is_some_and(|at| std::time::Instant::now() >= at) {
+            let mut done = cancel(pid, unit);
+            done.outcome = TurnOutcome::TimedOut;
+            return done;
         }
         std::thread::sleep(Duration::from_millis(WAIT_POLL_MILLIS));
     }

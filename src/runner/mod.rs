@@ -11,7 +11,7 @@ mod execute;
 pub mod repair;
 pub mod signals;
 
-pub use execute::{execute_turn, Execution};
+pub use execute::{execute_turn, Execution, TIMED_OUT_EXIT_CODE};
 
 use crate::dispatch::{DispatchError, Handoff};
 use crate::driver;

@@ -8,6 +8,7 @@
 
 pub mod conn;
 pub mod edit;
+pub mod hooks;
 pub mod limits;
 pub mod serve;
 
@@ -56,6 +57,9 @@ pub struct Config {
     /// `[[route]]`: one per webhook path `tollgate serve` answers.
     #[serde(default, rename = "route", skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<RouteTable>,
+    /// `[[hook]]`: commands run after a turn ends (spec/turns.md, "Hooks").
+    #[serde(default, rename = "hook", skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<hooks::HookTable>,
 }
 
 impl Default for Config {
@@ -67,6 +71,7 @@ impl Default for Config {
             durability: Durability::default(),
             serve: None,
             routes: Vec::new(),
+            hooks: Vec::new(),
         }
     }
 }
@@ -140,6 +145,7 @@ impl Config {
             )));
         }
         serve::validate_routes(&self.routes).map_err(invalid)?;
+        hooks::validate_hooks(&self.hooks).map_err(invalid)?;
         Ok(())
     }
 
@@ -215,12 +221,16 @@ pub fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
                 .and_then(|l| l.split_once('='))
                 .map(|(key, _)| key.trim())
                 .filter(|key| !key.is_empty() && !key.starts_with('#'));
+            let line_at = match hooks::hook_table_at(text, line) {
+                Some(table) => format!("line {line} ({table})"),
+                None => format!("line {line}"),
+            };
             match key {
                 // Name the key unless the message already does.
                 Some(key) if !message.contains(&format!("`{key}`")) => {
-                    format!("line {line}, key `{key}`: {message}")
+                    format!("{line_at}, key `{key}`: {message}")
                 }
-                _ => format!("line {line}: {message}"),
+                _ => format!("{line_at}: {message}"),
             }
         }
         None => message,

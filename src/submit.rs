@@ -279,6 +279,7 @@ pub fn submit_attached<L: Liveness, S: Store>(
     let mut turn = turn;
     execution.record(&mut turn, tasks::now_millis());
     runner::record_and_start_next(rt, &turn, me)?;
+    runner::hooks::run_hooks(&rt.home, &rt.config.hooks, &turn);
     Ok(Attached::Ran {
         key: turn.key,
         execution,

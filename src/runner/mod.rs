@@ -8,6 +8,7 @@
 //! left of its work is killed before leaving, so the slot is freed only when the work is gone.
 
 mod execute;
+pub mod hooks;
 pub mod repair;
 pub mod signals;
 
@@ -65,6 +66,7 @@ pub fn run_worker<L: Liveness, S: Store>(
             let mut turn = turn;
             Execution::cancelled_before_start().record(&mut turn, tasks::now_millis());
             let next = record_and_start_next(rt, &turn, me)?;
+            hooks::run_hooks(&rt.home, &rt.config.hooks, &turn);
             return Ok(WorkerOutcome::Ran {
                 outcome: TurnOutcome::Cancelled,
                 next,
@@ -80,6 +82,8 @@ pub fn run_worker<L: Liveness, S: Store>(
     execution.record(&mut turn, tasks::now_millis());
     let outcome = execution.outcome;
     let next = record_and_start_next(rt, &turn, me)?;
+    // After the result is recorded and the slot freed (the next row may already run).
+    hooks::run_hooks(&rt.home, &rt.config.hooks, &turn);
     Ok(WorkerOutcome::Ran { outcome, next })
 }
 

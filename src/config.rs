@@ -8,6 +8,7 @@
 
 pub mod conn;
 pub mod edit;
+pub mod env;
 pub mod hooks;
 pub mod limits;
 pub mod serve;
@@ -57,6 +58,13 @@ pub struct Config {
     /// `[[route]]`: one per webhook path `tollgate serve` answers.
     #[serde(default, rename = "route", skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<RouteTable>,
+    /// The submitter's variables a turn stores (names or globs; `submit --env` ones always, all
+    /// with `submit --env-all`); spec/turns.md, "The stored environment".
+    #[serde(
+        default = "env::default_env_keep",
+        skip_serializing_if = "is_default_env_keep"
+    )]
+    pub env_keep: Vec<String>,
     /// `[[hook]]`: commands run after a turn ends (spec/turns.md, "Hooks").
     #[serde(default, rename = "hook", skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<hooks::HookTable>,
@@ -71,6 +79,7 @@ impl Default for Config {
             durability: Durability::default(),
             serve: None,
             routes: Vec::new(),
+            env_keep: env::default_env_keep(),
             hooks: Vec::new(),
         }
     }
@@ -87,6 +96,10 @@ pub enum Durability {
     /// No commit waits for the disk: a power loss may lose the last acknowledged turns (a crash
     /// of tollgate itself loses nothing; the OS still writes the commits out).
     Os,
+}
+
+fn is_default_env_keep(keep: &[String]) -> bool {
+    env::is_default_env_keep(keep)
 }
 
 impl Durability {
@@ -146,6 +159,7 @@ impl Config {
         }
         serve::validate_routes(&self.routes).map_err(invalid)?;
         hooks::validate_hooks(&self.hooks).map_err(invalid)?;
+        env::validate_env_keep(&self.env_keep).map_err(invalid)?;
         Ok(())
     }
 

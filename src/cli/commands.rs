@@ -86,6 +86,26 @@ fn parse_env(pairs: &[String]) -> Result<BTreeMap<String, String>, CliError> {
     Ok(env)
 }
 
+/// The environment a submitted turn stores: the variables `env_keep` names and every `--env`,
+/// or all of them with `--env-all`.
+fn stored_env(
+    home: Option<PathBuf>,
+    pairs: &[String],
+    all: bool,
+) -> Result<BTreeMap<String, String>, CliError> {
+    let env = parse_env(pairs)?;
+    if all {
+        return Ok(env);
+    }
+    let config = Home::resolve(home)?.ensure()?;
+    let given: Vec<&str> = pairs
+        .iter()
+        .filter_map(|p| p.split_once('='))
+        .map(|(k, _)| k)
+        .collect();
+    Ok(crate::config::env::kept(env, &config.env_keep, &given))
+}
+
 /// Most labels one turn carries.
 const MAX_LABELS: usize = 16;
 /// Longest label, in characters.
@@ -171,7 +191,7 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
         strategy,
         argv: args.command,
         cwd: Some(resolve_cwd(args.cwd)?),
-        env: parse_env(&args.env)?,
+        env: stored_env(home.clone(), &args.env, args.env_all)?,
         labels: parse_labels(args.labels)?,
         timeout_millis: args
             .timeout

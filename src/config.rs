@@ -65,6 +65,13 @@ pub struct Config {
         skip_serializing_if = "is_default_env_keep"
     )]
     pub env_keep: Vec<String>,
+    /// The most bytes a detached turn's stdout (and, apart, its stderr) log keeps; the head is
+    /// kept and a truncation line ends the log (spec/turns.md, "Log size"). 0: no limit.
+    #[serde(
+        default = "default_log_bytes",
+        skip_serializing_if = "is_default_log_bytes"
+    )]
+    pub log_bytes: u64,
     /// `[[hook]]`: commands run after a turn ends (spec/turns.md, "Hooks").
     #[serde(default, rename = "hook", skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<hooks::HookTable>,
@@ -80,6 +87,7 @@ impl Default for Config {
             serve: None,
             routes: Vec::new(),
             env_keep: env::default_env_keep(),
+            log_bytes: default_log_bytes(),
             hooks: Vec::new(),
         }
     }
@@ -96,6 +104,17 @@ pub enum Durability {
     /// No commit waits for the disk: a power loss may lose the last acknowledged turns (a crash
     /// of tollgate itself loses nothing; the OS still writes the commits out).
     Os,
+}
+
+/// 64 MiB per stream: far more than a log anyone reads, far less than a runaway fills.
+pub const DEFAULT_LOG_BYTES: u64 = 64 * 1024 * 1024;
+
+fn default_log_bytes() -> u64 {
+    DEFAULT_LOG_BYTES
+}
+
+fn is_default_log_bytes(bytes: &u64) -> bool {
+    *bytes == DEFAULT_LOG_BYTES
 }
 
 fn is_default_env_keep(keep: &[String]) -> bool {

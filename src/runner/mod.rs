@@ -12,7 +12,7 @@ pub mod hooks;
 pub mod repair;
 pub mod signals;
 
-pub use execute::{execute_turn, Execution, TIMED_OUT_EXIT_CODE};
+pub use execute::{execute_turn, truncation_line, Execution, LogDrains, TIMED_OUT_EXIT_CODE};
 
 use crate::dispatch::{DispatchError, Handoff};
 use crate::driver;
@@ -149,7 +149,8 @@ pub fn run_work_in<L: Liveness, S: Store>(
 ) -> Execution {
     let mut leader = None;
     let mut unit = work::unit_from(work, None, cgroup.as_deref());
-    let execution = execute_turn(&rt.home, turn, attached, &mut unit, |started| {
+    let mut logs = LogDrains::new(rt.config.log_bytes);
+    let execution = execute_turn(&rt.home, turn, attached, &mut unit, &mut logs, |started| {
         leader = Some(started);
         if let Err(e) = record_leader(rt, &turn.key, work, started) {
             // The marker still finds the work; only the process-group half of a kill is lost.
@@ -164,6 +165,7 @@ pub fn run_work_in<L: Liveness, S: Store>(
         cgroup: unit.cgroup.as_ref().map(|d| d.display().to_string()),
     };
     driver::kill_work(rt.spawner.as_ref(), &record);
+    logs.finish();
     execution
 }
 

@@ -73,6 +73,7 @@ fn request(argv: &[&str]) -> SubmitRequest {
         cwd: Some(std::env::temp_dir()),
         env: BTreeMap::new(),
         labels: Vec::new(),
+        timeout_millis: None,
     }
 }
 

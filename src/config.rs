@@ -8,6 +8,8 @@
 
 pub mod conn;
 pub mod edit;
+pub mod env;
+pub mod hooks;
 pub mod limits;
 pub mod serve;
 
@@ -61,6 +63,23 @@ pub struct Config {
     /// `[[route]]`: one per webhook path `tollgate serve` answers.
     #[serde(default, rename = "route", skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<RouteTable>,
+    /// The submitter's variables a turn stores (names or globs; `submit --env` ones always, all
+    /// with `submit --env-all`); spec/turns.md, "The stored environment".
+    #[serde(
+        default = "env::default_env_keep",
+        skip_serializing_if = "is_default_env_keep"
+    )]
+    pub env_keep: Vec<String>,
+    /// The most bytes a detached turn's stdout (and, apart, its stderr) log keeps; the head is
+    /// kept and a truncation line ends the log (spec/turns.md, "Log size"). 0: no limit.
+    #[serde(
+        default = "default_log_bytes",
+        skip_serializing_if = "is_default_log_bytes"
+    )]
+    pub log_bytes: u64,
+    /// `[[hook]]`: commands run after a turn ends (spec/turns.md, "Hooks").
+    #[serde(default, rename = "hook", skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<hooks::HookTable>,
 }
 
 impl Default for Config {
@@ -73,6 +92,9 @@ impl Default for Config {
             store: None,
             serve: None,
             routes: Vec::new(),
+            env_keep: env::default_env_keep(),
+            log_bytes: default_log_bytes(),
+            hooks: Vec::new(),
         }
     }
 }
@@ -88,6 +110,21 @@ pub enum Durability {
     /// No commit waits for the disk: a power loss may lose the last acknowledged turns (a crash
     /// of tollgate itself loses nothing; the OS still writes the commits out).
     Os,
+}
+
+/// 64 MiB per stream: far more than a log anyone reads, far less than a runaway fills.
+pub const DEFAULT_LOG_BYTES: u64 = 64 * 1024 * 1024;
+
+fn default_log_bytes() -> u64 {
+    DEFAULT_LOG_BYTES
+}
+
+fn is_default_log_bytes(bytes: &u64) -> bool {
+    *bytes == DEFAULT_LOG_BYTES
+}
+
+fn is_default_env_keep(keep: &[String]) -> bool {
+    env::is_default_env_keep(keep)
 }
 
 impl Durability {
@@ -146,6 +183,8 @@ impl Config {
             )));
         }
         serve::validate_routes(&self.routes).map_err(invalid)?;
+        hooks::validate_hooks(&self.hooks).map_err(invalid)?;
+        env::validate_env_keep(&self.env_keep).map_err(invalid)?;
         Ok(())
     }
 
@@ -221,12 +260,16 @@ pub fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
                 .and_then(|l| l.split_once('='))
                 .map(|(key, _)| key.trim())
                 .filter(|key| !key.is_empty() && !key.starts_with('#'));
+            let line_at = match hooks::hook_table_at(text, line) {
+                Some(table) => format!("line {line} ({table})"),
+                None => format!("line {line}"),
+            };
             match key {
                 // Name the key unless the message already does.
                 Some(key) if !message.contains(&format!("`{key}`")) => {
-                    format!("line {line}, key `{key}`: {message}")
+                    format!("{line_at}, key `{key}`: {message}")
                 }
-                _ => format!("line {line}: {message}"),
+                _ => format!("{line_at}: {message}"),
             }
         }
         None => message,

@@ -112,6 +112,7 @@ pub fn turn_state(queue: &QueueState, turn: &TurnRecord, liveness: &impl Livenes
             TurnOutcome::Unstartable => "unstartable",
             TurnOutcome::Dropped => "dropped",
             TurnOutcome::Superseded => "superseded",
+            TurnOutcome::TimedOut => "timed_out",
         }
         .to_string();
     }

@@ -28,6 +28,8 @@ pub struct SubmitRequest {
     pub env: BTreeMap<String, String>,
     /// Labels recorded on the turn (`submit --label`).
     pub labels: Vec<String>,
+    /// `submit --timeout`: see [`tasks::TurnRecord::timeout_millis`].
+    pub timeout_millis: Option<u64>,
 }
 
 impl SubmitRequest {
@@ -44,6 +46,7 @@ impl SubmitRequest {
         let meta = tasks::TurnMeta {
             id: Some(tasks::predicted_turn_id(state)),
             labels: self.labels.clone(),
+            timeout_millis: self.timeout_millis,
         };
         tasks::create_turn_with(
             home,
@@ -280,6 +283,7 @@ pub fn submit_attached<L: Liveness, S: Store>(
     let mut turn = turn;
     execution.record(&mut turn, tasks::now_millis());
     runner::record_and_start_next(rt, &turn, me)?;
+    runner::hooks::run_hooks(&rt.home, &rt.config.hooks, &turn);
     Ok(Attached::Ran {
         key: turn.key,
         execution,

@@ -61,6 +61,8 @@ pub enum TurnOutcome {
     Dropped,
     /// A newer turn replaced it while it waited (strategy `queue` or `debounce`).
     Superseded,
+    /// It ran longer than its `submit --timeout`; the runner killed its whole unit.
+    TimedOut,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,6 +107,10 @@ pub struct TurnRecord {
     /// Free-form labels given at submit (`--label`), in the order given, without duplicates.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub labels: Vec<String>,
+    /// How long the command may run (`submit --timeout`) before the runner kills its unit and
+    /// the turn ends `timed_out`; `None`: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_millis: Option<u64>,
 }
 
 /// What a new turn's record carries besides its command: its short id and labels.
@@ -113,6 +119,8 @@ pub struct TurnMeta {
     /// The short id the turn is given (see [`TurnRecord::id`]).
     pub id: Option<u64>,
     pub labels: Vec<String>,
+    /// See [`TurnRecord::timeout_millis`].
+    pub timeout_millis: Option<u64>,
 }
 
 /// The `queue_id` the next enqueue hands out (the same rule as the core's `enqueue`): the short id
@@ -497,6 +505,7 @@ pub fn create_turn_with(
         delivery: None,
         id: meta.id,
         labels: meta.labels,
+        timeout_millis: meta.timeout_millis,
     };
     // The task's counter first: a crash between the two writes then skips a turn number instead
     // of leaving a turn record its task does not list.

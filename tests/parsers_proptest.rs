@@ -358,6 +358,7 @@ fn valid_turn() -> impl Strategy<Value = TurnRecord> {
                     }),
                     id: None,
                     labels: Vec::new(),
+                    timeout_millis: None,
                 }
             },
         )

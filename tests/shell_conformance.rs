@@ -487,6 +487,7 @@ impl Walk {
                     cwd: None,
                     env: BTreeMap::new(),
                     labels: Vec::new(),
+                    timeout_millis: None,
                 };
                 let outcome = submit_detached(&self.rt, me, request).map(|s| s.placement);
                 // The submitter exits once its command returns.

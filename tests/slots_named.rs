@@ -469,6 +469,7 @@ fn submit_completes_handoff_after_bind_records_the_child() {
         cwd: None,
         env: BTreeMap::new(),
         labels: Vec::new(),
+        timeout_millis: None,
     };
     let submitted = submit_detached(&rt, me, request).unwrap();
     let Placement::Started(Handoff::Completed { child }) = submitted.placement else {
@@ -496,6 +497,7 @@ fn submit_completes_handoff_after_bind_records_the_child() {
         cwd: None,
         env: BTreeMap::new(),
         labels: Vec::new(),
+        timeout_millis: None,
     };
     assert_eq!(
         submit_detached(&rt, me, second).unwrap().placement,

@@ -84,6 +84,26 @@ fn parse_env(pairs: &[String]) -> Result<BTreeMap<String, String>, CliError> {
     Ok(env)
 }
 
+/// The environment a submitted turn stores: the variables `env_keep` names and every `--env`,
+/// or all of them with `--env-all`.
+fn stored_env(
+    home: Option<PathBuf>,
+    pairs: &[String],
+    all: bool,
+) -> Result<BTreeMap<String, String>, CliError> {
+    let env = parse_env(pairs)?;
+    if all {
+        return Ok(env);
+    }
+    let config = Home::resolve(home)?.ensure()?;
+    let given: Vec<&str> = pairs
+        .iter()
+        .filter_map(|p| p.split_once('='))
+        .map(|(k, _)| k)
+        .collect();
+    Ok(crate::config::env::kept(env, &config.env_keep, &given))
+}
+
 /// Most labels one turn carries.
 const MAX_LABELS: usize = 16;
 /// Longest label, in characters.
@@ -169,8 +189,14 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
         strategy,
         argv: args.command,
         cwd: Some(resolve_cwd(args.cwd)?),
-        env: parse_env(&args.env)?,
+        env: stored_env(home.clone(), &args.env, args.env_all)?,
         labels: parse_labels(args.labels)?,
+        timeout_millis: args
+            .timeout
+            .as_deref()
+            .map(crate::config::limits::parse_turn_timeout)
+            .transpose()
+            .map_err(|e| CliError::Usage(format!("--timeout: {e}")))?,
     };
     let how = How {
         attach: args.attach,
@@ -212,6 +238,8 @@ pub(super) fn submit_request(
             }))?;
         } else if let Some(error) = &execution.error {
             eprintln!("tollgate: task {} turn {}: {error}", key.task, key.turn);
+        } else if execution.outcome == tasks::TurnOutcome::TimedOut {
+            eprintln!("tollgate: {key} timed out: its processes were killed");
         }
         return Ok(execution.shell_exit_code());
     }
@@ -285,6 +313,18 @@ pub(super) fn submit_request(
             "placement": placement, "runner": runner, "outcome": turn.outcome,
             "exit_code": turn.exit_code, "signal": turn.signal,
         }))?;
+    }
+    if turn.outcome == Some(tasks::TurnOutcome::TimedOut) {
+        if !how.json {
+            let limit = turn.timeout_millis.map_or_else(String::new, |millis| {
+                format!(
+                    " after {}",
+                    humantime::format_duration(Duration::from_millis(millis))
+                )
+            });
+            eprintln!("tollgate: {key} timed out{limit}: its processes were killed");
+        }
+        return Ok(crate::runner::TIMED_OUT_EXIT_CODE);
     }
     Ok(match (turn.exit_code, turn.signal) {
         (Some(code), _) => code,

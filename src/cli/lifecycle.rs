@@ -177,6 +177,7 @@ pub fn restart(home: Option<PathBuf>, args: RestartArgs) -> Result<i32, CliError
         cwd: old.cwd,
         env: old.env,
         labels: old.labels,
+        timeout_millis: old.timeout_millis,
     };
     submit_request(
         home,

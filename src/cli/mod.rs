@@ -43,6 +43,7 @@ Exit codes:
   2  bad usage or bad input (argument, config, state file, unknown task); nothing was changed
   3  environment failure (IO error, queue lock wait timed out, spawn failed)
   4  submit refused by the task's `drop` strategy (a turn of the task is running or waiting)
+  124 submit --wait/--attach: the turn ran longer than its --timeout and was killed
 
 Quick start:
   tollgate submit -- echo hello      run a command on a detached runner (home created on first use)
@@ -151,14 +152,23 @@ pub struct SubmitArgs {
     /// Working directory of the command (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
-    /// Extra environment variable for the command (repeatable). The command otherwise gets this
-    /// command's environment.
+    /// Extra environment variable for the command (repeatable, always stored). Of this command's
+    /// own environment the turn keeps only what `env_keep` in tollgate.toml names (see --env-all).
     #[arg(long = "env", value_name = "K=V")]
     pub env: Vec<String>,
     /// A label for the turn, shown by `status` and matched by `status --label` (repeatable; up
     /// to 16, each 1..=64 characters without spaces or commas).
     #[arg(long = "label", value_name = "LABEL")]
     pub labels: Vec<String>,
+    /// Store this command's whole environment with the turn (as before `env_keep`): by default
+    /// only the variables `env_keep` in tollgate.toml names (PATH, HOME, USER, LANG, LC_*, TERM,
+    /// SHELL, TZ) and every `--env` are kept.
+    #[arg(long)]
+    pub env_all: bool,
+    /// Kill the turn's whole process tree (TERM, a grace, KILL) once it has run DUR (e.g. 30s,
+    /// 5m, 1h30m; at most 30 days). The turn ends `timed-out`; `--wait`/`--attach` exit 124.
+    #[arg(long, value_name = "DUR")]
+    pub timeout: Option<String>,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -287,7 +297,14 @@ pub fn missing_separator_hint(kind: clap::error::ErrorKind, args: &[String]) -> 
     }
     let rest = &args[at + 1..];
     // Options of `submit` that take a value in the next argument (`--task NAME`).
-    const WITH_VALUE: [&str; 5] = ["--task", "--strategy", "--cwd", "--env", "--label"];
+    const WITH_VALUE: [&str; 6] = [
+        "--task",
+        "--strategy",
+        "--cwd",
+        "--env",
+        "--label",
+        "--timeout",
+    ];
     let mut split = rest.len();
     let mut i = 0;
     while i < rest.len() {

@@ -14,6 +14,7 @@ fn human_state(state: &str) -> (&'static str, Colour) {
         "completed" => ("done", Colour::Green),
         "failed" => ("failed", Colour::Red),
         "cancelled" => ("cancelled", Colour::Red),
+        "timed_out" => ("timed-out", Colour::Red),
         "unstartable" => ("spawn-failed", Colour::Red),
         "dropped" => ("dropped", Colour::Plain),
         "superseded" => ("superseded", Colour::Plain),

@@ -6,6 +6,10 @@
 //! the whole unit (TERM, [`TERM_GRACE_MILLIS`], KILL, wait until empty) and the turn is
 //! `cancelled` unless the command had already exited on its own or still exits 0 (then it ran to
 //! its end: `completed`).
+//!
+//! A turn with a timeout (`submit --timeout`) whose command is still running when the timeout has
+//! passed since its spawn gets the same kill of its whole unit, and ends `timed_out` however the
+//! command then exits (it was cut off); its exit code or signal are kept in the record.
 
 use super::signals;
 use crate::home::Home;
@@ -28,6 +32,10 @@ pub const TERM_GRACE_MILLIS: u64 = crate::process::work::WORK_TERM_GRACE_MILLIS;
 /// `waitpid` would miss a signal that lands between the flag check and the call.
 const WAIT_POLL_MILLIS: u64 = 10;
 
+/// The exit code of `submit --wait`/`--attach` for a turn killed at its timeout: 124, as GNU
+/// `timeout(1)` uses, so scripts written for it keep working.
+pub const TIMED_OUT_EXIT_CODE: i32 = 124;
+
 /// How a command ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Execution {
@@ -46,8 +54,12 @@ impl Execution {
         turn.error = self.error.clone();
     }
 
-    /// The exit code `submit --wait` passes on: the command's own, 128+signal, or 1.
+    /// The exit code `submit --wait` passes on: [`TIMED_OUT_EXIT_CODE`] for a turn cut off at
+    /// its timeout, else the command's own, 128+signal, or 1.
     pub fn shell_exit_code(&self) -> i32 {
+        if self.outcome == TurnOutcome::TimedOut {
+            return TIMED_OUT_EXIT_CODE;
+        }
         match (self.exit_code, self.signal) {
             (Some(code), _) => code,
             (None, Some(signal)) => 128 + signal,
@@ -88,6 +100,7 @@ pub fn execute_turn(
     turn: &TurnRecord,
     attached: bool,
     unit: &mut UnitIdentity,
+    logs: &mut LogDrains,
     on_spawn: impl FnOnce(ProcessIdentity),
 ) -> Execution {
     let Some((program, args)) = turn.argv.split_first() else {
@@ -121,7 +134,11 @@ pub fn execute_turn(
             (Ok(out), Ok(err)) => (out, err),
             (Err(e), _) | (_, Err(e)) => return Execution::unstartable(e),
         };
-        command.stdout(stdout).stderr(stderr).process_group(0);
+        logs.files = Some((stdout, stderr));
+        command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
     }
     // SAFETY: runs in the forked child before exec; prctl(PR_SET_PDEATHSIG) is a plain syscall
     // that allocates nothing, so it is safe there.
@@ -142,7 +159,7 @@ pub fn execute_turn(
         remove_group(unit);
         return Execution::cancelled_before_start();
     }
-    let child = match command.spawn() {
+    let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
             remove_group(unit);
@@ -150,6 +167,14 @@ pub fn execute_turn(
         }
     };
     let pid = Pid::from_raw(child.id() as i32);
+    if let Some((out, err)) = logs.files.take() {
+        if let Some(pipe) = child.stdout.take() {
+            logs.threads.push(drain_thread(pipe, out, logs.cap_bytes));
+        }
+        if let Some(pipe) = child.stderr.take() {
+            logs.threads.push(drain_thread(pipe, err, logs.cap_bytes));
+        }
+    }
     // The child is reaped by waitpid below, not through the handle. Until then it is at worst a
     // zombie, so its identity can still be read.
     drop(child);
@@ -167,7 +192,90 @@ pub fn execute_turn(
     if let Some(leader) = leader {
         on_spawn(leader);
     }
-    wait_for(pid, unit)
+    let deadline = turn
+        .timeout_millis
+        .map(|millis| std::time::Instant::now() + Duration::from_millis(millis));
+    wait_for(pid, unit, deadline)
+}
+
+/// A detached turn's output: the command writes into pipes, and one thread per stream copies
+/// them into the turn's logs, at most `cap_bytes` each (0: no limit). Past the cap a thread keeps
+/// reading (the command never blocks on a full pipe) but writes nothing, and ends the log with a
+/// truncation line. The head is kept, not the tail: the log is then written once, front to
+/// back, so `logs --follow` and readers of a live log never see it rewritten under them.
+#[derive(Debug, Default)]
+pub struct LogDrains {
+    pub cap_bytes: u64,
+    files: Option<(std::fs::File, std::fs::File)>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// How long [`LogDrains::finish`] waits for the streams to close once the work was killed.
+const DRAIN_FINISH_MILLIS: u64 = 5_000;
+
+impl LogDrains {
+    pub fn new(cap_bytes: u64) -> Self {
+        LogDrains {
+            cap_bytes,
+            ..LogDrains::default()
+        }
+    }
+
+    /// Waits (bounded) until both streams reached their end: after the work is killed nothing
+    /// holds the pipes any more. A thread still blocked then (a survivor of the kill) is left;
+    /// it ends with this process.
+    pub fn finish(self) {
+        let until = std::time::Instant::now() + Duration::from_millis(DRAIN_FINISH_MILLIS);
+        for thread in self.threads {
+            while !thread.is_finished() && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(WAIT_POLL_MILLIS));
+            }
+            if thread.is_finished() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+/// The line that ends a log cut at its cap.
+pub fn truncation_line(cap_bytes: u64, dropped: u64) -> String {
+    format!(
+        "\n[tollgate: output truncated: the first {cap_bytes} bytes kept, {dropped} more bytes dropped (log_bytes in tollgate.toml)]\n"
+    )
+}
+
+fn drain_thread(
+    mut pipe: impl std::io::Read + Send + 'static,
+    mut file: std::fs::File,
+    cap_bytes: u64,
+) -> std::thread::JoinHandle<()> {
+    use std::io::Write;
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        let (mut written, mut dropped) = (0u64, 0u64);
+        loop {
+            let n = match pipe.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            };
+            let room = if cap_bytes == 0 {
+                n
+            } else {
+                usize::try_from(cap_bytes.saturating_sub(written))
+                    .unwrap_or(usize::MAX)
+                    .min(n)
+            };
+            // A failing write (disk full) must not stop the draining: the command would block.
+            let _ = file.write_all(&buf[..room]);
+            written += room as u64;
+            dropped += (n - room) as u64;
+        }
+        if dropped > 0 {
+            let _ = file.write_all(truncation_line(cap_bytes, dropped).as_bytes());
+        }
+    })
 }
 
 fn create_group(dir: &std::path::Path) -> std::io::Result<()> {
@@ -231,8 +339,9 @@ fn wait_failed(e: nix::errno::Errno, signalled: bool) -> Execution {
 }
 
 /// Waits for the command (a bounded poll, so a cancel is seen however it lands), and on a cancel
-/// kills the whole unit before collecting the command's status.
-fn wait_for(pid: Pid, unit: &UnitIdentity) -> Execution {
+/// or at `deadline` (the turn's timeout) kills the whole unit before collecting the command's
+/// status.
+fn wait_for(pid: Pid, unit: &UnitIdentity, deadline: Option<std::time::Instant>) -> Execution {
     loop {
         match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR) => {}
@@ -245,6 +354,11 @@ fn wait_for(pid: Pid, unit: &UnitIdentity) -> Execution {
         }
         if signals::requested().is_some() {
             return cancel(pid, unit);
+        }
+        if deadline.is_some_and(|at| std::time::Instant::now() >= at) {
+            let mut done = cancel(pid, unit);
+            done.outcome = TurnOutcome::TimedOut;
+            return done;
         }
         std::thread::sleep(Duration::from_millis(WAIT_POLL_MILLIS));
     }

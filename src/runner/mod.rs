@@ -8,10 +8,11 @@
 //! left of its work is killed before leaving, so the slot is freed only when the work is gone.
 
 mod execute;
+pub mod hooks;
 pub mod repair;
 pub mod signals;
 
-pub use execute::{execute_turn, Execution};
+pub use execute::{execute_turn, truncation_line, Execution, LogDrains, TIMED_OUT_EXIT_CODE};
 
 use crate::dispatch::{DispatchError, Handoff};
 use crate::driver;
@@ -65,6 +66,7 @@ pub fn run_worker<L: Liveness, S: Store>(
             let mut turn = turn;
             Execution::cancelled_before_start().record(&mut turn, tasks::now_millis());
             let next = record_and_start_next(rt, &turn, me)?;
+            hooks::run_hooks(&rt.home, &rt.config.hooks, &turn);
             return Ok(WorkerOutcome::Ran {
                 outcome: TurnOutcome::Cancelled,
                 next,
@@ -80,6 +82,8 @@ pub fn run_worker<L: Liveness, S: Store>(
     execution.record(&mut turn, tasks::now_millis());
     let outcome = execution.outcome;
     let next = record_and_start_next(rt, &turn, me)?;
+    // After the result is recorded and the slot freed (the next row may already run).
+    hooks::run_hooks(&rt.home, &rt.config.hooks, &turn);
     Ok(WorkerOutcome::Ran { outcome, next })
 }
 
@@ -145,7 +149,8 @@ pub fn run_work_in<L: Liveness, S: Store>(
 ) -> Execution {
     let mut leader = None;
     let mut unit = work::unit_from(work, None, cgroup.as_deref());
-    let execution = execute_turn(&rt.home, turn, attached, &mut unit, |started| {
+    let mut logs = LogDrains::new(rt.config.log_bytes);
+    let execution = execute_turn(&rt.home, turn, attached, &mut unit, &mut logs, |started| {
         leader = Some(started);
         if let Err(e) = record_leader(rt, &turn.key, work, started) {
             // The marker still finds the work; only the process-group half of a kill is lost.
@@ -160,6 +165,7 @@ pub fn run_work_in<L: Liveness, S: Store>(
         cgroup: unit.cgroup.as_ref().map(|d| d.display().to_string()),
     };
     driver::kill_work(rt.spawner.as_ref(), &record);
+    logs.finish();
     execution
 }
 

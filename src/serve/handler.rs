@@ -640,6 +640,7 @@ fn submit(
         cwd: Some(route.cwd.clone().unwrap_or_else(|| app.cwd.clone())),
         env,
         labels: Vec::new(),
+        timeout_millis: None,
     };
     let _spawning = crate::sync::lock(&app.spawn_lock);
     let mut rt = super::runtime_for(&app.home, &app.config);

@@ -81,6 +81,8 @@ pub fn turn_end(turn: TurnOutcome) -> TurnEnd {
         TurnOutcome::Cancelled => TurnEnd::Cancelled,
         TurnOutcome::Dropped => TurnEnd::Dropped,
         TurnOutcome::Superseded => TurnEnd::Superseded,
+        // For a delivery, a turn cut off at its timeout failed.
+        TurnOutcome::TimedOut => TurnEnd::Failed,
     }
 }
 

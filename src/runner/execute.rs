@@ -140,19 +140,24 @@ pub fn execute_turn(
             .stderr(Stdio::piped())
             .process_group(0);
     }
-    // SAFETY: runs in the forked child before exec; prctl(PR_SET_PDEATHSIG) is a plain syscall
-    // that allocates nothing, so it is safe there.
-    unsafe {
-        command.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
-        });
-    }
     if let Some(dir) = unit.cgroup.clone() {
         if let Err(e) = create_group(&dir) {
             // The marker and the process group still find the work.
             tracing::warn!("cannot create the work's group {}: {e}", dir.display());
             unit.cgroup = None;
         }
+    }
+    let join = unit.cgroup.as_deref().and_then(cgroup::procs_path);
+    // SAFETY: runs in the forked child before exec; prctl(PR_SET_PDEATHSIG) and the group join
+    // (open/write/close of a path made before the fork) are plain syscalls that allocate nothing,
+    // so they are safe there.
+    unsafe {
+        command.pre_exec(move || {
+            if let Some(procs) = &join {
+                cgroup::join_in_child(procs);
+            }
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        });
     }
     // A cancel that reached this runner before the spawn: start nothing.
     if signals::requested().is_some() {

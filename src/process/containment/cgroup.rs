@@ -135,12 +135,35 @@ fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .write_all(bytes)
 }
 
-/// Moves a freshly spawned process (and any child it already forked) into `dir`.
-///
-/// Joining between fork and exec (a `pre_exec` hook) would close the window completely, but it
-/// forces `fork` instead of `posix_spawn`; instead the owner adopts the child right after the
-/// spawn returns, then its already-forked descendants through `/proc/<pid>/task/<tid>/children`.
-/// A process that still slipped out is found by the unit's environment marker.
+/// The `cgroup.procs` file of `dir` as a C string, made before a fork: the forked child may not
+/// allocate, so [`join_in_child`] gets it ready-made.
+pub fn procs_path(dir: &Path) -> Option<std::ffi::CString> {
+    use std::os::unix::ffi::OsStringExt;
+    std::ffi::CString::new(dir.join("cgroup.procs").into_os_string().into_vec()).ok()
+}
+
+/// Moves the calling process into the group whose `cgroup.procs` is `procs`. Called in a forked
+/// child before exec (a `pre_exec` hook), so the command and everything it ever forks start
+/// inside the group: adopting the child after the spawn left a window in which a fast command
+/// forked outside it (seen in CI: the leader still in `/`). Only async-signal-safe calls (open,
+/// write, close) and no allocation. A failure here is left to the parent's [`adopt`] and to the
+/// unit's marker.
+pub fn join_in_child(procs: &std::ffi::CStr) {
+    // SAFETY: open, write and close are async-signal-safe syscalls; `procs` is a valid
+    // NUL-terminated path and the buffer is a static one-byte string ("0" = the writer itself).
+    unsafe {
+        let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd >= 0 {
+            let _ = libc::write(fd, b"0".as_ptr().cast(), 1);
+            libc::close(fd);
+        }
+    }
+}
+
+/// Moves a spawned process (and any child it already forked) into `dir`: the fallback for a
+/// child whose own [`join_in_child`] failed, and for callers that cannot hook the fork. Its
+/// already-forked descendants are found through `/proc/<pid>/task/<tid>/children`; a process
+/// that still slipped out is found by the unit's environment marker.
 pub fn adopt(dir: &Path, pid: i32) -> io::Result<()> {
     let procs = dir.join("cgroup.procs");
     write_file(&procs, pid.to_string().as_bytes())?;

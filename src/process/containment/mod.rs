@@ -190,11 +190,23 @@ impl UnitIdentity {
         }
     }
 
-    /// Puts the marker in the command's environment and makes it lead a new process group.
+    /// Puts the marker in the command's environment, makes it lead a new process group, and has
+    /// the forked child join the unit's group before exec ([`cgroup::join_in_child`]), so nothing
+    /// it forks starts outside the group.
     pub fn configure(&self, cmd: &mut std::process::Command) {
         use std::os::unix::process::CommandExt;
         cmd.env(&self.marker.var, &self.marker.value)
             .process_group(0);
+        if let Some(procs) = self.cgroup.as_deref().and_then(cgroup::procs_path) {
+            // SAFETY: runs in the forked child before exec; the join is open/write/close of a
+            // path made before the fork, plain syscalls that allocate nothing.
+            unsafe {
+                cmd.pre_exec(move || {
+                    cgroup::join_in_child(&procs);
+                    Ok(())
+                });
+            }
+        }
     }
 
     /// Owner side, right after the spawn: moves the child (and what it already forked) into the

@@ -225,9 +225,16 @@ fn a_power_loss_right_after_a_parking_submit_loses_nothing_and_the_turn_runs() {
     let leader = pid(&view["works"][0]["leader"]);
     nix::sys::signal::kill(runner, nix::sys::signal::Signal::SIGKILL).expect("kill the runner");
     nix::sys::signal::killpg(leader, nix::sys::signal::Signal::SIGKILL).expect("kill the command");
-    wait_for(&home, "first's runner to be gone", |v| {
-        v["runners"][0]["observed"] == "gone"
-    });
+    // Watched through /proc, not `status`: `status` repairs what it finds dead (its bounded
+    // reconcile step), and this power loss must come before any repair.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tollgate::process::identity_of(runner.as_raw() as u32).is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "first's runner {runner} did not die"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     for name in ["tollgate.db-wal", "tollgate.db-shm"] {
         let _ = std::fs::remove_file(home.join(name));
     }

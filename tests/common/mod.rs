@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod containment;
+pub mod queue_shapes;
 
 use std::collections::BTreeSet;
 use std::path::Path;

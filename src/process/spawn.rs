@@ -221,13 +221,15 @@ fn spawn_runner(
     for name in remove_env {
         command.env_remove(name);
     }
-    // SAFETY: the closure runs in the forked child before exec and only calls setsid(2) and
-    // close_range(2), both async-signal-safe; it allocates nothing and takes no lock.
+    // SAFETY: the closure runs in the forked child before exec and only calls setsid(2),
+    // close_range(2) and sigprocmask(2), all async-signal-safe; it allocates nothing and takes no
+    // lock.
     unsafe {
         command.pre_exec(|| {
             nix::unistd::setsid().map_err(std::io::Error::from)?;
             mark_inherited_descriptors_cloexec();
-            Ok(())
+            // A cancel may signal the runner before it can handle the signal: keep it pending.
+            crate::runner::signals::block_in_child().map_err(std::io::Error::from)
         });
     }
     let child = command.spawn().map_err(|source| SpawnError::Spawn {

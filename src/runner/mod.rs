@@ -46,6 +46,8 @@ pub fn run_worker<L: Liveness, S: Store>(
     key: &TurnKey,
     token: SlotToken,
 ) -> Result<WorkerOutcome, DispatchError> {
+    #[cfg(feature = "failpoints")]
+    startup_gate();
     let me = crate::process::self_identity()
         .map_err(|e| DispatchError::io("reading this runner's identity", e))?;
     signals::install().map_err(|e| DispatchError::io("installing signal handlers", e.into()))?;
@@ -85,6 +87,25 @@ pub fn run_worker<L: Liveness, S: Store>(
     // After the result is recorded and the slot freed (the next row may already run).
     hooks::run_hooks(&rt.home, &rt.config.hooks, &turn);
     Ok(WorkerOutcome::Ran { outcome, next })
+}
+
+/// The failpoint `runner::before_signals(GATE)`: a runner still starting up (SIGTERM not handled
+/// yet) writes its pid to `GATE.waiting` and waits until the file `GATE` exists (at most 30 s), so
+/// a test can cancel it inside that window (`tests/failpoints_runner_startup.rs`).
+#[cfg(feature = "failpoints")]
+fn startup_gate() {
+    let Some(Some(gate)) = fail::eval("runner::before_signals", |arg| arg) else {
+        return;
+    };
+    let gate = PathBuf::from(gate);
+    let waiting = gate.with_extension("waiting");
+    if let Err(e) = std::fs::write(&waiting, std::process::id().to_string()) {
+        tracing::warn!("failpoint: cannot write {}: {e}", waiting.display());
+    }
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !gate.exists() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
 
 /// The runner's first critical section: read the turn's record and take the reserved slot over

@@ -70,13 +70,21 @@ pub struct Config {
         skip_serializing_if = "is_default_env_keep"
     )]
     pub env_keep: Vec<String>,
-    /// The most bytes a detached turn's stdout (and, apart, its stderr) log keeps; the head is
-    /// kept and a truncation line ends the log (spec/turns.md, "Log size"). 0: no limit.
+    /// The most bytes from the start of a detached turn's stdout (and, apart, its stderr) that its
+    /// log keeps, written as they come (spec/turns.md, "Log size"). 0: no limit.
     #[serde(
         default = "default_log_bytes",
         skip_serializing_if = "is_default_log_bytes"
     )]
     pub log_bytes: u64,
+    /// Past `log_bytes`, the most bytes from the END of the stream kept as well (held in memory
+    /// while the turn runs, appended after the truncation line when the stream ends). 0: the head
+    /// only.
+    #[serde(
+        default = "default_log_tail_bytes",
+        skip_serializing_if = "is_default_log_tail_bytes"
+    )]
+    pub log_tail_bytes: u64,
     /// `[[hook]]`: commands run after a turn ends (spec/turns.md, "Hooks").
     #[serde(default, rename = "hook", skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<hooks::HookTable>,
@@ -94,6 +102,7 @@ impl Default for Config {
             routes: Vec::new(),
             env_keep: env::default_env_keep(),
             log_bytes: default_log_bytes(),
+            log_tail_bytes: default_log_tail_bytes(),
             hooks: Vec::new(),
         }
     }
@@ -121,6 +130,20 @@ fn default_log_bytes() -> u64 {
 
 fn is_default_log_bytes(bytes: &u64) -> bool {
     *bytes == DEFAULT_LOG_BYTES
+}
+
+/// 1 MiB per stream: where a failing command usually says why, at its end.
+pub const DEFAULT_LOG_TAIL_BYTES: u64 = 1024 * 1024;
+
+/// The largest `log_tail_bytes`: the tail is held in the runner's memory while the turn runs.
+pub const MAX_LOG_TAIL_BYTES: u64 = 64 * 1024 * 1024;
+
+fn default_log_tail_bytes() -> u64 {
+    DEFAULT_LOG_TAIL_BYTES
+}
+
+fn is_default_log_tail_bytes(bytes: &u64) -> bool {
+    *bytes == DEFAULT_LOG_TAIL_BYTES
 }
 
 fn is_default_env_keep(keep: &[String]) -> bool {
@@ -180,6 +203,13 @@ impl Config {
                 "key `lock_timeout`: {:?} is out of range (more than 0s, at most {})",
                 self.lock_timeout,
                 humantime::format_duration(MAX_LOCK_TIMEOUT)
+            )));
+        }
+        if self.log_tail_bytes > MAX_LOG_TAIL_BYTES {
+            return Err(invalid(format!(
+                "key `log_tail_bytes`: {} is more than {MAX_LOG_TAIL_BYTES} (the tail is held in \
+                 memory while a turn runs)",
+                self.log_tail_bytes
             )));
         }
         serve::validate_routes(&self.routes).map_err(invalid)?;

@@ -38,6 +38,21 @@ fn show_lists_every_key_with_defaults_marked_and_get_reads_one() {
             .any(|l| l.starts_with("serve.max_detached = ") && l.ends_with("# default")),
         "[serve] keys with their defaults: {text}"
     );
+    // Every top-level key, the ones serialization leaves out at their default included.
+    for key in [
+        "durability = \"fsync\"  # default",
+        "store = \"sqlite\"  # default",
+        "log_bytes = 67108864  # default",
+        "log_tail_bytes = 1048576  # default",
+        "hook = []  # default",
+    ] {
+        assert!(text.lines().any(|l| l == key), "{key:?} missing: {text}");
+    }
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("env_keep = [") && l.ends_with("# default")),
+        "{text}"
+    );
 
     let json: Value = serde_json::from_slice(&tollgate(home, &["config", "show", "--json"]).stdout)
         .expect("json");

@@ -22,6 +22,21 @@ pub fn effective(config: &Config) -> Value {
         }
         map.entry("route")
             .or_insert_with(|| Value::Array(Vec::new()));
+        // Keys serialization leaves out at their default: `config show` lists every key.
+        let defaults = Config::default();
+        let default_of = |value: serde_json::Result<Value>| value.unwrap_or(Value::Null);
+        map.entry("durability")
+            .or_insert_with(|| default_of(serde_json::to_value(defaults.durability)));
+        map.entry("store")
+            .or_insert_with(|| Value::String("sqlite".to_string()));
+        map.entry("env_keep")
+            .or_insert_with(|| default_of(serde_json::to_value(&defaults.env_keep)));
+        map.entry("log_bytes")
+            .or_insert_with(|| Value::from(defaults.log_bytes));
+        map.entry("log_tail_bytes")
+            .or_insert_with(|| Value::from(defaults.log_tail_bytes));
+        map.entry("hook")
+            .or_insert_with(|| Value::Array(Vec::new()));
     }
     value
 }

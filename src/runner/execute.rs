@@ -174,10 +174,12 @@ pub fn execute_turn(
     let pid = Pid::from_raw(child.id() as i32);
     if let Some((out, err)) = logs.files.take() {
         if let Some(pipe) = child.stdout.take() {
-            logs.threads.push(drain_thread(pipe, out, logs.cap_bytes));
+            logs.threads
+                .push(drain_thread(pipe, out, logs.cap_bytes, logs.tail_bytes));
         }
         if let Some(pipe) = child.stderr.take() {
-            logs.threads.push(drain_thread(pipe, err, logs.cap_bytes));
+            logs.threads
+                .push(drain_thread(pipe, err, logs.cap_bytes, logs.tail_bytes));
         }
     }
     // The child is reaped by waitpid below, not through the handle. Until then it is at worst a
@@ -204,13 +206,15 @@ pub fn execute_turn(
 }
 
 /// A detached turn's output: the command writes into pipes, and one thread per stream copies
-/// them into the turn's logs, at most `cap_bytes` each (0: no limit). Past the cap a thread keeps
-/// reading (the command never blocks on a full pipe) but writes nothing, and ends the log with a
-/// truncation line. The head is kept, not the tail: the log is then written once, front to
-/// back, so `logs --follow` and readers of a live log never see it rewritten under them.
+/// them into the turn's logs. The first `cap_bytes` of a stream (0: no limit) are written as they
+/// come; past them the thread keeps reading (the command never blocks on a full pipe) and holds
+/// the last `tail_bytes` in a bounded ring, and when the stream ends it appends a truncation line
+/// and that tail. The log is written once, front to back, never rewritten, so `logs --follow` and
+/// readers of a live log see a file that only grows; what a failing command says last is kept.
 #[derive(Debug, Default)]
 pub struct LogDrains {
     pub cap_bytes: u64,
+    pub tail_bytes: u64,
     files: Option<(std::fs::File, std::fs::File)>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
@@ -219,9 +223,10 @@ pub struct LogDrains {
 const DRAIN_FINISH_MILLIS: u64 = 5_000;
 
 impl LogDrains {
-    pub fn new(cap_bytes: u64) -> Self {
+    pub fn new(cap_bytes: u64, tail_bytes: u64) -> Self {
         LogDrains {
             cap_bytes,
+            tail_bytes,
             ..LogDrains::default()
         }
     }
@@ -242,22 +247,63 @@ impl LogDrains {
     }
 }
 
-/// The line that ends a log cut at its cap.
-pub fn truncation_line(cap_bytes: u64, dropped: u64) -> String {
-    format!(
-        "\n[tollgate: output truncated: the first {cap_bytes} bytes kept, {dropped} more bytes dropped (log_bytes in tollgate.toml)]\n"
-    )
+/// The line between the kept head and the kept tail of a log cut at its cap.
+pub fn truncation_line(cap_bytes: u64, dropped: u64, tail: u64) -> String {
+    if tail == 0 {
+        format!(
+            "\n[tollgate: output truncated: the first {cap_bytes} bytes kept, {dropped} more bytes dropped (log_bytes in tollgate.toml)]\n"
+        )
+    } else {
+        format!(
+            "\n[tollgate: output truncated: the first {cap_bytes} bytes kept, {dropped} bytes dropped, the last {tail} bytes follow (log_bytes, log_tail_bytes in tollgate.toml)]\n"
+        )
+    }
+}
+
+/// The last `capacity` bytes seen past the cap, and how many bytes before them were dropped.
+struct Tail {
+    ring: std::collections::VecDeque<u8>,
+    capacity: usize,
+    dropped: u64,
+}
+
+impl Tail {
+    fn new(capacity: u64) -> Self {
+        let capacity = usize::try_from(capacity).unwrap_or(usize::MAX);
+        Tail {
+            ring: std::collections::VecDeque::new(),
+            capacity,
+            dropped: 0,
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        let keep = bytes.len().min(self.capacity);
+        let (gone, kept) = bytes.split_at(bytes.len() - keep);
+        let overflow = (self.ring.len() + kept.len()).saturating_sub(self.capacity);
+        self.ring.drain(..overflow);
+        self.ring.extend(kept);
+        self.dropped += (gone.len() + overflow) as u64;
+        debug_assert!(self.ring.len() <= self.capacity);
+    }
+
+    /// Whether anything past the cap was seen at all.
+    fn is_empty(&self) -> bool {
+        self.ring.is_empty() && self.dropped == 0
+    }
 }
 
 fn drain_thread(
     mut pipe: impl std::io::Read + Send + 'static,
     mut file: std::fs::File,
     cap_bytes: u64,
+    tail_bytes: u64,
 ) -> std::thread::JoinHandle<()> {
     use std::io::Write;
     std::thread::spawn(move || {
         let mut buf = vec![0u8; 64 * 1024];
-        let (mut written, mut dropped) = (0u64, 0u64);
+        let mut written = 0u64;
+        let mut tail = Tail::new(tail_bytes);
         loop {
             let n = match pipe.read(&mut buf) {
                 Ok(0) => break,
@@ -275,10 +321,16 @@ fn drain_thread(
             // A failing write (disk full) must not stop the draining: the command would block.
             let _ = file.write_all(&buf[..room]);
             written += room as u64;
-            dropped += (n - room) as u64;
+            tail.push(&buf[room..n]);
         }
-        if dropped > 0 {
-            let _ = file.write_all(truncation_line(cap_bytes, dropped).as_bytes());
+        if !tail.is_empty() {
+            let kept = tail.ring.len() as u64;
+            if tail.dropped > 0 {
+                let _ = file.write_all(truncation_line(cap_bytes, tail.dropped, kept).as_bytes());
+            }
+            let (front, back) = tail.ring.as_slices();
+            let _ = file.write_all(front);
+            let _ = file.write_all(back);
         }
     })
 }

@@ -170,7 +170,7 @@ pub fn run_work_in<L: Liveness, S: Store>(
 ) -> Execution {
     let mut leader = None;
     let mut unit = work::unit_from(work, None, cgroup.as_deref());
-    let mut logs = LogDrains::new(rt.config.log_bytes);
+    let mut logs = LogDrains::new(rt.config.log_bytes, rt.config.log_tail_bytes);
     let execution = execute_turn(&rt.home, turn, attached, &mut unit, &mut logs, |started| {
         leader = Some(started);
         if let Err(e) = record_leader(rt, &turn.key, work, started) {

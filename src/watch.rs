@@ -75,7 +75,7 @@ pub fn inotify_instance() -> Option<Inotify> {
 }
 
 /// A pidfd of `pid` (readable once it exits), or `None` when refused or `pid` is gone.
-fn pidfd_open(pid: u32) -> Result<OwnedFd, nix::errno::Errno> {
+pub(crate) fn pidfd_open(pid: u32) -> Result<OwnedFd, nix::errno::Errno> {
     if events_refused() {
         return Err(nix::errno::Errno::ENOSYS);
     }

@@ -23,6 +23,7 @@ use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
+use std::sync::mpsc;
 use std::time::Duration;
 
 /// How long a cancelled command's unit gets between SIGTERM and SIGKILL: the one grace every kill
@@ -174,12 +175,14 @@ pub fn execute_turn(
     let pid = Pid::from_raw(child.id() as i32);
     if let Some((out, err)) = logs.files.take() {
         if let Some(pipe) = child.stdout.take() {
-            logs.threads
-                .push(drain_thread(pipe, out, logs.cap_bytes, logs.tail_bytes));
+            let done = logs.done_sender();
+            let thread = drain_thread(pipe, out, logs.cap_bytes, logs.tail_bytes, done);
+            logs.threads.push(thread);
         }
         if let Some(pipe) = child.stderr.take() {
-            logs.threads
-                .push(drain_thread(pipe, err, logs.cap_bytes, logs.tail_bytes));
+            let done = logs.done_sender();
+            let thread = drain_thread(pipe, err, logs.cap_bytes, logs.tail_bytes, done);
+            logs.threads.push(thread);
         }
     }
     // The child is reaped by waitpid below, not through the handle. Until then it is at worst a
@@ -217,6 +220,9 @@ pub struct LogDrains {
     pub tail_bytes: u64,
     files: Option<(std::fs::File, std::fs::File)>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    /// Each drain thread holds a sender and drops it when its stream ended, so [`Self::finish`]
+    /// wakes on the last one instead of polling.
+    done: Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>,
 }
 
 /// How long [`LogDrains::finish`] waits for the streams to close once the work was killed.
@@ -236,14 +242,27 @@ impl LogDrains {
     /// it ends with this process.
     pub fn finish(self) {
         let until = std::time::Instant::now() + Duration::from_millis(DRAIN_FINISH_MILLIS);
-        for thread in self.threads {
-            while !thread.is_finished() && std::time::Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(WAIT_POLL_MILLIS));
+        if let Some((sender, receiver)) = self.done {
+            drop(sender);
+            // Disconnected once every drain thread dropped its sender; nothing is ever sent.
+            while let Err(mpsc::RecvTimeoutError::Timeout) =
+                receiver.recv_timeout(until.saturating_duration_since(std::time::Instant::now()))
+            {
+                if std::time::Instant::now() >= until {
+                    break;
+                }
             }
+        }
+        for thread in self.threads {
             if thread.is_finished() {
                 let _ = thread.join();
             }
         }
+    }
+
+    /// A sender for one more drain thread to hold while its stream is open.
+    fn done_sender(&mut self) -> mpsc::Sender<()> {
+        self.done.get_or_insert_with(mpsc::channel).0.clone()
     }
 }
 
@@ -298,9 +317,11 @@ fn drain_thread(
     mut file: std::fs::File,
     cap_bytes: u64,
     tail_bytes: u64,
+    done: mpsc::Sender<()>,
 ) -> std::thread::JoinHandle<()> {
     use std::io::Write;
     std::thread::spawn(move || {
+        let _done = done;
         let mut buf = vec![0u8; 64 * 1024];
         let mut written = 0u64;
         let mut tail = Tail::new(tail_bytes);
@@ -395,10 +416,13 @@ fn wait_failed(e: nix::errno::Errno, signalled: bool) -> Execution {
     }
 }
 
-/// Waits for the command (a bounded poll, so a cancel is seen however it lands), and on a cancel
-/// or at `deadline` (the turn's timeout) kills the whole unit before collecting the command's
-/// status.
+/// Waits for the command, and on a cancel or at `deadline` (the turn's timeout) kills the whole
+/// unit before collecting the command's status. The wait sleeps in `poll` on the command's pidfd
+/// (readable when it exits) and the signal handler's self-pipe (readable on a cancel), with the
+/// deadline as its timeout: each wakes it at once, so a turn's end costs no poll period. Without a
+/// pidfd (a kernel before 5.3) it falls back to a [`WAIT_POLL_MILLIS`] poll.
 fn wait_for(pid: Pid, unit: &UnitIdentity, deadline: Option<std::time::Instant>) -> Execution {
+    let pidfd = crate::watch::pidfd_open(child_pid(pid)).ok();
     loop {
         match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR) => {}
@@ -412,13 +436,46 @@ fn wait_for(pid: Pid, unit: &UnitIdentity, deadline: Option<std::time::Instant>)
         if signals::requested().is_some() {
             return cancel(pid, unit);
         }
-        if deadline.is_some_and(|at| std::time::Instant::now() >= at) {
+        let now = std::time::Instant::now();
+        if deadline.is_some_and(|at| now >= at) {
             let mut done = cancel(pid, unit);
             done.outcome = TurnOutcome::TimedOut;
             return done;
         }
-        std::thread::sleep(Duration::from_millis(WAIT_POLL_MILLIS));
+        let period = if pidfd.is_some() {
+            WAIT_EVENT_FALLBACK_MILLIS
+        } else {
+            WAIT_POLL_MILLIS
+        };
+        let mut sleep = Duration::from_millis(period);
+        if let Some(at) = deadline {
+            sleep = sleep.min(at.saturating_duration_since(now));
+        }
+        sleep_until_event(pidfd.as_ref(), sleep);
     }
+}
+
+/// With a pidfd, the longest `poll` between two checks of the command: only a safety net, since
+/// its exit and a cancel each wake the poll.
+const WAIT_EVENT_FALLBACK_MILLIS: u64 = 1_000;
+
+/// Sleeps at most `sleep` or until the command's pidfd or the signal self-pipe is readable.
+fn sleep_until_event(pidfd: Option<&std::os::fd::OwnedFd>, sleep: Duration) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let Some(pidfd) = pidfd else {
+        std::thread::sleep(sleep);
+        return;
+    };
+    let mut fds = vec![PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+    if let Some(wake) = signals::wake_fd() {
+        fds.push(PollFd::new(wake, PollFlags::POLLIN));
+    }
+    // Rounded up, so a deadline is never polled for early in a busy loop of 0 ms timeouts.
+    let millis = u16::try_from(sleep.as_micros().div_ceil(1000)).unwrap_or(u16::MAX);
+    // EINTR (the handler ran) and errors alike: the caller checks the command and the flag again.
+    let _ = poll(&mut fds, PollTimeout::from(millis));
+    signals::drain_wake();
 }
 
 /// The cancel of a running command: TERM to the whole unit, KILL (and `cgroup.kill`) after the

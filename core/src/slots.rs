@@ -7,6 +7,7 @@
 
 mod identity;
 mod occupancy;
+pub mod order;
 mod queue;
 mod reconcile;
 mod reserve;
@@ -17,6 +18,7 @@ mod token;
 mod work;
 
 pub use identity::{Liveness, Observation, ProcessIdentity};
+pub use order::{held_back, start_candidates, HeldBack, PauseScope, PauseSet, MAX_PAUSED_TASKS};
 pub use occupancy::{
     acting_queue_holder, counted_identities, live_runner_for_turn, occupied_runner_slots, Reserving,
 };
@@ -66,6 +68,8 @@ pub enum SlotError {
     TurnBusy { key: TurnKey },
     #[error("QUEUE_WORK_UNKNOWN: no recorded work {work} for {key}")]
     UnknownWork { key: TurnKey, work: String },
+    #[error("QUEUE_TOO_MANY_PAUSED: at most {limit} tasks can be paused one by one; pause the home instead")]
+    TooManyPaused { limit: usize },
 }
 
 impl SlotError {
@@ -84,6 +88,7 @@ impl SlotError {
             SlotError::InvalidTaskName { .. } => "TASK_NAME_INVALID",
             SlotError::TurnBusy { .. } => "QUEUE_TURN_BUSY",
             SlotError::UnknownWork { .. } => "QUEUE_WORK_UNKNOWN",
+            SlotError::TooManyPaused { .. } => "QUEUE_TOO_MANY_PAUSED",
         }
     }
 }

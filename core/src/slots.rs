@@ -18,10 +18,10 @@ mod token;
 mod work;
 
 pub use identity::{Liveness, Observation, ProcessIdentity};
-pub use order::{held_back, start_candidates, HeldBack, PauseScope, PauseSet, MAX_PAUSED_TASKS};
 pub use occupancy::{
     acting_queue_holder, counted_identities, live_runner_for_turn, occupied_runner_slots, Reserving,
 };
+pub use order::{held_back, start_candidates, HeldBack, PauseScope, PauseSet, MAX_PAUSED_TASKS};
 pub use queue::{
     enqueue, validate_task_name, EnqueueOutcome, QueueEntry, QueueState, RowState, RunnerRecord,
     RunnerSlotReservation, TurnKey, MAX_QUEUE_ROWS, MAX_TASK_NAME_BYTES, QUEUE_FORMAT_VERSION,

@@ -17,8 +17,8 @@ use crate::clock;
 use crate::config::Durability;
 use crate::fsutil::FileError;
 use crate::protocol::slots::{
-    PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord, RunnerSlotReservation,
-    SlotToken, TurnKey, WorkId, WorkRecord, QUEUE_FORMAT_VERSION,
+    PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord,
+    RunnerSlotReservation, SlotToken, TurnKey, WorkId, WorkRecord, QUEUE_FORMAT_VERSION,
 };
 use postgres::error::SqlState;
 use postgres::{Client, NoTls, Row, Transaction};

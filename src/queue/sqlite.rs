@@ -13,8 +13,8 @@ use crate::config::Durability;
 use crate::fsutil::{self, FileError};
 use crate::home::Home;
 use crate::protocol::slots::{
-    PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord, RunnerSlotReservation,
-    SlotToken, TurnKey, WorkId, WorkRecord, QUEUE_FORMAT_VERSION,
+    PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord,
+    RunnerSlotReservation, SlotToken, TurnKey, WorkId, WorkRecord, QUEUE_FORMAT_VERSION,
 };
 use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};

@@ -15,6 +15,7 @@
 //! [`spawn_failed`]. So the order spawn → first publish → second publish cannot be changed by a
 //! caller without changing these signatures.
 
+use super::order::{held_back, HeldBack};
 use super::reconcile::{reconcile_step_general, Orphans};
 use super::reserve::{
     complete_runner_spawn_first, complete_runner_spawn_second, park, release_runner_slot,
@@ -30,7 +31,6 @@ use super::{
 use crate::admission::Strategy;
 pub use crate::scopes::Busy;
 use crate::scopes::{attached_may_start, plan_submit, start_filter, SubmitPlan};
-use super::order::{held_back, HeldBack};
 
 mod sched;
 pub use sched::{resume, ResumeEffect, ResumeInput, Schedule};
@@ -316,7 +316,14 @@ pub fn submit_scheduled<L: Liveness>(
             Some(_) => {
                 let queue_id = enqueue(state, key, input.me, now)?.queue_id();
                 park(state, key)?;
-                Ok(hold(state, key, queue_id, schedule.not_before_millis, now, Vec::new())?)
+                Ok(hold(
+                    state,
+                    key,
+                    queue_id,
+                    schedule.not_before_millis,
+                    now,
+                    Vec::new(),
+                )?)
             }
             None => submit_plan(state, input, SubmitPlan::Start),
         },
@@ -328,12 +335,26 @@ pub fn submit_scheduled<L: Liveness>(
             state.entries.retain(|e| !superseded.contains(&e.key));
             let queue_id = enqueue(state, key, input.me, now)?.queue_id();
             park(state, key)?;
-            Ok(hold(state, key, queue_id, ready_at_millis, now, superseded)?)
+            Ok(hold(
+                state,
+                key,
+                queue_id,
+                ready_at_millis,
+                now,
+                superseded,
+            )?)
         }
         SubmitPlan::LineUp => {
             let queue_id = enqueue(state, key, input.me, now)?.queue_id();
             park(state, key)?;
-            Ok(hold(state, key, queue_id, schedule.not_before_millis, now, Vec::new())?)
+            Ok(hold(
+                state,
+                key,
+                queue_id,
+                schedule.not_before_millis,
+                now,
+                Vec::new(),
+            )?)
         }
         plan => submit_plan(state, input, plan),
     }?;
@@ -355,8 +376,8 @@ fn hold(
 ) -> Result<SubmitDecision, SlotError> {
     set_ready_at(state, key, ready_at_millis)?;
     let held = held_back(state, &key.task, ready_at_millis, now_millis);
-    let wake_at_millis = (ready_at_millis > now_millis && held != Some(HeldBack::Paused))
-        .then_some(ready_at_millis);
+    let wake_at_millis =
+        (ready_at_millis > now_millis && held != Some(HeldBack::Paused)).then_some(ready_at_millis);
     Ok(SubmitDecision {
         queue_id,
         effect: SubmitEffect::Wait {

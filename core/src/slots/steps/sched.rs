@@ -6,8 +6,8 @@ use crate::admission::Strategy;
 use crate::scopes::start_filter;
 use crate::slots::order::{unpause, PauseScope};
 use crate::slots::reserve::{start_next_parked_general, StartNext};
+use crate::slots::{held_back, SlotToken};
 use crate::slots::{Liveness, ProcessIdentity, ProductionRules, QueueState, RowState, SlotError};
-use crate::slots::{SlotToken, held_back};
 use std::collections::BTreeMap;
 #[cfg(test)]
 use std::collections::BTreeSet;
@@ -92,10 +92,12 @@ fn resume_inner<L: Liveness>(
         .entries
         .iter()
         .filter(|e| matches!(e.state, RowState::Parked))
-        .filter_map(|e| match held_back(state, &e.key.task, e.ready_at_millis, input.now_millis) {
-            Some(HeldBack::NotBefore { ready_at_millis }) => Some(ready_at_millis),
-            _ => None,
-        })
+        .filter_map(
+            |e| match held_back(state, &e.key.task, e.ready_at_millis, input.now_millis) {
+                Some(HeldBack::NotBefore { ready_at_millis }) => Some(ready_at_millis),
+                _ => None,
+            },
+        )
         .min();
     Ok(ResumeEffect {
         changed,
@@ -207,7 +209,11 @@ mod tests {
         }
         let effect = resume_all(&mut state, 2, 1_000);
         let started: Vec<u32> = effect.spawn.iter().map(|h| h.key().turn).collect();
-        assert_eq!(started, vec![2, 4], "priority 5 first, FIFO among them, two slots");
+        assert_eq!(
+            started,
+            vec![2, 4],
+            "priority 5 first, FIFO among them, two slots"
+        );
         let tokens: BTreeSet<SlotToken> = effect.spawn.iter().map(|h| h.token()).collect();
         assert_eq!(tokens.len(), 2, "each start has its own token");
     }
@@ -247,7 +253,12 @@ mod tests {
         pause(&mut state, PauseScope::Task("job")).unwrap();
         let held = submit_at(&mut state, &key(1), 4, Schedule::default());
         assert_eq!(held.held, Some(HeldBack::Paused));
-        let other = submit_at(&mut state, &TurnKey::new("other", 1), 4, Schedule::default());
+        let other = submit_at(
+            &mut state,
+            &TurnKey::new("other", 1),
+            4,
+            Schedule::default(),
+        );
         assert!(matches!(other.effect, SubmitEffect::Spawn(_)));
         assert_eq!(other.held, None);
     }

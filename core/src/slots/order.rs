@@ -186,6 +186,28 @@ mod tests {
     }
 
     #[test]
+    fn queue_json_keeps_priority_and_pause_and_older_documents_load_without_them() {
+        let mut state = queue(&[("a", 3)]);
+        pause(&mut state, PauseScope::Task("a")).unwrap();
+        let text = serde_json::to_string(&state).unwrap();
+        assert!(
+            text.contains("\"priority\":3") && text.contains("\"paused\""),
+            "{text}"
+        );
+        let back: QueueState = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, state);
+        // A document from before scheduling: no priority, no pause set.
+        let plain = serde_json::to_string(&queue(&[("a", 0)])).unwrap();
+        assert!(
+            !plain.contains("priority") && !plain.contains("paused"),
+            "{plain}"
+        );
+        let old: QueueState = serde_json::from_str(&plain).unwrap();
+        assert!(old.paused.is_empty());
+        assert_eq!(old.entries[0].priority, 0);
+    }
+
+    #[test]
     fn q2_held_back_until_ready() {
         let state = QueueState::default();
         assert_eq!(

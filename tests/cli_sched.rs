@@ -118,7 +118,7 @@ fn q1_pausing_one_task_holds_only_its_turns() {
     ok(home, &["pause", "held"]);
     let out = ok(home, &["submit", "--task", "held", "--", "true"]);
     assert!(
-        out.contains("queued, paused") && out.contains("resume` held"),
+        out.contains("queued, paused") && out.contains("`tollgate resume held`"),
         "{out}"
     );
     ok(home, &["submit", "--task", "free", "--wait", "--", "true"]);

@@ -317,7 +317,7 @@ pub(super) fn submit_request(
         );
         let line = match (runner, held) {
             (_, Some(HeldBack::Paused)) => format!(
-                "{named} queued, paused: it starts after `tollgate resume`{}",
+                "{named} queued, paused: it starts after `tollgate resume{}`",
                 if rt.store.load()?.paused.home {
                     String::new()
                 } else {

@@ -339,3 +339,96 @@ fn help_pause_explains() {
         assert!(text.contains(needle), "{needle}: {text}");
     }
 }
+
+/// `tollgate --home HOME ARGS…` with extra environment (the store selection reaches the runners
+/// it spawns, which inherit it).
+fn tollgate_env(home: &Path, env: &[(&str, &str)], args: &[&str]) -> std::process::Output {
+    std::process::Command::new(common::BIN)
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run tollgate")
+}
+
+/// The pause set and the priorities live in the queue state, so every store keeps them: the
+/// same scenario on the file store (`queue.json`), SQLite (the default) and PostgreSQL (when
+/// `TOLLGATE_TEST_POSTGRES` names a server; skipped with a message otherwise).
+#[test]
+fn pause_and_priority_hold_on_every_store() {
+    let mut stores: Vec<(&str, Vec<(String, String)>)> = vec![
+        ("file", vec![("TOLLGATE_FILE_STORE".into(), "1".into())]),
+        ("sqlite", vec![]),
+    ];
+    match std::env::var("TOLLGATE_TEST_POSTGRES") {
+        Ok(url) => {
+            let sep = if url.contains('?') { '&' } else { '?' };
+            let queue = format!("sched-{}", std::process::id());
+            stores.push((
+                "postgres",
+                vec![("TOLLGATE_STORE".into(), format!("{url}{sep}queue={queue}"))],
+            ));
+        }
+        Err(_) => eprintln!("postgres skipped: set TOLLGATE_TEST_POSTGRES=postgres://..."),
+    }
+    for (name, env) in stores {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = init_home(dir.path(), 1);
+        let run = |args: &[&str]| {
+            let out = tollgate_env(&home, &env, args);
+            assert!(out.status.success(), "{name}: {args:?}: {}", describe(&out));
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let order = dir.path().join("order");
+        let log = |task: &str| format!("echo {task} >> '{}'", order.display());
+        run(&["pause"]);
+        for (task, priority) in [("low", "0"), ("high", "9"), ("mid", "4")] {
+            let out = run(&[
+                "submit",
+                "--task",
+                task,
+                "--priority",
+                priority,
+                "--",
+                "sh",
+                "-c",
+                &log(task),
+            ]);
+            assert!(out.contains("queued, paused"), "{name}: {out}");
+        }
+        run(&["pause", "low"]);
+        let status: Value = serde_json::from_str(&run(&["status", "--json"])).expect("json");
+        assert_eq!(status["paused"]["home"], true, "{name}: {status}");
+        assert_eq!(
+            status["paused"]["tasks"],
+            serde_json::json!(["low"]),
+            "{name}: {status}"
+        );
+        let rows = status["rows"].as_array().expect("rows");
+        let priorities: Vec<i64> = rows
+            .iter()
+            .map(|r| r["priority"].as_i64().unwrap_or(0))
+            .collect();
+        assert_eq!(priorities, vec![0, 9, 4], "{name}: {status}");
+        run(&["resume"]);
+        let waited = tollgate_env(&home, &env, &["wait", "low", "high", "mid"]);
+        assert_eq!(
+            waited.status.code(),
+            Some(0),
+            "{name}: {}",
+            describe(&waited)
+        );
+        let ran = std::fs::read_to_string(&order).expect("order");
+        assert_eq!(
+            ran.lines().collect::<Vec<_>>(),
+            vec!["high", "mid", "low"],
+            "{name}"
+        );
+        if name == "file" {
+            assert!(home.join("queue.json").exists() && !home.join("tollgate.db").exists());
+        }
+    }
+}

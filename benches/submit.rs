@@ -74,6 +74,7 @@ fn request(argv: &[&str]) -> SubmitRequest {
         env: BTreeMap::new(),
         labels: Vec::new(),
         timeout_millis: None,
+        schedule: Default::default(),
     }
 }
 

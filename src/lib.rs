@@ -31,6 +31,7 @@ pub mod queue;
 pub mod reconcile;
 pub mod runner;
 pub mod runtime;
+pub mod schedule;
 pub mod serve;
 pub mod status;
 pub mod submit;

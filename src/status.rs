@@ -2,8 +2,8 @@
 
 use crate::dispatch::DispatchError;
 use crate::protocol::slots::{
-    occupied_runner_slots, Liveness, Observation, ProcessIdentity, QueueState, RowState,
-    RunnerSlotReservation, TurnKey,
+    held_back, occupied_runner_slots, HeldBack, Liveness, Observation, PauseSet, ProcessIdentity,
+    QueueState, RowState, RunnerSlotReservation, TurnKey,
 };
 use crate::runtime::Runtime;
 use crate::tasks::{self, TurnOutcome, TurnRecord};
@@ -24,6 +24,10 @@ pub struct StatusView {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub works: Vec<WorkView>,
     pub tasks: Vec<TaskView>,
+    /// What `tollgate pause` holds: `{"home": true}` and/or `{"tasks": [...]}`; absent when
+    /// nothing is paused.
+    #[serde(skip_serializing_if = "PauseSet::is_empty")]
+    pub paused: PauseSet,
 }
 
 #[derive(Debug, Serialize)]
@@ -48,6 +52,20 @@ pub struct RowView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slot_reservation: Option<RunnerSlotReservation>,
     pub enqueued_at_millis: u64,
+    /// `submit --priority` (absent: 0).
+    #[serde(skip_serializing_if = "is_zero_i32")]
+    pub priority: i32,
+    /// Earliest start (`--delay`/`--at`, a debounce deadline); absent: at once.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub ready_at_millis: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
+fn is_zero_i32(value: &i32) -> bool {
+    *value == 0
 }
 
 #[derive(Debug, Serialize)]
@@ -64,6 +82,9 @@ pub struct TaskView {
     pub name: String,
     pub strategy: String,
     pub turns: Vec<TurnView>,
+    /// The task is paused (`tollgate pause TASK`; the home's pause is [`StatusView::paused`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
     /// Older turns of this task left out of `turns` (only the most recent are shown unless the
     /// caller asked for all).
     pub hidden_turns: usize,
@@ -92,6 +113,37 @@ pub struct TurnView {
     pub started_at_millis: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended_at_millis: Option<u64>,
+    /// Why a queued (`parked`) turn does not start although a slot may be free: `paused` (the
+    /// home or its task is paused) or `delayed` (until `not_before_millis`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_before_millis: Option<u64>,
+    /// `submit --priority` of a queued turn (absent: 0).
+    #[serde(skip_serializing_if = "is_zero_i32")]
+    pub priority: i32,
+}
+
+/// What holds a parked row back now, as [`TurnView::held`] says it, and its not-before time.
+fn held_of(
+    queue: &QueueState,
+    key: &TurnKey,
+    now_millis: u64,
+) -> (Option<&'static str>, Option<u64>) {
+    let Some(row) = queue
+        .row(key)
+        .filter(|r| matches!(r.state, RowState::Parked))
+    else {
+        return (None, None);
+    };
+    match held_back(queue, &key.task, row.ready_at_millis, now_millis) {
+        Some(HeldBack::Paused) => (
+            Some("paused"),
+            (row.ready_at_millis > now_millis).then_some(row.ready_at_millis),
+        ),
+        Some(HeldBack::NotBefore { ready_at_millis }) => (Some("delayed"), Some(ready_at_millis)),
+        None => (None, None),
+    }
 }
 
 fn observed(o: Observation) -> &'static str {
@@ -193,6 +245,7 @@ pub fn status_with<L: Liveness>(
     all: bool,
 ) -> Result<StatusView, DispatchError> {
     let queue = rt.store.load()?;
+    let now_millis = crate::clock::now_millis();
     let names = match only {
         Some(task) => {
             if tasks::load_task(&rt.home, task)?.is_none() {
@@ -220,7 +273,11 @@ pub fn status_with<L: Liveness>(
         let mut turns = Vec::with_capacity(numbers.len());
         for n in numbers {
             if let Some(turn) = tasks::load_turn(&rt.home, &TurnKey::new(name.clone(), n))? {
+                let (held, not_before_millis) = held_of(&queue, &turn.key, now_millis);
                 turns.push(TurnView {
+                    held,
+                    not_before_millis,
+                    priority: queue.row(&turn.key).map_or(0, |r| r.priority),
                     turn: n,
                     id: turn.id,
                     labels: turn.labels.clone(),
@@ -243,6 +300,7 @@ pub fn status_with<L: Liveness>(
             .unwrap_or_default()
             .to_string();
         task_views.push(TaskView {
+            paused: queue.paused.tasks.contains(&name),
             name,
             strategy,
             turns,
@@ -267,6 +325,8 @@ pub fn status_with<L: Liveness>(
                 owner,
                 slot_reservation: e.slot_reservation.clone(),
                 enqueued_at_millis: e.enqueued_at_millis,
+                priority: e.priority,
+                ready_at_millis: e.ready_at_millis,
             }
         })
         .collect();
@@ -307,5 +367,6 @@ pub fn status_with<L: Liveness>(
         runners,
         works,
         tasks: task_views,
+        paused: queue.paused.clone(),
     })
 }

@@ -7,8 +7,9 @@ use crate::driver;
 use crate::fsutil::FileError;
 use crate::protocol::admission::Strategy;
 use crate::protocol::slots::steps::{
-    self, AttachedEffect, AttachedInput, Busy, SubmitDecision, SubmitEffect, SubmitInput,
+    self, AttachedEffect, AttachedInput, Busy, Schedule, SubmitDecision, SubmitEffect, SubmitInput,
 };
+use crate::protocol::slots::HeldBack;
 use crate::protocol::slots::{validate_task_name, Liveness, ProcessIdentity, SlotToken, TurnKey};
 use crate::queue::Store;
 use crate::runner::{self, Execution};
@@ -30,6 +31,8 @@ pub struct SubmitRequest {
     pub labels: Vec<String>,
     /// `submit --timeout`: see [`tasks::TurnRecord::timeout_millis`].
     pub timeout_millis: Option<u64>,
+    /// `submit --priority`, `--delay`/`--at` (spec/slots.md, "Scheduling"); detached only.
+    pub schedule: Schedule,
 }
 
 impl SubmitRequest {
@@ -88,6 +91,9 @@ pub struct Submitted {
     pub strategy: Strategy,
     /// Waiting turns this one replaced; they ended as superseded.
     pub superseded: Vec<TurnKey>,
+    /// What holds the new turn back although its strategy would start it: a pause, a
+    /// not-before time (`--delay`/`--at`, or a debounce deadline).
+    pub held: Option<HeldBack>,
 }
 
 /// A fresh task name, unique enough to never collide in one home: `t-` and 12 hex digits of a v7
@@ -168,6 +174,7 @@ pub fn submit_detached_with<L: Liveness, S: Store>(
         placement,
         strategy: decided.strategy,
         superseded: decided.decision.superseded,
+        held: decided.decision.held,
     })
 }
 
@@ -192,7 +199,7 @@ pub fn decide_submit<L: Liveness, S: Store>(
             tasks::save_turn(&rt.home, &turn)?;
         }
         let key = turn.key.clone();
-        let decision = steps::submit(
+        let decision = steps::submit_scheduled(
             state,
             SubmitInput {
                 key: &key,
@@ -203,6 +210,7 @@ pub fn decide_submit<L: Liveness, S: Store>(
                 strategy,
                 liveness: &rt.liveness,
             },
+            request.schedule,
         )?;
         tasks::settle_turn_id(&rt.home, &key, turn.id, decision.queue_id)?;
         for old in &decision.superseded {

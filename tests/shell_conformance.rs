@@ -488,6 +488,7 @@ impl Walk {
                     env: BTreeMap::new(),
                     labels: Vec::new(),
                     timeout_millis: None,
+                    schedule: Default::default(),
                 };
                 let outcome = submit_detached(&self.rt, me, request).map(|s| s.placement);
                 // The submitter exits once its command returns.

@@ -470,6 +470,7 @@ fn submit_completes_handoff_after_bind_records_the_child() {
         env: BTreeMap::new(),
         labels: Vec::new(),
         timeout_millis: None,
+        schedule: Default::default(),
     };
     let submitted = submit_detached(&rt, me, request).unwrap();
     let Placement::Started(Handoff::Completed { child }) = submitted.placement else {
@@ -498,6 +499,7 @@ fn submit_completes_handoff_after_bind_records_the_child() {
         env: BTreeMap::new(),
         labels: Vec::new(),
         timeout_millis: None,
+        schedule: Default::default(),
     };
     assert_eq!(
         submit_detached(&rt, me, second).unwrap().placement,

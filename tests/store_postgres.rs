@@ -3,7 +3,8 @@
 //! lost update) under both lock kinds, whose throughput is printed; a held lock turns into a clear
 //! error after `lock_timeout` and an unreachable server into one naming it, password redacted; a
 //! home whose tollgate.toml names the database runs `submit --wait` and `status` on it; a `store`
-//! value that is not a store is refused naming the setting, creating nothing.
+//! value that is not a store is refused naming the setting, creating nothing; a version-1 database
+//! migrates to version 2 (scheduling) keeping its rows.
 //!
 //! The server is `TOLLGATE_TEST_POSTGRES` (a postgres:// URL; `.ci/run` starts a throwaway
 //! cluster and sets it). Unset, every test here skips with a message; with
@@ -397,4 +398,70 @@ fn a_store_setting_that_is_not_a_store_is_refused_naming_it_and_nothing_is_creat
     assert!(!home.join("tollgate.db").exists(), "a tollgate.db was made");
     let tasks = std::fs::read_dir(home.join("tasks")).map_or(0, |d| d.count());
     assert_eq!(tasks, 0, "a task was recorded");
+}
+
+/// A database of schema version 1 (no priorities, no pause set) is migrated to version 2 by the
+/// next store that opens it, its rows kept with priority 0 and nothing paused; the new fields
+/// round-trip afterwards. Run in a database of its own (created and dropped here), since the
+/// downgrade below would change the shared one under the other tests.
+#[test]
+fn a_version_1_database_migrates_to_version_2_keeping_its_rows() {
+    let Some(url) = server() else { return };
+    let name = format!("tg_migrate_{}", std::process::id());
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url.as_str(), ""), |(b, q)| (b, q));
+    let (prefix, _db) = base.rsplit_once('/').expect("the URL names a database");
+    let own = if query.is_empty() {
+        format!("{prefix}/{name}")
+    } else {
+        format!("{prefix}/{name}?{query}")
+    };
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+    admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
+        .expect("drop a leftover database");
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .expect("create the test's database");
+    let queue = unique_queue("migrate");
+    let shape = every_shape();
+    store(&own, &queue)
+        .transact(|q| {
+            *q = shape.clone();
+            Ok::<_, StoreError>(())
+        })
+        .expect("publish");
+    let mut client = postgres::Client::connect(&own, postgres::NoTls).expect("connect");
+    client
+        .batch_execute(
+            "DROP TABLE paused_tasks;
+             ALTER TABLE entries DROP COLUMN priority;
+             ALTER TABLE queue_meta DROP COLUMN paused_home;
+             DELETE FROM schema_migrations WHERE version = 2;",
+        )
+        .expect("downgrade to version 1");
+    let migrated = store(&own, &queue).load().expect("migrate");
+    let mut expected = shape.clone();
+    expected.paused = Default::default();
+    for row in &mut expected.entries {
+        row.priority = 0;
+    }
+    assert_eq!(migrated, expected);
+    let version: i32 = client
+        .query_one("SELECT max(version) FROM schema_migrations", &[])
+        .expect("version")
+        .get(0);
+    assert_eq!(version, 2);
+    store(&own, &queue)
+        .transact(|q| {
+            *q = shape.clone();
+            Ok::<_, StoreError>(())
+        })
+        .expect("publish after the migration");
+    assert_eq!(store(&own, &queue).load().expect("load"), shape);
+    drop(client);
+    admin
+        .batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)"))
+        .expect("drop the test's database");
 }

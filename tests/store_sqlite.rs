@@ -324,6 +324,53 @@ fn special_files_as_the_database_or_its_log_are_refused_by_every_reader_and_doct
     }
 }
 
+/// A database of schema version 1 (no priorities, no pause set) is migrated to version 2 on its
+/// next open, its rows kept with priority 0 and nothing paused; the new fields then round-trip.
+#[test]
+fn a_version_1_database_migrates_to_version_2_keeping_its_rows() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let shape = every_shape();
+    store(tmp.path())
+        .transact(|queue| {
+            *queue = shape.clone();
+            Ok::<_, StoreError>(())
+        })
+        .expect("publish");
+    let db = tmp.path().join("tollgate.db");
+    // Turn it back into what tollgate wrote before migration 2.
+    rusqlite::Connection::open(&db)
+        .expect("open")
+        .execute_batch(
+            "DROP TABLE paused_tasks;
+             ALTER TABLE entries DROP COLUMN priority;
+             ALTER TABLE queue_meta DROP COLUMN paused_home;
+             DELETE FROM schema_migrations WHERE version = 2;",
+        )
+        .expect("downgrade to version 1");
+    let migrated = store(tmp.path()).load().expect("migrate");
+    let mut expected = shape.clone();
+    expected.paused = Default::default();
+    for row in &mut expected.entries {
+        row.priority = 0;
+    }
+    assert_eq!(migrated, expected);
+    let version: u32 = rusqlite::Connection::open(&db)
+        .expect("open")
+        .query_row("SELECT max(version) FROM schema_migrations", [], |r| {
+            r.get(0)
+        })
+        .expect("version");
+    assert_eq!(version, 2);
+    let again = store(tmp.path());
+    again
+        .transact(|queue| {
+            *queue = shape.clone();
+            Ok::<_, StoreError>(())
+        })
+        .expect("publish after the migration");
+    assert_eq!(store(tmp.path()).load().expect("load"), shape);
+}
+
 #[test]
 fn a_database_of_a_newer_schema_is_refused() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -493,6 +540,13 @@ fn mutate(queue: &mut QueueState, rng: &mut Lcg) {
             };
             row.ready_at_millis = rng.below(2) * 1_700_000_000_500;
             row.cancel_requested = rng.below(2) == 0;
+            // Migration 2's column and the pause set change with it.
+            row.priority = rng.below(3) as i32 - 1;
+            queue.paused.home = rng.below(4) == 0;
+            let task = format!("t{}", rng.below(5));
+            if !queue.paused.tasks.remove(&task) {
+                queue.paused.tasks.insert(task);
+            }
         }
         5 => {
             if queue.runners.is_empty() || rng.below(2) == 0 {

@@ -7,6 +7,7 @@
 
 mod identity;
 mod occupancy;
+pub mod order;
 mod queue;
 mod reconcile;
 mod reserve;
@@ -20,6 +21,7 @@ pub use identity::{Liveness, Observation, ProcessIdentity};
 pub use occupancy::{
     acting_queue_holder, counted_identities, live_runner_for_turn, occupied_runner_slots, Reserving,
 };
+pub use order::{held_back, start_candidates, HeldBack, PauseScope, PauseSet, MAX_PAUSED_TASKS};
 pub use queue::{
     enqueue, validate_task_name, EnqueueOutcome, QueueEntry, QueueState, RowState, RunnerRecord,
     RunnerSlotReservation, TurnKey, MAX_QUEUE_ROWS, MAX_TASK_NAME_BYTES, QUEUE_FORMAT_VERSION,
@@ -66,6 +68,8 @@ pub enum SlotError {
     TurnBusy { key: TurnKey },
     #[error("QUEUE_WORK_UNKNOWN: no recorded work {work} for {key}")]
     UnknownWork { key: TurnKey, work: String },
+    #[error("QUEUE_TOO_MANY_PAUSED: at most {limit} tasks can be paused one by one; pause the home instead")]
+    TooManyPaused { limit: usize },
 }
 
 impl SlotError {
@@ -84,6 +88,7 @@ impl SlotError {
             SlotError::InvalidTaskName { .. } => "TASK_NAME_INVALID",
             SlotError::TurnBusy { .. } => "QUEUE_TURN_BUSY",
             SlotError::UnknownWork { .. } => "QUEUE_WORK_UNKNOWN",
+            SlotError::TooManyPaused { .. } => "QUEUE_TOO_MANY_PAUSED",
         }
     }
 }

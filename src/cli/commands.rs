@@ -6,7 +6,7 @@ use super::{
 use crate::home::Home;
 use crate::process::self_identity;
 use crate::protocol::slots::steps::Busy;
-use crate::protocol::slots::{ReconcileStep, SlotToken, TurnKey};
+use crate::protocol::slots::{HeldBack, ReconcileStep, SlotToken, TurnKey};
 use crate::runner::{run_worker, WorkerOutcome};
 use crate::runtime::Runtime;
 use crate::submit::{submit_attached, submit_detached, Attached, Placement, SubmitRequest};
@@ -197,6 +197,7 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
             .map(crate::config::limits::parse_turn_timeout)
             .transpose()
             .map_err(|e| CliError::Usage(format!("--timeout: {e}")))?,
+        schedule: schedule_of(args.delay.as_deref(), args.at.as_deref(), args.priority)?,
     };
     let how = How {
         attach: args.attach,
@@ -204,6 +205,24 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
         json: args.json,
     };
     submit_request(home, request, how)
+}
+
+/// The [`Schedule`](crate::protocol::slots::steps::Schedule) of `--delay`/`--at`/`--priority`.
+fn schedule_of(
+    delay: Option<&str>,
+    at: Option<&str>,
+    priority: i32,
+) -> Result<crate::protocol::slots::steps::Schedule, CliError> {
+    let now = tasks::now_millis();
+    let not_before_millis = match (delay, at) {
+        (Some(delay), _) => super::sched::parse_delay(delay, now)?,
+        (None, Some(at)) => super::sched::parse_at(at, now)?,
+        (None, None) => 0,
+    };
+    Ok(crate::protocol::slots::steps::Schedule {
+        priority,
+        not_before_millis,
+    })
 }
 
 /// How a submit (or a restart) reports and waits.
@@ -264,6 +283,23 @@ pub(super) fn submit_request(
         Placement::Waiting { .. } => ("waiting", None),
         Placement::Pending | Placement::Dropped { .. } => ("pending", None),
     };
+    // A pause or a not-before time (not a debounce's quiet period) holds the new turn.
+    let held = submitted.held.filter(|h| match h {
+        HeldBack::Paused => true,
+        HeldBack::NotBefore { .. } => !matches!(
+            submitted.strategy,
+            crate::protocol::admission::Strategy::Debounce { .. }
+        ),
+    });
+    let held_json = match held {
+        Some(HeldBack::Paused) => json!("paused"),
+        Some(HeldBack::NotBefore { .. }) => json!("delayed"),
+        None => serde_json::Value::Null,
+    };
+    let not_before = match held.or(submitted.held) {
+        Some(HeldBack::NotBefore { ready_at_millis }) => Some(ready_at_millis),
+        _ => None,
+    };
     if how.json && !how.wait {
         print_json(&json!({
             "task": key.task, "turn": key.turn, "id": submitted.queue_id,
@@ -271,6 +307,7 @@ pub(super) fn submit_request(
             "placement": placement, "runner": runner, "strategy": submitted.strategy.to_string(),
             "labels": labels,
             "superseded": submitted.superseded.iter().map(|k| k.turn).collect::<Vec<_>>(),
+            "held": held_json, "not_before_millis": not_before,
         }))?;
     } else if !how.json {
         // The short id is what later commands take (`tollgate logs 17`).
@@ -278,16 +315,30 @@ pub(super) fn submit_request(
             "task {} turn {} (id {})",
             key.task, key.turn, submitted.queue_id
         );
-        let line = match runner {
-            Some(runner) => format!("{named} started (runner pid {})", runner.pid),
-            None if placement == "parked" => format!(
-                "{named} parked: all {} worker slot(s) are busy; it starts when one frees",
-                rt.cap()
+        let line = match (runner, held) {
+            (_, Some(HeldBack::Paused)) => format!(
+                "{named} queued, paused: it starts after `tollgate resume{}`",
+                if rt.store.load()?.paused.home {
+                    String::new()
+                } else {
+                    format!(" {}", key.task)
+                }
             ),
-            None if placement == "waiting" => {
-                format!("{named} waits its turn (strategy {})", submitted.strategy)
-            }
-            None => format!("{named} is {placement}"),
+            (_, Some(HeldBack::NotBefore { ready_at_millis })) => format!(
+                "{named} queued, delayed until {}",
+                super::sched::local_clock(ready_at_millis, tasks::now_millis())
+            ),
+            (runner, None) => match runner {
+                Some(runner) => format!("{named} started (runner pid {})", runner.pid),
+                None if placement == "parked" => format!(
+                    "{named} parked: all {} worker slot(s) are busy; it starts when one frees",
+                    rt.cap()
+                ),
+                None if placement == "waiting" => {
+                    format!("{named} waits its turn (strategy {})", submitted.strategy)
+                }
+                None => format!("{named} is {placement}"),
+            },
         };
         // With --wait, stdout carries the turn's own output; our line goes to stderr.
         if how.wait {

@@ -178,6 +178,7 @@ pub fn restart(home: Option<PathBuf>, args: RestartArgs) -> Result<i32, CliError
         env: old.env,
         labels: old.labels,
         timeout_millis: old.timeout_millis,
+        schedule: Default::default(),
     };
     submit_request(
         home,

@@ -6,6 +6,7 @@ pub mod docs;
 mod doctor;
 mod error;
 mod lifecycle;
+mod sched;
 #[cfg(feature = "serve")]
 mod serve;
 mod turnref;
@@ -86,6 +87,10 @@ pub enum Command {
     Clean(lifecycle::CleanArgs),
     /// Cancel a task's queued turns and stop its running ones.
     Cancel(CancelArgs),
+    /// Hold the queued turns of the home or of one task (running turns go on).
+    Pause(sched::PauseArgs),
+    /// Lift a pause and start what may start now, up to the free worker slots.
+    Resume(sched::ResumeArgs),
     /// Repair after crashes: replace dead runners of active turns, start parked rows on free slots.
     Reconcile(ReconcileArgs),
     /// Check the home's database: SQLite's integrity check and the queue's structure.
@@ -129,7 +134,9 @@ pub struct InitArgs {
   tollgate submit -- make test
   tollgate submit --task nightly --wait -- ./backup.sh
   tollgate submit --task build --env RUST_LOG=debug --cwd ~/src/app -- cargo build
-  tollgate submit --label nightly --label db -- ./backup.sh")]
+  tollgate submit --label nightly --label db -- ./backup.sh
+  tollgate submit --delay 10m -- ./report.sh
+  tollgate submit --at 23:30 --priority 5 -- ./nightly.sh")]
 pub struct SubmitArgs {
     /// The task this turn belongs to (letters, digits, '.', '_', '-'). If omitted, a new task
     /// named after the program and the turn's id, e.g. `make-17` (for `sh -c SCRIPT`, the
@@ -169,6 +176,24 @@ pub struct SubmitArgs {
     /// 5m, 1h30m; at most 30 days). The turn ends `timed-out`; `--wait`/`--attach` exit 124.
     #[arg(long, value_name = "DUR")]
     pub timeout: Option<String>,
+    /// Start no earlier than DUR from now (e.g. 90s, 10m, 2h; at most 7 days). The turn waits
+    /// queued ("delayed until ..." in `status`) and starts then without any other command.
+    #[arg(long, value_name = "DUR", conflicts_with_all = ["at", "attach"])]
+    pub delay: Option<String>,
+    /// Start no earlier than TIME: HH:MM (local time; today, or tomorrow if that has passed) or
+    /// RFC 3339 (2026-12-01T17:30:00Z, ...+02:00); at most 7 days ahead.
+    #[arg(long, value_name = "TIME", conflicts_with = "attach")]
+    pub at: Option<String>,
+    /// Among queued turns that may start, the highest priority starts first (FIFO among equal
+    /// ones); it never stops a running turn. Default 0; negative values go last.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        allow_negative_numbers = true,
+        conflicts_with = "attach"
+    )]
+    pub priority: i32,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -297,13 +322,16 @@ pub fn missing_separator_hint(kind: clap::error::ErrorKind, args: &[String]) -> 
     }
     let rest = &args[at + 1..];
     // Options of `submit` that take a value in the next argument (`--task NAME`).
-    const WITH_VALUE: [&str; 6] = [
+    const WITH_VALUE: [&str; 9] = [
         "--task",
         "--strategy",
         "--cwd",
         "--env",
         "--label",
         "--timeout",
+        "--delay",
+        "--at",
+        "--priority",
     ];
     let mut split = rest.len();
     let mut i = 0;
@@ -402,6 +430,8 @@ pub fn main() -> i32 {
         Command::Status(args) => commands::status(home, args),
         Command::Logs(args) => commands::logs(home, args),
         Command::Cancel(args) => commands::cancel(home, args),
+        Command::Pause(args) => sched::pause(home, args),
+        Command::Resume(args) => sched::resume(home, args),
         Command::Wait(args) => lifecycle::wait(home, args),
         Command::Restart(args) => lifecycle::restart(home, args),
         Command::Clean(args) => lifecycle::clean(home, args),

@@ -95,6 +95,20 @@ pub fn render(view: &StatusView, now_millis: u64, style: &TableStyle) -> String 
         "{} of {} worker slot(s) busy, {} queued  (home {})",
         view.occupied, view.workers, view.parked, view.home
     );
+    if view.paused.home {
+        let _ = writeln!(
+            out,
+            "the home is paused: queued turns stay queued, running ones go on (`tollgate resume`)"
+        );
+    }
+    if !view.paused.tasks.is_empty() {
+        let names: Vec<&str> = view.paused.tasks.iter().map(String::as_str).collect();
+        let _ = writeln!(
+            out,
+            "paused task(s): {} (`tollgate resume TASK`)",
+            names.join(", ")
+        );
+    }
     const COLUMNS: usize = 9;
     /// Columns whose numbers are right-aligned, and the state column (coloured).
     const NUMERIC: [usize; 3] = [0, 2, 7];
@@ -109,6 +123,16 @@ pub fn render(view: &StatusView, now_millis: u64, style: &TableStyle) -> String 
         hidden += task.hidden_turns;
         for turn in &task.turns {
             let (word, colour) = human_state(&turn.state);
+            let word = match (turn.state.as_str(), turn.held, turn.not_before_millis) {
+                ("parked", Some("paused"), _) => "paused".to_string(),
+                ("parked", Some("delayed"), Some(at)) => {
+                    format!(
+                        "delayed until {}",
+                        super::sched::local_clock(at, now_millis)
+                    )
+                }
+                _ => word.to_string(),
+            };
             let started = turn
                 .started_at_millis
                 .map(|t| format!("{} ago", short_duration(now_millis.saturating_sub(t))))
@@ -141,7 +165,7 @@ pub fn render(view: &StatusView, now_millis: u64, style: &TableStyle) -> String 
                 task.name.clone(),
                 turn.turn.to_string(),
                 labels,
-                word.to_string(),
+                word,
                 started,
                 took,
                 exit,

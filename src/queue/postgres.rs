@@ -17,8 +17,8 @@ use crate::clock;
 use crate::config::Durability;
 use crate::fsutil::FileError;
 use crate::protocol::slots::{
-    ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord, RunnerSlotReservation,
-    SlotToken, TurnKey, WorkId, WorkRecord, QUEUE_FORMAT_VERSION,
+    PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord,
+    RunnerSlotReservation, SlotToken, TurnKey, WorkId, WorkRecord, QUEUE_FORMAT_VERSION,
 };
 use postgres::error::SqlState;
 use postgres::{Client, NoTls, Row, Transaction};
@@ -28,7 +28,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// The newest schema this tollgate writes in a PostgreSQL database.
-pub const POSTGRES_SCHEMA_VERSION: i32 = 1;
+pub const POSTGRES_SCHEMA_VERSION: i32 = 2;
 
 /// The first key of every advisory lock tollgate takes (`pg_advisory_xact_lock(int4, int4)`):
 /// "tg" in ASCII, so tollgate's locks do not collide with another application's single-key ones.
@@ -103,7 +103,22 @@ CREATE TABLE works (
 );
 ";
 
-const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "the queue as tables", SCHEMA_V1)];
+/// Version 2: scheduling, as the SQLite store's version 2: a row's `priority`, the pause set
+/// (`queue_meta.paused_home`, one `paused_tasks` row per paused task of a queue).
+const SCHEMA_V2: &str = "
+ALTER TABLE entries ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE queue_meta ADD COLUMN paused_home BOOLEAN NOT NULL DEFAULT false;
+CREATE TABLE paused_tasks (
+    queue TEXT NOT NULL REFERENCES queue_meta (queue),
+    task TEXT NOT NULL,
+    PRIMARY KEY (queue, task)
+);
+";
+
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "the queue as tables", SCHEMA_V1),
+    (2, "scheduling: row priorities and the pause set", SCHEMA_V2),
+];
 
 /// A `store` URL split into what the client connects with and the queue it names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -464,26 +479,42 @@ impl PostgresStore {
         let queue = &self.queue;
         let meta = tx
             .query_opt(
-                "SELECT version, next_queue_id FROM queue_meta WHERE queue = $1",
+                "SELECT version, next_queue_id, paused_home FROM queue_meta WHERE queue = $1",
                 &[queue],
             )
             .map_err(|e| self.error(e))?
             .ok_or_else(|| corrupt("the queue_meta row is missing".to_string()))?;
         let version: i32 = meta.try_get(0).map_err(|e| self.error(e))?;
         let next: i64 = meta.try_get(1).map_err(|e| self.error(e))?;
+        let paused_home: bool = meta.try_get(2).map_err(|e| self.error(e))?;
         let mut state = QueueState {
             version: u32::try_from(version).map_err(|e| corrupt(format!("version: {e}")))?,
             next_queue_id: next as u64,
             entries: Vec::new(),
             runners: Vec::new(),
             works: Vec::new(),
+            paused: PauseSet {
+                home: paused_home,
+                tasks: Default::default(),
+            },
         };
+        let rows = tx
+            .query(
+                "SELECT task FROM paused_tasks WHERE queue = $1 ORDER BY task",
+                &[queue],
+            )
+            .map_err(|e| self.error(e))?;
+        for row in &rows {
+            let task: String = row.try_get(0).map_err(|e| self.error(e))?;
+            state.paused.tasks.insert(task);
+        }
         let rows = tx
             .query(
                 "SELECT queue_id, task, turn, enqueued_at_millis, ready_at_millis, state,
                         owner_pid, owner_start_micros, enqueue_owner_pid,
                         enqueue_owner_start_micros, reservation_token, reserver_pid,
-                        reserver_start_micros, child_pid, child_start_micros, cancel_requested
+                        reserver_start_micros, child_pid, child_start_micros, cancel_requested,
+                        priority
                  FROM entries WHERE queue = $1 ORDER BY queue_id",
                 &[queue],
             )
@@ -660,6 +691,7 @@ fn entry_from_row(row: &Row) -> Result<Result<QueueEntry, String>, postgres::Err
         slot_reservation,
         ready_at_millis: row.try_get::<_, i64>(4)? as u64,
         cancel_requested: row.try_get(15)?,
+        priority: row.try_get(16)?,
     }))
 }
 
@@ -678,6 +710,17 @@ fn write_changes(
             &[queue, &(new.version as i32), &int(new.next_queue_id)],
         )?;
     }
+    if old.paused != new.paused {
+        tx.execute(
+            "UPDATE queue_meta SET paused_home = $2 WHERE queue = $1",
+            &[queue, &new.paused.home],
+        )?;
+        tx.execute("DELETE FROM paused_tasks WHERE queue = $1", &[queue])?;
+        let insert = tx.prepare("INSERT INTO paused_tasks (queue, task) VALUES ($1, $2)")?;
+        for task in &new.paused.tasks {
+            tx.execute(&insert, &[queue, task])?;
+        }
+    }
     let new_by_id: HashMap<u64, &QueueEntry> =
         new.entries.iter().map(|e| (e.queue_id, e)).collect();
     let old_by_id: HashMap<u64, &QueueEntry> =
@@ -692,8 +735,9 @@ fn write_changes(
         "INSERT INTO entries (queue, queue_id, task, turn, enqueued_at_millis, ready_at_millis,
             state, owner_pid, owner_start_micros, enqueue_owner_pid, enqueue_owner_start_micros,
             reservation_token, reserver_pid, reserver_start_micros, child_pid, child_start_micros,
-            cancel_requested)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+            cancel_requested, priority)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+            $18)
          ON CONFLICT (queue, queue_id) DO UPDATE SET
             task = EXCLUDED.task, turn = EXCLUDED.turn,
             enqueued_at_millis = EXCLUDED.enqueued_at_millis,
@@ -705,7 +749,7 @@ fn write_changes(
             reserver_pid = EXCLUDED.reserver_pid,
             reserver_start_micros = EXCLUDED.reserver_start_micros,
             child_pid = EXCLUDED.child_pid, child_start_micros = EXCLUDED.child_start_micros,
-            cancel_requested = EXCLUDED.cancel_requested",
+            cancel_requested = EXCLUDED.cancel_requested, priority = EXCLUDED.priority",
     )?;
     let pid = |o: Option<&ProcessIdentity>| o.map(|o| i64::from(o.pid));
     let start = |o: Option<&ProcessIdentity>| o.map(|o| int(o.start_time_micros));
@@ -745,6 +789,7 @@ fn write_changes(
                 &pid(child),
                 &start(child),
                 &entry.cancel_requested,
+                &entry.priority,
             ],
         )?;
     }

@@ -13,8 +13,8 @@ use crate::config::Durability;
 use crate::fsutil::{self, FileError};
 use crate::home::Home;
 use crate::protocol::slots::{
-    ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord, RunnerSlotReservation,
-    SlotToken, TurnKey, WorkId, WorkRecord, QUEUE_FORMAT_VERSION,
+    PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord,
+    RunnerSlotReservation, SlotToken, TurnKey, WorkId, WorkRecord, QUEUE_FORMAT_VERSION,
 };
 use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
@@ -28,11 +28,14 @@ use std::time::{Duration, Instant};
 
 /// The newest schema this tollgate writes; a database whose `schema_migrations` names a newer
 /// one is refused (it was written by a newer tollgate).
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The schema's migrations in order: `(version, what it does, SQL)`. Each runs once, inside the
 /// write transaction that records it in `schema_migrations`.
-const MIGRATIONS: &[(u32, &str, &str)] = &[(1, "the queue as tables", SCHEMA_V1)];
+const MIGRATIONS: &[(u32, &str, &str)] = &[
+    (1, "the queue as tables", SCHEMA_V1),
+    (2, "scheduling: row priorities and the pause set", SCHEMA_V2),
+];
 
 /// Version 1: the queue document as tables. `entries` is FIFO by `queue_id` (the rowid, so the
 /// primary key is its index); a row's state and owners are columns (`owner_*` is the waiting
@@ -90,6 +93,16 @@ CREATE TABLE imports (
     imported_at_millis INTEGER NOT NULL,
     moved_aside INTEGER NOT NULL DEFAULT 0
 ) STRICT;
+";
+
+/// Version 2: scheduling (spec/slots.md, "Scheduling"). A row's `priority` (0 for the rows of
+/// version 1); the pause set: `queue_meta.paused_home` and one `paused_tasks` row per paused
+/// task (bounded by the core's `MAX_PAUSED_TASKS`).
+const SCHEMA_V2: &str = "
+ALTER TABLE entries ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE queue_meta ADD COLUMN paused_home INTEGER NOT NULL DEFAULT 0
+    CHECK (paused_home IN (0, 1));
+CREATE TABLE paused_tasks (task TEXT PRIMARY KEY) STRICT;
 ";
 
 /// The queue in `tollgate.db`. Building one does no IO (serve builds one per request); the
@@ -450,14 +463,17 @@ fn migrate(home: &Home, conn: &mut Connection, path: &Path) -> Result<(), StoreE
                 [QUEUE_FORMAT_VERSION],
             )
             .map_err(|e| sql_error(path, e))?;
-            if let Some(old) = read_old_queue(home)? {
-                write_changes(&tx, &QueueState::default(), &old).map_err(|e| sql_error(path, e))?;
-                tx.execute(
-                    "INSERT INTO imports (source, imported_at_millis) VALUES ('queue.json', ?1)",
-                    [clock::now_millis()],
-                )
-                .map_err(|e| sql_error(path, e))?;
-            }
+        }
+    }
+    // A new database imports `queue.json` once every table of the newest schema exists.
+    if current == 0 {
+        if let Some(old) = read_old_queue(home)? {
+            write_changes(&tx, &QueueState::default(), &old).map_err(|e| sql_error(path, e))?;
+            tx.execute(
+                "INSERT INTO imports (source, imported_at_millis) VALUES ('queue.json', ?1)",
+                [clock::now_millis()],
+            )
+            .map_err(|e| sql_error(path, e))?;
         }
     }
     tx.commit().map_err(|e| busy_or(path, started, e))
@@ -517,11 +533,11 @@ fn read_queue(conn: &Connection, path: &Path) -> Result<QueueState, StoreError> 
         })
     };
     let sql = |e| sql_error(path, e);
-    let (version, next_queue_id): (u32, u64) = conn
+    let (version, next_queue_id, paused_home): (u32, u64, bool) = conn
         .query_row(
-            "SELECT version, next_queue_id FROM queue_meta WHERE id = 1",
+            "SELECT version, next_queue_id, paused_home FROM queue_meta WHERE id = 1",
             [],
-            |row| Ok((row.get(0)?, uint(row, 1)?)),
+            |row| Ok((row.get(0)?, uint(row, 1)?, row.get(2)?)),
         )
         .optional()
         .map_err(sql)?
@@ -532,13 +548,26 @@ fn read_queue(conn: &Connection, path: &Path) -> Result<QueueState, StoreError> 
         entries: Vec::new(),
         runners: Vec::new(),
         works: Vec::new(),
+        paused: PauseSet {
+            home: paused_home,
+            tasks: Default::default(),
+        },
     };
+    let mut paused = conn
+        .prepare_cached("SELECT task FROM paused_tasks ORDER BY task")
+        .map_err(sql)?;
+    state.paused.tasks = paused
+        .query_map([], |row| row.get::<_, String>(0))
+        .map_err(sql)?
+        .collect::<Result<_, _>>()
+        .map_err(sql)?;
+    drop(paused);
     let mut rows = conn
         .prepare_cached(
             "SELECT queue_id, task, turn, enqueued_at_millis, ready_at_millis, state,
                     owner_pid, owner_start_micros, enqueue_owner_pid, enqueue_owner_start_micros,
                     reservation_token, reserver_pid, reserver_start_micros, child_pid,
-                    child_start_micros, cancel_requested
+                    child_start_micros, cancel_requested, priority
              FROM entries ORDER BY queue_id",
         )
         .map_err(sql)?;
@@ -684,6 +713,7 @@ fn entry_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<QueueEntry
         slot_reservation,
         ready_at_millis: uint(row, 4)?,
         cancel_requested: row.get(15)?,
+        priority: row.get(16)?,
     }))
 }
 
@@ -699,6 +729,15 @@ fn write_changes(
         tx.prepare_cached("UPDATE queue_meta SET version = ?1, next_queue_id = ?2 WHERE id = 1")?
             .execute(params![new.version, int(new.next_queue_id)])?;
     }
+    if old.paused != new.paused {
+        tx.prepare_cached("UPDATE queue_meta SET paused_home = ?1 WHERE id = 1")?
+            .execute([new.paused.home])?;
+        tx.execute("DELETE FROM paused_tasks", [])?;
+        let mut insert = tx.prepare_cached("INSERT INTO paused_tasks (task) VALUES (?1)")?;
+        for task in &new.paused.tasks {
+            insert.execute([task])?;
+        }
+    }
     let new_by_id: HashMap<u64, &QueueEntry> =
         new.entries.iter().map(|e| (e.queue_id, e)).collect();
     let old_by_id: HashMap<u64, &QueueEntry> =
@@ -713,8 +752,8 @@ fn write_changes(
         "INSERT OR REPLACE INTO entries (queue_id, task, turn, enqueued_at_millis, ready_at_millis,
             state, owner_pid, owner_start_micros, enqueue_owner_pid, enqueue_owner_start_micros,
             reservation_token, reserver_pid, reserver_start_micros, child_pid, child_start_micros,
-            cancel_requested)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+            cancel_requested, priority)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
     )?;
     for entry in &new.entries {
         if old_by_id.get(&entry.queue_id) == Some(&entry) {
@@ -747,6 +786,7 @@ fn write_changes(
             child.map(|c| c.pid),
             child.map(|c| int(c.start_time_micros)),
             entry.cancel_requested,
+            entry.priority,
         ])?;
     }
     if old.runners != new.runners {

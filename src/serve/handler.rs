@@ -641,6 +641,7 @@ fn submit(
         env,
         labels: Vec::new(),
         timeout_millis: None,
+        schedule: Default::default(),
     };
     let _spawning = crate::sync::lock(&app.spawn_lock);
     let mut rt = super::runtime_for(&app.home, &app.config);

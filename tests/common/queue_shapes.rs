@@ -1,8 +1,8 @@
 //! Queue shapes shared by the store tests (SQLite and PostgreSQL round-trip the same document).
 
 use tollgate::protocol::slots::{
-    ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord, RunnerSlotReservation,
-    SlotToken, TurnKey, WorkId, WorkRecord,
+    PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord,
+    RunnerSlotReservation, SlotToken, TurnKey, WorkId, WorkRecord,
 };
 
 pub fn id(pid: u32, start_time_micros: u64) -> ProcessIdentity {
@@ -24,6 +24,12 @@ pub fn every_shape() -> QueueState {
         ready_at_millis,
         // Odd ids carry a cancel request, so both values round-trip.
         cancel_requested: queue_id % 2 == 1,
+        // Priorities at both ends of i32 and in between (migration 2's column).
+        priority: match queue_id % 3 {
+            0 => i32::MIN,
+            1 => i32::MAX,
+            _ => -7,
+        },
     };
     QueueState {
         version: 1,
@@ -91,5 +97,12 @@ pub fn every_shape() -> QueueState {
                 cgroup: None,
             },
         ],
+        // The pause set (migration 2): the home and two tasks.
+        paused: PauseSet {
+            home: true,
+            tasks: ["parked".to_string(), "zz-last-first".to_string()]
+                .into_iter()
+                .collect(),
+        },
     }
 }

@@ -1,5 +1,6 @@
 //! The queue document and enqueue: FIFO by `queue_id`, with coalesced enqueue times.
 
+use super::order::PauseSet;
 use super::{ProcessIdentity, SlotError, SlotToken, WorkRecord};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -112,9 +113,17 @@ pub struct QueueEntry {
     /// it at its take-over, before it spawns anything. Absent in older queue files (false).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cancel_requested: bool,
+    /// `submit --priority`: among parked rows that may start, the highest starts first (FIFO by
+    /// `queue_id` among equals; spec/slots.md, "Scheduling"). Absent in older queue files (0).
+    #[serde(default, skip_serializing_if = "is_zero_i32")]
+    pub priority: i32,
 }
 
 fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
+fn is_zero_i32(value: &i32) -> bool {
     *value == 0
 }
 
@@ -149,6 +158,9 @@ pub struct QueueState {
     /// over, removed when its runner leaves, or when reconcile or cancel saw it gone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub works: Vec<WorkRecord>,
+    /// What `tollgate pause` holds (spec/slots.md, "Scheduling"). Absent in older files (nothing).
+    #[serde(default, skip_serializing_if = "PauseSet::is_empty")]
+    pub paused: PauseSet,
 }
 
 impl Default for QueueState {
@@ -159,6 +171,7 @@ impl Default for QueueState {
             entries: Vec::new(),
             runners: Vec::new(),
             works: Vec::new(),
+            paused: PauseSet::default(),
         }
     }
 }
@@ -240,6 +253,13 @@ impl QueueState {
             }
             previous = Some(entry);
         }
+        if self.paused.tasks.len() > super::order::MAX_PAUSED_TASKS {
+            return Err(format!(
+                "{} tasks are paused, more than the limit of {}",
+                self.paused.tasks.len(),
+                super::order::MAX_PAUSED_TASKS
+            ));
+        }
         Ok(())
     }
 }
@@ -309,6 +329,7 @@ pub fn enqueue(
         slot_reservation: None,
         ready_at_millis: 0,
         cancel_requested: false,
+        priority: 0,
     });
     debug_assert!(state.check_structure().is_ok());
     Ok(EnqueueOutcome::Enqueued { queue_id })

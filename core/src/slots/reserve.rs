@@ -273,7 +273,8 @@ pub enum StartNext {
     },
 }
 
-/// Starts the oldest parked row that can start: adopt it, reserve it, and put it back exactly as
+/// Starts the first parked row that can start, in scheduling order (not paused; highest priority,
+/// then oldest): adopt it, reserve it, and put it back exactly as
 /// it was if no slot is free. A finishing runner passes its own pid as `exclude_reserver`;
 /// reconcile passes `None`.
 pub fn start_next_parked(
@@ -335,12 +336,8 @@ pub(crate) fn start_next_parked_general(
     liveness: &impl Liveness,
     eligible: &impl Fn(&QueueState, &QueueEntry) -> bool,
 ) -> Result<StartNext, SlotError> {
-    let parked: Vec<TurnKey> = state
-        .entries
-        .iter()
-        .filter(|e| matches!(e.state, RowState::Parked) && eligible(state, e))
-        .map(|e| e.key.clone())
-        .collect();
+    // Scheduling (pause, priority; spec/slots.md, "Scheduling") decides the candidates and order.
+    let parked = super::order::start_candidates(state, eligible);
     if parked.is_empty() {
         return Ok(StartNext::NoneParked);
     }

@@ -15,6 +15,7 @@
 //! [`spawn_failed`]. So the order spawn → first publish → second publish cannot be changed by a
 //! caller without changing these signatures.
 
+use super::order::{held_back, HeldBack};
 use super::reconcile::{reconcile_step_general, Orphans};
 use super::reserve::{
     complete_runner_spawn_first, complete_runner_spawn_second, park, release_runner_slot,
@@ -30,6 +31,9 @@ use super::{
 use crate::admission::Strategy;
 pub use crate::scopes::Busy;
 use crate::scopes::{attached_may_start, plan_submit, start_filter, SubmitPlan};
+
+mod sched;
+pub use sched::{resume, ResumeEffect, ResumeInput, Schedule};
 use std::collections::{BTreeMap, BTreeSet};
 
 // ---------------------------------------------------------------------------------------------
@@ -281,6 +285,9 @@ pub struct SubmitDecision {
     pub effect: SubmitEffect,
     /// Parked waiters the new turn replaced: their rows left; the shell ends them as superseded.
     pub superseded: Vec<TurnKey>,
+    /// Why the new row waits although its strategy would let it start (a pause, a not-before
+    /// time; [`crate::slots::held_back`]); `None` otherwise.
+    pub held: Option<HeldBack>,
 }
 
 /// The detached submit section: apply the task's strategy to the new turn, enqueue it, and
@@ -289,15 +296,113 @@ pub fn submit<L: Liveness>(
     state: &mut QueueState,
     input: SubmitInput<'_, L>,
 ) -> Result<SubmitDecision, SlotError> {
+    submit_scheduled(state, input, Schedule::default())
+}
+
+/// [`submit`] with the turn's [`Schedule`] (`--priority`, `--delay`/`--at`): the row gets its
+/// priority, and a row that a pause or its not-before time holds back is parked instead of
+/// reserved (spec/slots.md, "Scheduling").
+pub fn submit_scheduled<L: Liveness>(
+    state: &mut QueueState,
+    input: SubmitInput<'_, L>,
+    schedule: Schedule,
+) -> Result<SubmitDecision, SlotError> {
     let key = input.key;
     // Checked first so that no error below can follow a change.
     validate_task_name(&key.task)?;
+    let now = input.now_millis;
+    let decided = match plan_submit(state, key, input.strategy, now) {
+        SubmitPlan::Start => match held_back(state, &key.task, schedule.not_before_millis, now) {
+            Some(_) => {
+                let queue_id = enqueue(state, key, input.me, now)?.queue_id();
+                park(state, key)?;
+                Ok(hold(
+                    state,
+                    key,
+                    queue_id,
+                    schedule.not_before_millis,
+                    now,
+                    Vec::new(),
+                )?)
+            }
+            None => submit_plan(state, input, SubmitPlan::Start),
+        },
+        SubmitPlan::Park {
+            ready_at_millis,
+            superseded,
+        } => {
+            let ready_at_millis = ready_at_millis.max(schedule.not_before_millis);
+            state.entries.retain(|e| !superseded.contains(&e.key));
+            let queue_id = enqueue(state, key, input.me, now)?.queue_id();
+            park(state, key)?;
+            Ok(hold(
+                state,
+                key,
+                queue_id,
+                ready_at_millis,
+                now,
+                superseded,
+            )?)
+        }
+        SubmitPlan::LineUp => {
+            let queue_id = enqueue(state, key, input.me, now)?.queue_id();
+            park(state, key)?;
+            Ok(hold(
+                state,
+                key,
+                queue_id,
+                schedule.not_before_millis,
+                now,
+                Vec::new(),
+            )?)
+        }
+        plan => submit_plan(state, input, plan),
+    }?;
+    if decided.queue_id != 0 {
+        state.row_mut(key)?.priority = schedule.priority;
+    }
+    Ok(decided)
+}
+
+/// A parked new row that waits until `ready_at_millis` (or a resume): its waker, unless a pause
+/// holds it (resume starts it, or spawns the waker then).
+fn hold(
+    state: &mut QueueState,
+    key: &TurnKey,
+    queue_id: u64,
+    ready_at_millis: u64,
+    now_millis: u64,
+    superseded: Vec<TurnKey>,
+) -> Result<SubmitDecision, SlotError> {
+    set_ready_at(state, key, ready_at_millis)?;
+    let held = held_back(state, &key.task, ready_at_millis, now_millis);
+    let wake_at_millis =
+        (ready_at_millis > now_millis && held != Some(HeldBack::Paused)).then_some(ready_at_millis);
+    Ok(SubmitDecision {
+        queue_id,
+        effect: SubmitEffect::Wait {
+            ready_at_millis,
+            wake_at_millis,
+        },
+        superseded,
+        held,
+    })
+}
+
+/// The strategy's plan for a new row that nothing holds back.
+fn submit_plan<L: Liveness>(
+    state: &mut QueueState,
+    input: SubmitInput<'_, L>,
+    plan: SubmitPlan,
+) -> Result<SubmitDecision, SlotError> {
+    let key = input.key;
     let decision = |queue_id, effect, superseded| SubmitDecision {
         queue_id,
         effect,
         superseded,
+        held: None,
     };
-    match plan_submit(state, key, input.strategy, input.now_millis) {
+    match plan {
         SubmitPlan::Drop { running, busy } => Ok(decision(
             0,
             SubmitEffect::Dropped { running, busy },

@@ -1,0 +1,221 @@
+//! Scheduling: pause, not-before times and priorities (spec/slots.md, "Scheduling").
+//!
+//! One pure decision, [`start_candidates`], says which parked rows a start-next may try and in
+//! which order; every path that starts a parked row (a finishing runner, reconcile and its waker,
+//! resume) goes through it via `start_next_parked_general`, and a fresh submit asks
+//! [`held_back`] before it reserves. The pause set lives in the queue state, so the section
+//! that decides a start also sees the pause under the same lock.
+
+use super::{QueueEntry, QueueState, RowState, SlotError, TurnKey};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// The bound on individually paused task names (the pause set is stored in the queue state).
+pub const MAX_PAUSED_TASKS: usize = 256;
+
+/// What is paused: the whole home, and/or single tasks. A paused row stays parked.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PauseSet {
+    /// `tollgate pause` without a task: no parked row of any task starts.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub home: bool,
+    /// `tollgate pause TASK`: no parked row of these tasks starts. At most [`MAX_PAUSED_TASKS`].
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub tasks: BTreeSet<String>,
+}
+
+impl PauseSet {
+    pub fn is_empty(&self) -> bool {
+        !self.home && self.tasks.is_empty()
+    }
+
+    /// Whether rows of `task` are held by a pause (the home's or the task's own).
+    pub fn holds(&self, task: &str) -> bool {
+        self.home || self.tasks.contains(task)
+    }
+}
+
+/// Why a row that could otherwise start does not start now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HeldBack {
+    /// The home or the row's task is paused.
+    Paused,
+    /// The row may not start before this time (`--delay`/`--at`, or a debounce deadline).
+    NotBefore { ready_at_millis: u64 },
+}
+
+/// The one eligibility rule of scheduling (Q1, Q2): `None` when pause and time let the row of
+/// `task` with `ready_at_millis` start at `now_millis`. A pause wins over a time.
+pub fn held_back(
+    state: &QueueState,
+    task: &str,
+    ready_at_millis: u64,
+    now_millis: u64,
+) -> Option<HeldBack> {
+    if state.paused.holds(task) {
+        Some(HeldBack::Paused)
+    } else if ready_at_millis > now_millis {
+        Some(HeldBack::NotBefore { ready_at_millis })
+    } else {
+        None
+    }
+}
+
+/// The one order of scheduling (Q3): the parked rows a start-next may try, not paused and
+/// accepted by `eligible` (the task's strategy, the time), highest `priority` first and FIFO
+/// (`queue_id`) among equal priorities. A row that holds a slot is never among them, so a
+/// priority never reorders a row that already started.
+pub fn start_candidates(
+    state: &QueueState,
+    eligible: &impl Fn(&QueueState, &QueueEntry) -> bool,
+) -> Vec<TurnKey> {
+    let mut rows: Vec<&QueueEntry> = state
+        .entries
+        .iter()
+        .filter(|e| {
+            matches!(e.state, RowState::Parked)
+                && !state.paused.holds(&e.key.task)
+                && eligible(state, e)
+        })
+        .collect();
+    // Stable sort on a total key: priority descending, then queue_id ascending.
+    rows.sort_by_key(|e| (std::cmp::Reverse(e.priority), e.queue_id));
+    rows.into_iter().map(|e| e.key.clone()).collect()
+}
+
+/// What a pause or resume applies to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PauseScope<'a> {
+    /// The whole home. Resuming the home also resumes every paused task.
+    Home,
+    /// One task.
+    Task(&'a str),
+}
+
+/// Pauses `scope`. Returns whether anything changed (pausing what is paused already does not).
+/// Refused, changing nothing, when a new task would exceed [`MAX_PAUSED_TASKS`].
+pub fn pause(state: &mut QueueState, scope: PauseScope<'_>) -> Result<bool, SlotError> {
+    match scope {
+        PauseScope::Home => Ok(!std::mem::replace(&mut state.paused.home, true)),
+        PauseScope::Task(task) => {
+            super::validate_task_name(task)?;
+            if state.paused.tasks.contains(task) {
+                return Ok(false);
+            }
+            if state.paused.tasks.len() >= MAX_PAUSED_TASKS {
+                return Err(SlotError::TooManyPaused {
+                    limit: MAX_PAUSED_TASKS,
+                });
+            }
+            state.paused.tasks.insert(task.to_string());
+            Ok(true)
+        }
+    }
+}
+
+/// Lifts the pause of `scope`. Returns whether anything changed.
+pub fn unpause(state: &mut QueueState, scope: PauseScope<'_>) -> bool {
+    match scope {
+        PauseScope::Home => {
+            let changed = !state.paused.is_empty();
+            state.paused = PauseSet::default();
+            changed
+        }
+        PauseScope::Task(task) => state.paused.tasks.remove(task),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::slots::{enqueue, park, ProcessIdentity};
+
+    fn queue(rows: &[(&str, i32)]) -> QueueState {
+        let mut state = QueueState::default();
+        let me = ProcessIdentity {
+            pid: 1,
+            start_time_micros: 1,
+        };
+        for (i, (task, priority)) in rows.iter().enumerate() {
+            let key = TurnKey::new(*task, i as u32 + 1);
+            enqueue(&mut state, &key, me, 0).unwrap();
+            park(&mut state, &key).unwrap();
+            state.row_mut(&key).unwrap().priority = *priority;
+        }
+        state
+    }
+
+    fn every(_: &QueueState, _: &QueueEntry) -> bool {
+        true
+    }
+
+    #[test]
+    fn q3_highest_priority_first_fifo_among_equals() {
+        let state = queue(&[("a", 0), ("b", 5), ("c", 0), ("d", 5), ("e", -1)]);
+        let order: Vec<u32> = start_candidates(&state, &every)
+            .into_iter()
+            .map(|k| k.turn)
+            .collect();
+        assert_eq!(order, vec![2, 4, 1, 3, 5]);
+    }
+
+    #[test]
+    fn q1_paused_rows_are_no_candidates() {
+        let mut state = queue(&[("a", 0), ("b", 9)]);
+        assert!(pause(&mut state, PauseScope::Task("b")).unwrap());
+        assert!(!pause(&mut state, PauseScope::Task("b")).unwrap());
+        let order = start_candidates(&state, &every);
+        assert_eq!(order, vec![TurnKey::new("a", 1)]);
+        pause(&mut state, PauseScope::Home).unwrap();
+        assert!(start_candidates(&state, &every).is_empty());
+        assert!(unpause(&mut state, PauseScope::Home));
+        assert!(state.paused.is_empty());
+        assert_eq!(start_candidates(&state, &every).len(), 2);
+    }
+
+    #[test]
+    fn pause_set_is_bounded() {
+        let mut state = QueueState::default();
+        for i in 0..MAX_PAUSED_TASKS {
+            pause(&mut state, PauseScope::Task(&format!("t{i}"))).unwrap();
+        }
+        let before = state.clone();
+        let err = pause(&mut state, PauseScope::Task("one-more")).unwrap_err();
+        assert!(err.to_string().contains(&MAX_PAUSED_TASKS.to_string()));
+        assert_eq!(state, before);
+    }
+
+    #[test]
+    fn queue_json_keeps_priority_and_pause_and_older_documents_load_without_them() {
+        let mut state = queue(&[("a", 3)]);
+        pause(&mut state, PauseScope::Task("a")).unwrap();
+        let text = serde_json::to_string(&state).unwrap();
+        assert!(
+            text.contains("\"priority\":3") && text.contains("\"paused\""),
+            "{text}"
+        );
+        let back: QueueState = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, state);
+        // A document from before scheduling: no priority, no pause set.
+        let plain = serde_json::to_string(&queue(&[("a", 0)])).unwrap();
+        assert!(
+            !plain.contains("priority") && !plain.contains("paused"),
+            "{plain}"
+        );
+        let old: QueueState = serde_json::from_str(&plain).unwrap();
+        assert!(old.paused.is_empty());
+        assert_eq!(old.entries[0].priority, 0);
+    }
+
+    #[test]
+    fn q2_held_back_until_ready() {
+        let state = QueueState::default();
+        assert_eq!(
+            held_back(&state, "a", 10, 5),
+            Some(HeldBack::NotBefore {
+                ready_at_millis: 10
+            })
+        );
+        assert_eq!(held_back(&state, "a", 10, 10), None);
+    }
+}

@@ -237,8 +237,9 @@ fi
 # 2. Throughput: N x true on 4 slots, from the first submit until all are done.
 # One round of tool $1 with $2 submitting loops: its wall time in microseconds in BURST_US.
 burst() {
-  local tool="$1" loops="$2" dir="$work/burst-$1-$2-$3" per t0 t1 l lp=()
-  per=$((N / loops))
+  local tool="$1" loops="$2" dir="$work/burst-$1-$2-$3" t0 t1 l lp=()
+  # Loop l submits share(l) turns: N split over the loops, the remainder to the first ones.
+  share() { echo $((N / loops + ($1 <= N % loops ? 1 : 0))); }
   case "$tool" in
     tg | tg_os) tg_home "$dir" "$([ "$tool" = tg ] && echo fsync || echo os)" ;;
     tsp) mkdir -p "$dir"; tsp_start "$dir/sock" "$SLOTS" ;;
@@ -249,28 +250,28 @@ burst() {
   case "$tool" in
     tg | tg_os)
       for l in $(seq 1 "$loops"); do
-        ( for _ in $(seq 1 "$per"); do "$BIN" --home "$dir" submit -- true; done >"$dir.out$l" 2>&1 ) &
+        ( for _ in $(seq 1 "$(share "$l")"); do "$BIN" --home "$dir" submit -- true; done >"$dir.out$l" 2>&1 ) &
         lp+=($!)
       done
       wait "${lp[@]}"
       cat "$dir".out* >"$dir.ids"
-      tg_wait_all "$dir" "$dir.ids" $((per * loops)) ;;
+      tg_wait_all "$dir" "$dir.ids" "$N" ;;
     nq)
       for l in $(seq 1 "$loops"); do
-        ( for _ in $(seq 1 "$per"); do NQDIR="$dir" nq -q true; done >/dev/null 2>&1 ) &
+        ( for _ in $(seq 1 "$(share "$l")"); do NQDIR="$dir" nq -q true; done >/dev/null 2>&1 ) &
         lp+=($!)
       done
       wait "${lp[@]}"
       NQDIR="$dir" nq -w >/dev/null 2>&1 ;;
     tsp)
       for l in $(seq 1 "$loops"); do
-        ( for _ in $(seq 1 "$per"); do TS_SOCKET="$dir/sock" TMPDIR="$dir" tsp true; done >/dev/null 2>&1 ) &
+        ( for _ in $(seq 1 "$(share "$l")"); do TS_SOCKET="$dir/sock" TMPDIR="$dir" tsp true; done >/dev/null 2>&1 ) &
         lp+=($!)
       done
       wait "${lp[@]}"
       tsp_wait_all "$dir/sock" ;;
     pueue)
-      for _ in $(seq 1 "$per"); do pueue -c "$dir/pueue.yml" add -- true; done >/dev/null 2>&1
+      for _ in $(seq 1 "$N"); do pueue -c "$dir/pueue.yml" add -- true; done >/dev/null 2>&1
       pueue -c "$dir/pueue.yml" wait >/dev/null 2>&1 ;;
     xargs) seq 1 "$N" | xargs -P"$SLOTS" -n1 "$TRUE_BIN" ;;
     parallel) seq 1 "$N" | parallel --will-cite -j"$SLOTS" "$TRUE_BIN" ;;
@@ -319,7 +320,6 @@ if ! skip SKIP_DEPTH; then
     DEPTH_ROWS[$d]=$rows
     h="$work/depth-$d"
     tg_home "$h" fsync 1
-    "$BIN" --home "$h" submit --wait -- true >/dev/null 2>&1 # the home's files exist from here on
     mkfifo "$h.hold"
     "$HELPER" fill "$h" "$rows" <"$h.hold" >"$h.ready" 2>&1 &
     PIDS+=($!)
@@ -328,6 +328,7 @@ if ! skip SKIP_DEPTH; then
     say "3. depth: filling $h with $rows parked rows"
     for _ in $(seq 1 1200); do grep -q '^ready' "$h.ready" && break; kill -0 "${PIDS[-1]}" 2>/dev/null || break; sleep 0.1; done
     grep -q '^ready' "$h.ready" || { say "the fill of $h failed: $(cat "$h.ready")"; exit 1; }
+    "$BIN" --home "$h" submit -- true >/dev/null 2>&1 # untimed: the home's files exist from here on
   done
   for r in $(seq 1 "$PARK_ROUNDS"); do
     for d in $DEPTHS; do
@@ -426,7 +427,7 @@ report() {
   echo
   echo "- before: $CONDITIONS_BEFORE"
   echo "- after: $CONDITIONS_AFTER"
-  echo "- binary: $BIN ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')); medians; ROUNDS=$ROUNDS N=$N LOOPS=$LOOPS LAT_ROUNDS=$LAT_ROUNDS PARK_ROUNDS=$PARK_ROUNDS"
+  echo "- binary: $BIN ($(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo "?")); medians; ROUNDS=$ROUNDS N=$N LOOPS=$LOOPS LAT_ROUNDS=$LAT_ROUNDS PARK_ROUNDS=$PARK_ROUNDS"
   echo
   if ! skip SKIP_LATENCY; then
     echo "## 1. \`submit --wait -- true\` end to end (median of $LAT_ROUNDS, interleaved)"

@@ -46,16 +46,17 @@ fn usage() -> ! {
 }
 
 fn arg<T: std::str::FromStr>(args: &[String], i: usize, name: &str) -> T {
-    args.get(i)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| {
-            eprintln!("peers_helper: argument {i} ({name}) is missing or not valid");
-            usage()
-        })
+    args.get(i).and_then(|a| a.parse().ok()).unwrap_or_else(|| {
+        eprintln!("peers_helper: argument {i} ({name}) is missing or not valid");
+        usage()
+    })
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     match args.first().map(String::as_str) {
         Some("fill") => fill(
             arg::<PathBuf>(&args, 1, "HOME"),
@@ -161,7 +162,8 @@ impl Conn {
         head.push_str("\r\n");
         self.writer.write_all(head.as_bytes())?;
         self.writer.write_all(body)?;
-        let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
+        let bad =
+            |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
         let mut status_line = String::new();
         if self.reader.read_line(&mut status_line)? == 0 {
             return Err(bad("connection closed"));

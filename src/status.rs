@@ -92,6 +92,15 @@ pub struct TurnView {
     pub started_at_millis: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended_at_millis: Option<u64>,
+    /// `submit --retry`: which attempt this turn is, of how many.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry: Option<crate::protocol::slots::RetryPlan>,
+    /// The turns it waits (or waited) for (`submit --after`/`--after-success`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<crate::protocol::slots::Dependency>,
+    /// For a `dependency_failed` turn: the dependency whose end settled it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_dependency: Option<TurnKey>,
 }
 
 fn observed(o: Observation) -> &'static str {
@@ -113,10 +122,19 @@ pub fn turn_state(queue: &QueueState, turn: &TurnRecord, liveness: &impl Livenes
             TurnOutcome::Dropped => "dropped",
             TurnOutcome::Superseded => "superseded",
             TurnOutcome::TimedOut => "timed_out",
+            TurnOutcome::DependencyFailed => "dependency_failed",
         }
         .to_string();
     }
     match queue.row(&turn.key).map(|r| &r.state) {
+        // Parked until the turns it waits for (`--after`) have left the queue.
+        Some(RowState::Parked)
+            if queue
+                .row(&turn.key)
+                .is_some_and(|r| !crate::protocol::slots::dependencies_met(queue, r)) =>
+        {
+            "held"
+        }
         Some(RowState::Parked) => "parked",
         Some(RowState::Waiting { .. }) => "waiting",
         Some(RowState::Dispatching { dispatch_owner }) => {
@@ -235,6 +253,9 @@ pub fn status_with<L: Liveness>(
                     submitted_at_millis: turn.submitted_at_millis,
                     started_at_millis: turn.started_at_millis,
                     ended_at_millis: turn.ended_at_millis,
+                    retry: turn.retry,
+                    after: turn.after.clone(),
+                    failed_dependency: turn.failed_dependency.clone(),
                 });
             }
         }

@@ -324,6 +324,49 @@ fn special_files_as_the_database_or_its_log_are_refused_by_every_reader_and_doct
     }
 }
 
+/// A database of schema version 1 (before dependencies) is migrated to version 3 on open: its
+/// rows are kept and rows with dependencies round-trip afterwards.
+#[test]
+fn a_version_1_database_is_migrated_to_version_3_keeping_its_rows() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut shape = every_shape();
+    for entry in &mut shape.entries {
+        entry.after.clear();
+    }
+    store(tmp.path())
+        .transact(|queue| {
+            *queue = shape.clone();
+            Ok::<_, StoreError>(())
+        })
+        .expect("publish");
+    let db = tmp.path().join("tollgate.db");
+    // Back to version 1: the dependency table and its migration's record removed.
+    let conn = rusqlite::Connection::open(&db).expect("open");
+    conn.execute_batch(
+        "DROP TABLE entry_dependencies; DELETE FROM schema_migrations WHERE version > 1;",
+    )
+    .expect("downgrade");
+    drop(conn);
+    assert_eq!(store(tmp.path()).load().expect("migrated load"), shape);
+    let versions: Vec<u32> = rusqlite::Connection::open(&db)
+        .expect("open")
+        .prepare("SELECT version FROM schema_migrations ORDER BY version")
+        .expect("prepare")
+        .query_map([], |row| row.get(0))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(versions.last(), Some(&3), "{versions:?}");
+    let with_deps = every_shape();
+    store(tmp.path())
+        .transact(|queue| {
+            *queue = with_deps.clone();
+            Ok::<_, StoreError>(())
+        })
+        .expect("publish with dependencies");
+    assert_eq!(store(tmp.path()).load().expect("load"), with_deps);
+}
+
 #[test]
 fn a_database_of_a_newer_schema_is_refused() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -493,6 +536,17 @@ fn mutate(queue: &mut QueueState, rng: &mut Lcg) {
             };
             row.ready_at_millis = rng.below(2) * 1_700_000_000_500;
             row.cancel_requested = rng.below(2) == 0;
+            // Dependencies added, changed or cleared (schema version 3).
+            row.after = (0..rng.below(3))
+                .map(|n| tollgate::protocol::slots::Dependency {
+                    key: TurnKey::new(format!("t{}", rng.below(20)), 1 + n as u32),
+                    rule: if rng.below(2) == 0 {
+                        tollgate::protocol::slots::AfterRule::Ended
+                    } else {
+                        tollgate::protocol::slots::AfterRule::Succeeded
+                    },
+                })
+                .collect();
         }
         5 => {
             if queue.runners.is_empty() || rng.below(2) == 0 {

@@ -1,8 +1,8 @@
 //! Queue shapes shared by the store tests (SQLite and PostgreSQL round-trip the same document).
 
 use tollgate::protocol::slots::{
-    ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord, RunnerSlotReservation,
-    SlotToken, TurnKey, WorkId, WorkRecord,
+    AfterRule, Dependency, ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord,
+    RunnerSlotReservation, SlotToken, TurnKey, WorkId, WorkRecord,
 };
 
 pub fn id(pid: u32, start_time_micros: u64) -> ProcessIdentity {
@@ -24,6 +24,7 @@ pub fn every_shape() -> QueueState {
         ready_at_millis,
         // Odd ids carry a cancel request, so both values round-trip.
         cancel_requested: queue_id % 2 == 1,
+        after: Vec::new(),
     };
     QueueState {
         version: 1,
@@ -61,7 +62,20 @@ pub fn every_shape() -> QueueState {
                 Some(RunnerSlotReservation::new(id(14, 5), SlotToken::generate())),
                 u64::MAX - 1,
             ),
-            entry(u64::MAX - 1, "parked", RowState::Parked, None, 42),
+            QueueEntry {
+                // Dependencies of both rules, in the order given (schema version 3).
+                after: vec![
+                    Dependency {
+                        key: TurnKey::new("waiting", 7),
+                        rule: AfterRule::Succeeded,
+                    },
+                    Dependency {
+                        key: TurnKey::new("zz-first", u32::MAX),
+                        rule: AfterRule::Ended,
+                    },
+                ],
+                ..entry(u64::MAX - 1, "parked", RowState::Parked, None, 42)
+            },
         ],
         runners: vec![
             RunnerRecord {

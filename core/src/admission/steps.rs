@@ -577,6 +577,7 @@ mod tests {
             slot_reservation: reservation,
             ready_at_millis: 0,
             cancel_requested: false,
+            after: Vec::new(),
         }
     }
 

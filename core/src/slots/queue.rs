@@ -112,6 +112,11 @@ pub struct QueueEntry {
     /// it at its take-over, before it spawns anything. Absent in older queue files (false).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cancel_requested: bool,
+    /// The turns this row waits for (`submit --after`/`--after-success`): it may start only when
+    /// none of them has a row any more (R1). At most [`super::MAX_DEPENDENCIES`]; absent in older
+    /// queue files (none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<super::Dependency>,
 }
 
 fn is_zero(value: &u64) -> bool {
@@ -309,6 +314,7 @@ pub fn enqueue(
         slot_reservation: None,
         ready_at_millis: 0,
         cancel_requested: false,
+        after: Vec::new(),
     });
     debug_assert!(state.check_structure().is_ok());
     Ok(EnqueueOutcome::Enqueued { queue_id })

@@ -71,6 +71,7 @@ pub mod actions;
 mod actors;
 mod broken;
 pub mod config;
+pub mod deps;
 pub mod properties;
 pub mod render;
 pub mod state;

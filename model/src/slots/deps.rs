@@ -15,8 +15,8 @@
 //! queue, and a crash keeps the record writes done before it and loses the queue's section.
 
 use super::state::token_from_counter;
-use std::collections::{BTreeMap, BTreeSet};
 use stateright::{Model, Property};
+use std::collections::{BTreeMap, BTreeSet};
 use tollgate_core::admission::Strategy;
 use tollgate_core::slots::steps::{
     self, FinishInput, Handoff, ReconcileEffect, ReconcileInput, SubmitEffect, SubmitInput,
@@ -275,7 +275,8 @@ impl DepsState {
         {
             return;
         }
-        let retry_key = slots::retry_due(ended, rec.retry_plan()).map(|p| self.retry_record(key, p));
+        let retry_key =
+            slots::retry_due(ended, rec.retry_plan()).map(|p| self.retry_record(key, p));
         let departed = slots::depart(
             &mut self.queue,
             DepartInput {
@@ -641,7 +642,9 @@ impl Model for DepsModel {
                         },
                     );
                     match effect {
-                        Ok(ReconcileEffect::Removed { key } | ReconcileEffect::Forgotten { key }) => {
+                        Ok(
+                            ReconcileEffect::Removed { key } | ReconcileEffect::Forgotten { key },
+                        ) => {
                             st.depart(&key, RECONCILER, variant);
                         }
                         Ok(ReconcileEffect::Spawn { handoff, .. }) => st.spawn(handoff),
@@ -667,7 +670,11 @@ impl Model for DepsModel {
             Property::always(names::R1, |_, st: &DepsState| {
                 // B started ⇒ the attempt of A it waits for (A's retry chain followed) ended.
                 let b_started = st.records.get(&b()).is_some_and(|r| r.started);
-                !b_started || st.records.get(&st.last_a()).is_some_and(|r| r.outcome.is_some())
+                !b_started
+                    || st
+                        .records
+                        .get(&st.last_a())
+                        .is_some_and(|r| r.outcome.is_some())
             }),
             Property::always(names::R2, |_, st: &DepsState| {
                 let last = st.records.get(&st.last_a()).and_then(|r| r.outcome);

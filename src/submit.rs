@@ -281,7 +281,7 @@ fn decide_sequenced<L: Liveness, S: Store>(
         };
         let ended = crate::deps::ended_dependencies(&rt.home, state, &sequencing.after)?;
         let (decision, held) = match slots::submit_after(state, input, &sequencing.after, &ended)? {
-            AfterSubmit::Submitted(decision) => (decision, None),
+            AfterSubmit::Submitted(decision) => (*decision, None),
             AfterSubmit::Held {
                 queue_id,
                 waiting_on,

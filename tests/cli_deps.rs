@@ -486,3 +486,56 @@ fn submit_help_explains_dependencies_and_retries() {
         assert!(out.contains(word), "{word}: {out}");
     }
 }
+
+/// R3 across a crash: the runner of a failing turn dies inside its finish section after the
+/// turn's result was written and before the queue's commit (made here by SIGKILLing the runner
+/// and writing the failed result the section writes first). `reconcile` removes the settled row
+/// and re-queues the retry in that same section; a second `reconcile` does not double it.
+#[test]
+fn a_crash_between_the_result_and_the_commit_neither_loses_nor_doubles_the_retry() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = init_home(tmp.path(), 2);
+    let first = tmp.path().join("first");
+    // Its first run marks `first` and runs until killed; its retry exits 0.
+    let script = format!(
+        "if [ -e {first} ]; then exit 0; fi; touch {first}; while :; do sleep 0.05; done",
+        first = first.display()
+    );
+    ok(
+        &home,
+        &[
+            "submit", "--task", "a", "--retry", "1", "--", "sh", "-c", &script,
+        ],
+    );
+    until(&home, "the first run", |h| {
+        first.exists() && state_of(h, "a", 1).as_deref() == Some("running")
+    });
+    let record_path = home.join("tasks/a/turns/1/turn.json");
+    let mut record: Value =
+        serde_json::from_slice(&std::fs::read(&record_path).expect("record")).expect("json");
+    let runner = record["runner"]["pid"].as_u64().expect("runner pid");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &runner.to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    until(&home, "the runner's death", |h| {
+        state_of(h, "a", 1).as_deref() == Some("orphaned")
+    });
+    // What the finish section writes before its commit: the failed result.
+    record["outcome"] = "failed".into();
+    record["exit_code"] = 1.into();
+    record["ended_at_millis"] = record["started_at_millis"].clone();
+    std::fs::write(&record_path, serde_json::to_vec(&record).expect("json")).expect("write");
+    ok(&home, &["reconcile"]);
+    ok(&home, &["reconcile"]);
+    let waited = tollgate(&home, &["wait", "a:1"]);
+    assert_eq!(waited.status.code(), Some(0), "{}", describe(&waited));
+    let retry = turn_view(&home, "a", 2).expect("the retry");
+    assert_eq!(retry["state"], "completed", "{retry}");
+    assert_eq!(retry["retry"]["attempt"], 2, "{retry}");
+    assert!(
+        turn_view(&home, "a", 3).is_none(),
+        "the retry was not doubled"
+    );
+}

@@ -325,12 +325,22 @@ fn dependencies_and_retries_work_on_a_postgres_queue() {
     );
     let out = tollgate(
         &home,
-        &["submit", "--task", "a", "--retry", "1", "--", "sh", "-c", &script],
+        &[
+            "submit", "--task", "a", "--retry", "1", "--", "sh", "-c", &script,
+        ],
     );
     assert!(out.status.success(), "{}", describe(&out));
     let out = tollgate(
         &home,
-        &["submit", "--task", "b", "--after-success", "a", "--", "true"],
+        &[
+            "submit",
+            "--task",
+            "b",
+            "--after-success",
+            "a",
+            "--",
+            "true",
+        ],
     );
     assert!(out.status.success(), "{}", describe(&out));
     let state = store(&url, &queue).load().expect("load");
@@ -345,7 +355,12 @@ fn dependencies_and_retries_work_on_a_postgres_queue() {
     let out = tollgate(&home, &["wait", "b"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let out = tollgate(&home, &["wait", "a:1"]);
-    assert_eq!(out.status.code(), Some(0), "followed to the retry: {}", describe(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "followed to the retry: {}",
+        describe(&out)
+    );
     assert!(store(&url, &queue).load().expect("load").entries.is_empty());
 }
 

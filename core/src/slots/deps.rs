@@ -149,7 +149,7 @@ pub fn check_dependencies(
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum AfterSubmit {
     /// Every dependency had ended as asked: the ordinary submit step decided.
-    Submitted(SubmitDecision),
+    Submitted(Box<SubmitDecision>),
     /// The row is enqueued and parked until `waiting_on` left the queue.
     Held {
         queue_id: u64,
@@ -170,7 +170,9 @@ pub fn submit_after<L: Liveness>(
     ended: &BTreeMap<TurnKey, Ended>,
 ) -> Result<AfterSubmit, SlotError> {
     match check_dependencies(state, after, ended) {
-        DependencyCheck::Met => steps::submit(state, input).map(AfterSubmit::Submitted),
+        DependencyCheck::Met => {
+            steps::submit(state, input).map(|d| AfterSubmit::Submitted(Box::new(d)))
+        }
         DependencyCheck::Failed { cause } => Ok(AfterSubmit::DependencyFailed { cause }),
         DependencyCheck::Pending(waiting_on) => {
             validate_task_name(&input.key.task)?;

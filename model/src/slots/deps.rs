@@ -320,7 +320,7 @@ impl DepsState {
             liveness: &live,
         };
         let decided = if variant == DepsVariant::IgnoreDependencies {
-            steps::submit(&mut self.queue, input).map(AfterSubmit::Submitted)
+            steps::submit(&mut self.queue, input).map(|d| AfterSubmit::Submitted(Box::new(d)))
         } else {
             let ended: BTreeMap<TurnKey, Ended> = after
                 .iter()

@@ -80,7 +80,8 @@ pub struct TurnView {
     pub labels: Vec<String>,
     /// parked, waiting, starting, running, recording (the command ended; its result waits for disk
     /// space), orphaned (dispatched, but its runner and dispatcher are dead: reconcile repairs it),
-    /// completed, failed, cancelled, unstartable, dropped, superseded, unqueued.
+    /// completed, failed, cancelled, unstartable, dropped, superseded, unqueued; held (parked until
+    /// the turns of its `--after` left the queue), dependency_failed.
     pub state: String,
     pub argv: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

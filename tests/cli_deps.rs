@@ -519,9 +519,19 @@ fn a_crash_between_the_result_and_the_commit_neither_loses_nor_doubles_the_retry
         .status()
         .expect("kill");
     assert!(killed.success());
-    until(&home, "the runner's death", |h| {
-        state_of(h, "a", 1).as_deref() == Some("orphaned")
-    });
+    // Watched through /proc, not `status`: status repairs a dead runner's turn (runs it again).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{runner}/stat")).is_ok_and(|stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|r| !r.trim_start().starts_with('Z'))
+        })
+    };
+    while alive() {
+        assert!(Instant::now() < deadline, "runner {runner} still alive");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     // What the finish section writes before its commit: the failed result.
     record["outcome"] = "failed".into();
     record["exit_code"] = 1.into();
@@ -538,4 +548,58 @@ fn a_crash_between_the_result_and_the_commit_neither_loses_nor_doubles_the_retry
         turn_view(&home, "a", 3).is_none(),
         "the retry was not doubled"
     );
+}
+
+/// A turn that cannot start (a missing program) or runs past its `--timeout` is a failure too:
+/// each is retried, and the last attempt's exit code is what `submit --wait` returns.
+#[test]
+fn unstartable_and_timed_out_turns_are_retried() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = init_home(tmp.path(), 2);
+    let missing = tollgate(
+        &home,
+        &[
+            "submit",
+            "--task",
+            "missing",
+            "--retry",
+            "1",
+            "--wait",
+            "--",
+            "/nonexistent/program",
+        ],
+    );
+    assert_eq!(missing.status.code(), Some(127), "{}", describe(&missing));
+    for n in [1, 2] {
+        assert_eq!(
+            state_of(&home, "missing", n).as_deref(),
+            Some("unstartable"),
+            "attempt {n}"
+        );
+    }
+    let slow = tollgate(
+        &home,
+        &[
+            "submit",
+            "--task",
+            "slow",
+            "--retry",
+            "1",
+            "--timeout",
+            "100ms",
+            "--wait",
+            "--",
+            "sleep",
+            "30",
+        ],
+    );
+    assert_eq!(slow.status.code(), Some(124), "{}", describe(&slow));
+    for n in [1, 2] {
+        assert_eq!(
+            state_of(&home, "slow", n).as_deref(),
+            Some("timed_out"),
+            "attempt {n}"
+        );
+    }
+    assert!(turn_view(&home, "slow", 3).is_none());
 }

@@ -19,7 +19,9 @@ latest turn), TASK:N (turn N), TASK:last (for a task named with digits) or `last
 submitted last in the home).
 
 Exit code: with one TURN, its own exit code (128+signal if a signal ended it; 1 if it never ran: \
-cancelled, dropped, superseded; 127 if it could not start); with several, the highest of theirs.
+cancelled, dropped, superseded; 5 if it never ran because a turn it waited for with \
+--after-success did not succeed; 127 if it could not start); with several, the highest of theirs. \
+A turn retried by `submit --retry` is followed to its last attempt, whose exit code counts.
 
 Examples:
   tollgate wait 17               the turn whose id is 17

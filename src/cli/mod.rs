@@ -206,7 +206,8 @@ pub struct SubmitArgs {
 #[derive(Debug, Args)]
 #[command(
     after_help = "States: queued (waits for a slot), waiting (waits in its task's line or \
-debounce), starting, running, done, failed, cancelled, spawn-failed, dropped, superseded, \
+debounce), held (waits for the turns of its --after), starting, running, done, failed, cancelled, \
+spawn-failed, dropped, superseded, dep-failed (never ran: an --after-success turn did not succeed), \
 orphaned (its submitter or runner died: `tollgate reconcile` repairs it)."
 )]
 pub struct StatusArgs {

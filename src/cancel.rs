@@ -103,6 +103,10 @@ pub fn cancel_once<L: Liveness, S: Store>(
                 TurnOutcome::Cancelled,
                 rt.spawner.now_millis(),
             )?;
+            // Its `--after-success` dependents settle now; a cancel is never retried.
+            let me = crate::process::self_identity()
+                .map_err(|e| DispatchError::io("reading this process's identity", e))?;
+            crate::deps::departed_on_disk(rt, state, key, me)?;
         }
         Ok::<_, DispatchError>(effect)
     })

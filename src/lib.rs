@@ -18,6 +18,7 @@ pub mod cancel;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod deps;
 pub mod dispatch;
 pub mod driver;
 pub mod exec;

@@ -86,7 +86,8 @@ pub fn reconcile_once<L: Liveness, S: Store>(
     orphan_candidates: &[TurnKey],
 ) -> Result<ReconcileEffect, DispatchError> {
     let cap = rt.cap();
-    rt.store.transact_internal(|state| {
+    let mut wake = None;
+    let effect = rt.store.transact_internal(|state| {
         let mut records = TurnRecords::new();
         for key in steps::records_needed(state, orphan_candidates) {
             records.insert(
@@ -107,8 +108,22 @@ pub fn reconcile_once<L: Liveness, S: Store>(
                 liveness: &rt.liveness,
             },
         )?;
+        // A row that left here (its turn had ended, or has no record): its departure, in this
+        // section (a retry the dead runner's section did not commit is re-queued now).
+        if let ReconcileEffect::Removed { key } | ReconcileEffect::Forgotten { key } = &effect {
+            let after = crate::deps::departed_on_disk(rt, state, key, me)?;
+            wake = after.wake_at_millis;
+        }
         Ok::<_, DispatchError>(effect)
-    })
+    })?;
+    crate::deps::after_commit(
+        rt,
+        &crate::deps::AfterDeparture {
+            wake_at_millis: wake,
+            retried_as: None,
+        },
+    );
+    Ok(effect)
 }
 
 /// What a turn's record says, field by field, for the core's reconcile step.

@@ -101,7 +101,8 @@ pub struct TurnView {
     pub labels: Vec<String>,
     /// parked, waiting, starting, running, recording (the command ended; its result waits for disk
     /// space), orphaned (dispatched, but its runner and dispatcher are dead: reconcile repairs it),
-    /// completed, failed, cancelled, unstartable, dropped, superseded, unqueued.
+    /// completed, failed, cancelled, unstartable, dropped, superseded, unqueued; held (parked until
+    /// the turns of its `--after` left the queue), dependency_failed.
     pub state: String,
     pub argv: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -122,6 +123,15 @@ pub struct TurnView {
     /// `submit --priority` of a queued turn (absent: 0).
     #[serde(skip_serializing_if = "is_zero_i32")]
     pub priority: i32,
+    /// `submit --retry`: which attempt this turn is, of how many.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry: Option<crate::protocol::slots::RetryPlan>,
+    /// The turns it waits (or waited) for (`submit --after`/`--after-success`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<crate::protocol::slots::Dependency>,
+    /// For a `dependency_failed` turn: the dependency whose end settled it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_dependency: Option<TurnKey>,
 }
 
 /// What holds a parked row back now, as [`TurnView::held`] says it, and its not-before time.
@@ -165,10 +175,19 @@ pub fn turn_state(queue: &QueueState, turn: &TurnRecord, liveness: &impl Livenes
             TurnOutcome::Dropped => "dropped",
             TurnOutcome::Superseded => "superseded",
             TurnOutcome::TimedOut => "timed_out",
+            TurnOutcome::DependencyFailed => "dependency_failed",
         }
         .to_string();
     }
     match queue.row(&turn.key).map(|r| &r.state) {
+        // Parked until the turns it waits for (`--after`) have left the queue.
+        Some(RowState::Parked)
+            if queue
+                .row(&turn.key)
+                .is_some_and(|r| !crate::protocol::slots::dependencies_met(queue, r)) =>
+        {
+            "held"
+        }
         Some(RowState::Parked) => "parked",
         Some(RowState::Waiting { .. }) => "waiting",
         Some(RowState::Dispatching { dispatch_owner }) => {
@@ -292,6 +311,9 @@ pub fn status_with<L: Liveness>(
                     submitted_at_millis: turn.submitted_at_millis,
                     started_at_millis: turn.started_at_millis,
                     ended_at_millis: turn.ended_at_millis,
+                    retry: turn.retry,
+                    after: turn.after.clone(),
+                    failed_dependency: turn.failed_dependency.clone(),
                 });
             }
         }

@@ -9,8 +9,10 @@ use crate::protocol::admission::Strategy;
 use crate::protocol::slots::steps::{
     self, AttachedEffect, AttachedInput, Busy, Schedule, SubmitDecision, SubmitEffect, SubmitInput,
 };
-use crate::protocol::slots::HeldBack;
-use crate::protocol::slots::{validate_task_name, Liveness, ProcessIdentity, SlotToken, TurnKey};
+use crate::protocol::slots::{
+    self, validate_task_name, AfterSubmit, Dependency, HeldBack, Liveness, ProcessIdentity,
+    RetryPlan, SlotToken, TurnKey,
+};
 use crate::queue::Store;
 use crate::runner::{self, Execution};
 use crate::runtime::Runtime;
@@ -35,6 +37,17 @@ pub struct SubmitRequest {
     pub schedule: Schedule,
 }
 
+/// `submit --after`/`--after-success` and `--retry`/`--backoff`: what orders a turn among
+/// others (spec/slots.md, "Dependencies and retries"). Detached turns only.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sequencing {
+    /// The turns the new one waits for (resolved by the caller; at most
+    /// [`crate::protocol::slots::MAX_DEPENDENCIES`]).
+    pub after: Vec<Dependency>,
+    /// The first attempt's retry plan (`None`: no retries).
+    pub retry: Option<RetryPlan>,
+}
+
 impl SubmitRequest {
     /// Writes the turn's record (and the task's strategy, when set) under the queue lock, with
     /// the short id its row will get (`state` is the queue before the submit step).
@@ -46,10 +59,33 @@ impl SubmitRequest {
         now_millis: u64,
         state: &crate::protocol::slots::QueueState,
     ) -> Result<(tasks::TurnRecord, Strategy), crate::fsutil::FileError> {
+        self.create_sequenced_turn(
+            home,
+            task,
+            attached,
+            now_millis,
+            state,
+            &Sequencing::default(),
+        )
+    }
+
+    /// [`SubmitRequest::create_turn`] with the turn's dependencies and retry plan recorded.
+    fn create_sequenced_turn(
+        &self,
+        home: &crate::home::Home,
+        task: &str,
+        attached: bool,
+        now_millis: u64,
+        state: &crate::protocol::slots::QueueState,
+        sequencing: &Sequencing,
+    ) -> Result<(tasks::TurnRecord, Strategy), crate::fsutil::FileError> {
         let meta = tasks::TurnMeta {
             id: Some(tasks::predicted_turn_id(state)),
             labels: self.labels.clone(),
             timeout_millis: self.timeout_millis,
+            after: sequencing.after.clone(),
+            retry: sequencing.retry,
+            retry_of: None,
         };
         tasks::create_turn_with(
             home,
@@ -80,6 +116,11 @@ pub enum Placement {
     /// Refused: the task's strategy is `drop` and its turn `running` is in the queue (`busy`
     /// says how). Nothing was enqueued.
     Dropped { running: TurnKey, busy: Busy },
+    /// Parked until the turns it waits for (`--after`) have left the queue.
+    Held { waiting_on: Vec<TurnKey> },
+    /// Not run: its `--after-success` dependency `cause` had ended other than completed with
+    /// exit 0. Nothing was enqueued; the turn's record says so.
+    DependencyFailed { cause: TurnKey },
 }
 
 #[derive(Clone, Debug)]
@@ -150,7 +191,36 @@ pub fn submit_detached_with<L: Liveness, S: Store>(
     request: SubmitRequest,
     prepare: impl FnOnce(&crate::home::Home, &mut tasks::TurnRecord) -> Result<(), FileError>,
 ) -> Result<Submitted, DispatchError> {
-    let decided = decide_submit(rt, me, &request, prepare)?;
+    submit_detached_sequenced(rt, me, request, Sequencing::default(), prepare)
+}
+
+/// [`submit_detached_with`] for a turn with dependencies and/or retries (`submit --after`,
+/// `--after-success`, `--retry`).
+pub fn submit_detached_sequenced<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    me: ProcessIdentity,
+    request: SubmitRequest,
+    sequencing: Sequencing,
+    prepare: impl FnOnce(&crate::home::Home, &mut tasks::TurnRecord) -> Result<(), FileError>,
+) -> Result<Submitted, DispatchError> {
+    let (decided, held) = decide_sequenced(rt, me, &request, &sequencing, prepare)?;
+    if let Some(placement) = held {
+        if let SubmitEffect::Wait {
+            wake_at_millis: Some(at_millis),
+            ..
+        } = decided.decision.effect
+        {
+            driver::start_waker(rt.spawner.as_ref(), at_millis);
+        }
+        return Ok(Submitted {
+            key: decided.key,
+            queue_id: decided.decision.queue_id,
+            placement,
+            strategy: decided.strategy,
+            superseded: Vec::new(),
+            held: decided.decision.held,
+        });
+    }
     let placement = match decided.decision.effect {
         SubmitEffect::Spawn(handoff) => {
             Placement::Started(driver::hand_off(&rt.store, rt.spawner.as_ref(), handoff)?)
@@ -186,45 +256,105 @@ pub fn decide_submit<L: Liveness, S: Store>(
     request: &SubmitRequest,
     prepare: impl FnOnce(&crate::home::Home, &mut tasks::TurnRecord) -> Result<(), FileError>,
 ) -> Result<Decided, DispatchError> {
+    decide_sequenced(rt, me, request, &Sequencing::default(), prepare).map(|(decided, _)| decided)
+}
+
+/// [`decide_submit`] with dependencies: the core's [`steps::submit`], or with `--after`
+/// [`slots::submit_after`] (fed the dependencies' outcomes read under this lock). A held or
+/// dependency-failed turn comes back with its placement (its `decision` then has no effect to
+/// perform: `Pending`).
+fn decide_sequenced<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    me: ProcessIdentity,
+    request: &SubmitRequest,
+    sequencing: &Sequencing,
+    prepare: impl FnOnce(&crate::home::Home, &mut tasks::TurnRecord) -> Result<(), FileError>,
+) -> Result<(Decided, Option<Placement>), DispatchError> {
     let task = check_request(request)?;
     let mut prepare = Some(prepare);
     let cap = rt.cap();
     rt.store.transact(|state| {
         let now = rt.spawner.now_millis();
         let task = tasks::fresh_task_for(&rt.home, task.as_deref(), &request.argv, state)?;
-        let (turn, strategy) = request.create_turn(&rt.home, &task, false, now, state)?;
+        let (turn, strategy) =
+            request.create_sequenced_turn(&rt.home, &task, false, now, state, sequencing)?;
         if let Some(prepare) = prepare.take() {
             let mut turn = turn.clone();
             prepare(&rt.home, &mut turn)?;
             tasks::save_turn(&rt.home, &turn)?;
         }
         let key = turn.key.clone();
-        let decision = steps::submit_scheduled(
-            state,
-            SubmitInput {
-                key: &key,
-                me,
-                fresh_token: rt.spawner.fresh_token(),
-                now_millis: now,
-                cap,
-                strategy,
-                liveness: &rt.liveness,
-            },
-            request.schedule,
-        )?;
+        let input = SubmitInput {
+            key: &key,
+            me,
+            fresh_token: rt.spawner.fresh_token(),
+            now_millis: now,
+            cap,
+            strategy,
+            liveness: &rt.liveness,
+        };
+        let ended = crate::deps::ended_dependencies(&rt.home, state, &sequencing.after)?;
+        let after = &sequencing.after;
+        let (decision, held) = match slots::submit_after(state, input, after, &ended, request.schedule)? {
+            AfterSubmit::Submitted(decision) => (*decision, None),
+            AfterSubmit::Held {
+                queue_id,
+                waiting_on,
+                wake_at_millis,
+            } => (
+                held_decision(queue_id, wake_at_millis),
+                Some(Placement::Held {
+                    waiting_on: waiting_on.into_iter().map(|d| d.key).collect(),
+                }),
+            ),
+            AfterSubmit::DependencyFailed { cause } => {
+                crate::deps::end_dependency_failed(&rt.home, &key, &cause, now)?;
+                (unperformed(0), Some(Placement::DependencyFailed { cause }))
+            }
+        };
         tasks::settle_turn_id(&rt.home, &key, turn.id, decision.queue_id)?;
         for old in &decision.superseded {
             tasks::end_unrun(&rt.home, old, TurnOutcome::Superseded, now)?;
+            crate::deps::departed_on_disk(rt, state, old, me)?;
         }
         if let SubmitEffect::Dropped { .. } = decision.effect {
             tasks::end_unrun(&rt.home, &key, TurnOutcome::Dropped, now)?;
         }
-        Ok::<_, DispatchError>(Decided {
-            key,
-            strategy,
-            decision,
-        })
+        Ok::<_, DispatchError>((
+            Decided {
+                key,
+                strategy,
+                decision,
+            },
+            held,
+        ))
     })
+}
+
+/// A decision with nothing left for the driver to perform (a held or dependency-failed turn).
+fn unperformed(queue_id: u64) -> SubmitDecision {
+    SubmitDecision {
+        queue_id,
+        effect: SubmitEffect::Pending,
+        superseded: Vec::new(),
+        held: None,
+    }
+}
+
+/// The decision of a row held for its dependencies: nothing to perform, but the waker the core
+/// asked for when the row also has a not-before time (`--delay`/`--at`): the dependencies may
+/// end before it, and then only time starts the row.
+fn held_decision(queue_id: u64, wake_at_millis: Option<u64>) -> SubmitDecision {
+    match wake_at_millis {
+        Some(at) => SubmitDecision {
+            effect: SubmitEffect::Wait {
+                ready_at_millis: at,
+                wake_at_millis: Some(at),
+            },
+            ..unperformed(queue_id)
+        },
+        None => unperformed(queue_id),
+    }
 }
 
 /// What the critical section of a detached submit decided.

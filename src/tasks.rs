@@ -11,7 +11,7 @@
 use crate::fsutil::{self, FileError};
 use crate::home::Home;
 use crate::protocol::admission::Strategy;
-use crate::protocol::slots::{ProcessIdentity, TurnKey};
+use crate::protocol::slots::{Dependency, ProcessIdentity, RetryPlan, TurnKey};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -63,6 +63,9 @@ pub enum TurnOutcome {
     Superseded,
     /// It ran longer than its `submit --timeout`; the runner killed its whole unit.
     TimedOut,
+    /// Never ran: a turn it waited for with `submit --after-success` ended other than completed
+    /// with exit 0 ([`TurnRecord::failed_dependency`] names it).
+    DependencyFailed,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,6 +114,21 @@ pub struct TurnRecord {
     /// the turn ends `timed_out`; `None`: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_millis: Option<u64>,
+    /// The turns it waits for (`submit --after`/`--after-success`), as given at submit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<Dependency>,
+    /// `submit --retry`: which attempt this turn is, of how many, and the backoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPlan>,
+    /// The turn (of the same task) whose failure this attempt retries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<u32>,
+    /// The turn (of the same task) that retries this failed one: where `wait` goes on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retried_as: Option<u32>,
+    /// For a `dependency_failed` turn: the dependency whose end settled it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_dependency: Option<TurnKey>,
 }
 
 /// What a new turn's record carries besides its command: its short id and labels.
@@ -121,6 +139,12 @@ pub struct TurnMeta {
     pub labels: Vec<String>,
     /// See [`TurnRecord::timeout_millis`].
     pub timeout_millis: Option<u64>,
+    /// See [`TurnRecord::after`].
+    pub after: Vec<Dependency>,
+    /// See [`TurnRecord::retry`].
+    pub retry: Option<RetryPlan>,
+    /// See [`TurnRecord::retry_of`].
+    pub retry_of: Option<u32>,
 }
 
 /// The `queue_id` the next enqueue hands out (the same rule as the core's `enqueue`): the short id
@@ -506,6 +530,11 @@ pub fn create_turn_with(
         id: meta.id,
         labels: meta.labels,
         timeout_millis: meta.timeout_millis,
+        after: meta.after,
+        retry: meta.retry,
+        retry_of: meta.retry_of,
+        retried_as: None,
+        failed_dependency: None,
     };
     // The task's counter first: a crash between the two writes then skips a turn number instead
     // of leaving a turn record its task does not list.

@@ -359,6 +359,20 @@ fn valid_turn() -> impl Strategy<Value = TurnRecord> {
                     id: None,
                     labels: Vec::new(),
                     timeout_millis: None,
+                    // Dependencies and retries (`submit --after`, `--retry`) on some records.
+                    after: if turn % 2 == 0 {
+                        vec![tollgate::protocol::slots::Dependency {
+                            key: TurnKey::new("dep", turn),
+                            rule: tollgate::protocol::slots::AfterRule::Succeeded,
+                        }]
+                    } else {
+                        Vec::new()
+                    },
+                    retry: (turn % 3 == 0)
+                        .then(|| tollgate::protocol::slots::RetryPlan::first(2, 10)),
+                    retry_of: turn.checked_sub(1).filter(|_| turn % 3 == 0),
+                    retried_as: None,
+                    failed_dependency: None,
                 }
             },
         )

@@ -365,6 +365,7 @@ fn reconcile_settles_a_row_whose_task_folder_is_gone_and_goes_on() {
                 ready_at_millis: 0,
                 cancel_requested: false,
                 priority: 0,
+                after: Vec::new(),
             }];
             queue.next_queue_id = next + 1;
             Ok::<_, StoreError>(())

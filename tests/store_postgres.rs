@@ -303,6 +303,68 @@ fn a_home_whose_config_names_the_database_submits_waits_and_shows_status() {
     check_default_queue_is_the_canonical_home(&url, tmp.path());
 }
 
+/// `submit --after-success` and `--retry` on a home whose queue is in PostgreSQL: the held row's
+/// dependency is stored (schema version 3) and the dependent runs after the retry succeeded.
+#[test]
+fn dependencies_and_retries_work_on_a_postgres_queue() {
+    let Some(url) = server() else { return };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = init_home(tmp.path(), 1);
+    let queue = unique_queue("deps");
+    let config = home.join("tollgate.toml");
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str(&format!("store = {:?}\n", with_queue(&url, &queue)));
+    std::fs::write(&config, text).expect("write config");
+    let gate = tmp.path().join("gate");
+    let count = tmp.path().join("count");
+    // Fails its first run (after the gate opens), succeeds its second.
+    let script = format!(
+        "while [ ! -e {gate} ]; do sleep 0.02; done; n=$(cat {count} 2>/dev/null || echo 0); \
+         echo $((n+1)) > {count}; [ $n -ge 1 ]",
+        gate = gate.display(),
+        count = count.display()
+    );
+    let out = tollgate(
+        &home,
+        &[
+            "submit", "--task", "a", "--retry", "1", "--", "sh", "-c", &script,
+        ],
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = tollgate(
+        &home,
+        &[
+            "submit",
+            "--task",
+            "b",
+            "--after-success",
+            "a",
+            "--",
+            "true",
+        ],
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    let state = store(&url, &queue).load().expect("load");
+    let held = state
+        .entries
+        .iter()
+        .find(|e| e.key.task == "b")
+        .expect("b's row");
+    assert_eq!(held.after.len(), 1, "{state:?}");
+    assert_eq!(held.after[0].key.task, "a");
+    std::fs::write(&gate, "").expect("open the gate");
+    let out = tollgate(&home, &["wait", "b"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let out = tollgate(&home, &["wait", "a:1"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "followed to the retry: {}",
+        describe(&out)
+    );
+    assert!(store(&url, &queue).load().expect("load").entries.is_empty());
+}
+
 /// Without `?queue=`, the queue is the home's canonical path: the home named relatively from
 /// its parent and absolutely through a `..` detour is one queue.
 fn check_default_queue_is_the_canonical_home(url: &str, dir: &Path) {

@@ -324,12 +324,16 @@ fn special_files_as_the_database_or_its_log_are_refused_by_every_reader_and_doct
     }
 }
 
-/// A database of schema version 1 (no priorities, no pause set) is migrated to version 2 on its
-/// next open, its rows kept with priority 0 and nothing paused; the new fields then round-trip.
+/// A database of schema version 1 (no priorities, no pause set, no dependencies) is migrated to
+/// the current version on its next open, its rows kept with priority 0, nothing paused and no
+/// dependencies; the new fields then round-trip.
 #[test]
-fn a_version_1_database_migrates_to_version_2_keeping_its_rows() {
+fn a_version_1_database_migrates_to_the_current_version_keeping_its_rows() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let shape = every_shape();
+    let mut shape = every_shape();
+    for entry in &mut shape.entries {
+        entry.after.clear();
+    }
     store(tmp.path())
         .transact(|queue| {
             *queue = shape.clone();
@@ -337,14 +341,15 @@ fn a_version_1_database_migrates_to_version_2_keeping_its_rows() {
         })
         .expect("publish");
     let db = tmp.path().join("tollgate.db");
-    // Turn it back into what tollgate wrote before migration 2.
+    // Turn it back into what tollgate wrote before migrations 2 and 3.
     rusqlite::Connection::open(&db)
         .expect("open")
         .execute_batch(
-            "DROP TABLE paused_tasks;
+            "DROP TABLE entry_dependencies;
+             DROP TABLE paused_tasks;
              ALTER TABLE entries DROP COLUMN priority;
              ALTER TABLE queue_meta DROP COLUMN paused_home;
-             DELETE FROM schema_migrations WHERE version = 2;",
+             DELETE FROM schema_migrations WHERE version > 1;",
         )
         .expect("downgrade to version 1");
     let migrated = store(tmp.path()).load().expect("migrate");
@@ -354,21 +359,23 @@ fn a_version_1_database_migrates_to_version_2_keeping_its_rows() {
         row.priority = 0;
     }
     assert_eq!(migrated, expected);
-    let version: u32 = rusqlite::Connection::open(&db)
+    let versions: Vec<u32> = rusqlite::Connection::open(&db)
         .expect("open")
-        .query_row("SELECT max(version) FROM schema_migrations", [], |r| {
-            r.get(0)
-        })
-        .expect("version");
-    assert_eq!(version, 2);
-    let again = store(tmp.path());
-    again
+        .prepare("SELECT version FROM schema_migrations ORDER BY version")
+        .expect("prepare")
+        .query_map([], |row| row.get(0))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(versions, vec![1, 2, 3]);
+    let full = every_shape();
+    store(tmp.path())
         .transact(|queue| {
-            *queue = shape.clone();
+            *queue = full.clone();
             Ok::<_, StoreError>(())
         })
         .expect("publish after the migration");
-    assert_eq!(store(tmp.path()).load().expect("load"), shape);
+    assert_eq!(store(tmp.path()).load().expect("load"), full);
 }
 
 #[test]
@@ -547,6 +554,17 @@ fn mutate(queue: &mut QueueState, rng: &mut Lcg) {
             if !queue.paused.tasks.remove(&task) {
                 queue.paused.tasks.insert(task);
             }
+            // Dependencies added, changed or cleared (schema version 3).
+            row.after = (0..rng.below(3))
+                .map(|n| tollgate::protocol::slots::Dependency {
+                    key: TurnKey::new(format!("t{}", rng.below(20)), 1 + n as u32),
+                    rule: if rng.below(2) == 0 {
+                        tollgate::protocol::slots::AfterRule::Ended
+                    } else {
+                        tollgate::protocol::slots::AfterRule::Succeeded
+                    },
+                })
+                .collect();
         }
         5 => {
             if queue.runners.is_empty() || rng.below(2) == 0 {

@@ -155,6 +155,8 @@ pub fn start_filter(
 ) -> impl Fn(&QueueState, &QueueEntry) -> bool + '_ {
     move |state, entry| {
         let strategy = strategies.get(&entry.key.task).copied().unwrap_or_default();
-        may_start(state, entry, strategy, now_millis)
+        // R1: a row whose dependencies are still queued never starts.
+        crate::slots::dependencies_met(state, entry)
+            && may_start(state, entry, strategy, now_millis)
     }
 }

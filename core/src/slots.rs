@@ -5,6 +5,7 @@
 //! `&mut` and either changes it and reports what the caller must do (spawn, park, nothing), or
 //! returns a [`SlotError`] and leaves it exactly as it was.
 
+mod deps;
 mod identity;
 mod occupancy;
 pub mod order;
@@ -17,6 +18,11 @@ mod takeover;
 mod token;
 mod work;
 
+pub use deps::{
+    check_dependencies, depart, dependencies_met, retry_due, submit_after, AfterRule, AfterSubmit,
+    DepartInput, Departure, Dependency, DependencyCheck, Ended, Requeued, RetryPlan, MAX_ATTEMPTS,
+    MAX_BACKOFF_MILLIS, MAX_DEPENDENCIES,
+};
 pub use identity::{Liveness, Observation, ProcessIdentity};
 pub use occupancy::{
     acting_queue_holder, counted_identities, live_runner_for_turn, occupied_runner_slots, Reserving,
@@ -70,6 +76,10 @@ pub enum SlotError {
     UnknownWork { key: TurnKey, work: String },
     #[error("QUEUE_TOO_MANY_PAUSED: at most {limit} tasks can be paused one by one; pause the home instead")]
     TooManyPaused { limit: usize },
+    #[error("QUEUE_RETRY_KEY_MISSING: {key} is due a retry but no turn was created for it")]
+    RetryKeyMissing { key: TurnKey },
+    #[error("QUEUE_TOO_MANY_DEPENDENCIES: a turn may wait for at most {limit} turns")]
+    TooManyDependencies { limit: usize },
 }
 
 impl SlotError {
@@ -89,6 +99,8 @@ impl SlotError {
             SlotError::TurnBusy { .. } => "QUEUE_TURN_BUSY",
             SlotError::UnknownWork { .. } => "QUEUE_WORK_UNKNOWN",
             SlotError::TooManyPaused { .. } => "QUEUE_TOO_MANY_PAUSED",
+            SlotError::RetryKeyMissing { .. } => "QUEUE_RETRY_KEY_MISSING",
+            SlotError::TooManyDependencies { .. } => "QUEUE_TOO_MANY_DEPENDENCIES",
         }
     }
 }

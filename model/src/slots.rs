@@ -72,6 +72,7 @@ mod actors;
 mod broken;
 pub mod config;
 pub mod order;
+pub mod deps;
 pub mod properties;
 pub mod render;
 pub mod state;

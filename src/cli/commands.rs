@@ -176,7 +176,8 @@ fn resolve_cwd(cwd: Option<PathBuf>) -> Result<PathBuf, CliError> {
     }
 }
 
-pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> {
+pub fn submit(home: Option<PathBuf>, mut args: SubmitArgs) -> Result<i32, CliError> {
+    let sequencing = super::deps::SequencingArgs::from_args(&mut args)?;
     let strategy = match &args.strategy {
         Some(text) => Some(
             text.parse::<crate::protocol::admission::Strategy>()
@@ -204,7 +205,7 @@ pub fn submit(home: Option<PathBuf>, args: SubmitArgs) -> Result<i32, CliError> 
         wait: args.wait,
         json: args.json,
     };
-    submit_request(home, request, how)
+    submit_request_with(home, request, how, sequencing)
 }
 
 /// The [`Schedule`](crate::protocol::slots::steps::Schedule) of `--delay`/`--at`/`--priority`.
@@ -239,6 +240,16 @@ pub(super) fn submit_request(
     request: SubmitRequest,
     how: How,
 ) -> Result<i32, CliError> {
+    submit_request_with(home, request, how, super::deps::SequencingArgs::default())
+}
+
+/// [`submit_request`] with `--after`/`--after-success`/`--retry` (detached only).
+fn submit_request_with(
+    home: Option<PathBuf>,
+    request: SubmitRequest,
+    how: How,
+    sequencing: super::deps::SequencingArgs,
+) -> Result<i32, CliError> {
     let rt = open(home)?;
     let me = me()?;
     if how.attach {
@@ -263,11 +274,19 @@ pub(super) fn submit_request(
         return Ok(execution.shell_exit_code());
     }
     let labels = request.labels.clone();
-    let submitted = submit_detached(&rt, me, request)?;
+    let submitted = if sequencing.is_empty() {
+        submit_detached(&rt, me, request)?
+    } else {
+        let sequencing = sequencing.resolve(&rt)?;
+        crate::submit::submit_detached_sequenced(&rt, me, request, sequencing, |_, _| Ok(()))?
+    };
     crate::runner::repair::after_section(&rt, me);
     let key = &submitted.key;
     if let Placement::Dropped { running, busy } = &submitted.placement {
         return dropped(key, running, *busy, how.json);
+    }
+    if let Placement::DependencyFailed { cause } = &submitted.placement {
+        return dependency_failed(&rt, key, cause, how.json);
     }
     for old in &submitted.superseded {
         if !how.json {
@@ -281,7 +300,10 @@ pub(super) fn submit_request(
         Placement::Started(handoff) => ("started", Some(handoff.child())),
         Placement::Parked => ("parked", None),
         Placement::Waiting { .. } => ("waiting", None),
-        Placement::Pending | Placement::Dropped { .. } => ("pending", None),
+        Placement::Held { .. } => ("held", None),
+        Placement::Pending | Placement::Dropped { .. } | Placement::DependencyFailed { .. } => {
+            ("pending", None)
+        }
     };
     // A pause or a not-before time (not a debounce's quiet period) holds the new turn.
     let held = submitted.held.filter(|h| match h {
@@ -316,6 +338,14 @@ pub(super) fn submit_request(
             key.task, key.turn, submitted.queue_id
         );
         let line = match (runner, held) {
+            // Held for its dependencies first: that is what it waits for before any pause or time.
+            _ if placement == "held" => match &submitted.placement {
+                Placement::Held { waiting_on } => format!(
+                    "{named} waits for {}",
+                    super::deps::waiting_on(&rt, waiting_on)
+                ),
+                _ => format!("{named} is held"),
+            },
             (_, Some(HeldBack::Paused)) => format!(
                 "{named} queued, paused: it starts after `tollgate resume{}`",
                 if rt.store.load()?.paused.home {
@@ -353,7 +383,19 @@ pub(super) fn submit_request(
     if interactive() && !how.json {
         eprintln!("following {key} until it ends (Ctrl-C stops following; the turn keeps running)");
     }
-    let turn = follow_turn(&rt, key, !how.json)?;
+    let turn = follow_attempts(&rt, key, !how.json)?;
+    let key = &turn.key;
+    if turn.outcome == Some(tasks::TurnOutcome::DependencyFailed) {
+        if let (Some(cause), false) = (&turn.failed_dependency, how.json) {
+            dependency_failed(&rt, key, cause, false)?;
+        } else if how.json {
+            print_json(&json!({
+                "task": key.task, "turn": key.turn, "id": turn.id, "placement": placement,
+                "outcome": turn.outcome, "failed_dependency": turn.failed_dependency,
+            }))?;
+        }
+        return Ok(exit::DEPENDENCY_FAILED);
+    }
     if let (Some(error), false) = (&turn.error, how.json) {
         eprintln!("tollgate: {key} could not start: {error}");
     }
@@ -382,6 +424,50 @@ pub(super) fn submit_request(
         (None, Some(signal)) => 128 + signal,
         (None, None) => exit::FAILED,
     })
+}
+
+/// Reports a turn that will never run because its `--after-success` dependency `cause` did not
+/// succeed, with its own exit code.
+fn dependency_failed(
+    rt: &Runtime,
+    key: &TurnKey,
+    cause: &TurnKey,
+    json: bool,
+) -> Result<i32, CliError> {
+    let turn = tasks::load_turn(&rt.home, key)?;
+    if json {
+        print_json(&json!({
+            "task": key.task, "turn": key.turn, "id": turn.as_ref().and_then(|t| t.id),
+            "placement": "dependency_failed", "outcome": "dependency_failed",
+            "failed_dependency": cause,
+        }))?;
+    } else {
+        let why = turn
+            .and_then(|t| t.error)
+            .unwrap_or_else(|| format!("its dependency {cause} did not succeed"));
+        eprintln!("tollgate: {}: {why}", super::deps::named(rt, key));
+    }
+    Ok(exit::DEPENDENCY_FAILED)
+}
+
+/// [`follow_turn`] along the turn's retry chain: a failed attempt that was retried is followed
+/// by its retry (`retried_as`), up to the last attempt, whose record is returned.
+fn follow_attempts(rt: &Runtime, key: &TurnKey, stream: bool) -> Result<TurnRecord, CliError> {
+    let mut key = key.clone();
+    for _ in 0..crate::protocol::slots::MAX_ATTEMPTS {
+        let turn = follow_turn(rt, &key, stream)?;
+        match turn.retried_as {
+            Some(next) => {
+                let next = TurnKey::new(key.task.clone(), next);
+                if stream {
+                    eprintln!("tollgate: {key} failed; retried as turn {}", next.turn);
+                }
+                key = next;
+            }
+            None => return Ok(turn),
+        }
+    }
+    follow_turn(rt, &key, stream)
 }
 
 /// Reports a turn refused by the `drop` strategy, with its own exit code.
@@ -660,6 +746,13 @@ fn log_bytes(rt: &Runtime, key: &TurnKey) -> u64 {
 
 /// Why a turn has no output, in the words of `status`.
 fn why_no_output(rt: &Runtime, turn: &TurnRecord) -> Result<String, CliError> {
+    if turn.outcome == Some(tasks::TurnOutcome::DependencyFailed) {
+        let why = turn
+            .error
+            .clone()
+            .unwrap_or_else(|| "a dependency failed".into());
+        return Ok(format!("it never ran (dependency-failed): {why}"));
+    }
     if let Some(error) = &turn.error {
         return Ok(format!("it could not start: {error}"));
     }
@@ -672,6 +765,16 @@ fn why_no_output(rt: &Runtime, turn: &TurnRecord) -> Result<String, CliError> {
     let state = status_shell::turn_state(&queue, turn, &rt.liveness);
     Ok(match state.as_str() {
         "parked" => "it is queued: it waits for a free worker slot".to_string(),
+        "held" => {
+            let waiting: Vec<TurnKey> = queue
+                .row(&turn.key)
+                .map(|r| r.after.iter().map(|d| d.key.clone()).collect())
+                .unwrap_or_default();
+            format!(
+                "it is held: it waits for {} (--after)",
+                super::deps::waiting_on(rt, &waiting)
+            )
+        }
         "waiting" => "it waits its turn in its task's line (strategy)".to_string(),
         "starting" | "running" => format!("it is {state} and has printed nothing yet"),
         "unqueued" => {

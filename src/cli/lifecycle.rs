@@ -19,7 +19,9 @@ latest turn), TASK:N (turn N), TASK:last (for a task named with digits) or `last
 submitted last in the home).
 
 Exit code: with one TURN, its own exit code (128+signal if a signal ended it; 1 if it never ran: \
-cancelled, dropped, superseded; 127 if it could not start); with several, the highest of theirs.
+cancelled, dropped, superseded; 5 if it never ran because a turn it waited for with \
+--after-success did not succeed; 127 if it could not start); with several, the highest of theirs. \
+A turn retried by `submit --retry` is followed to its last attempt, whose exit code counts.
 
 Examples:
   tollgate wait 17               the turn whose id is 17
@@ -93,13 +95,14 @@ fn exit_code_of(turn: &TurnRecord) -> i32 {
         (Some(code), _, _) => code,
         (None, Some(signal), _) => 128 + signal,
         (None, None, Some(TurnOutcome::Completed)) => exit::OK,
+        (None, None, Some(TurnOutcome::DependencyFailed)) => exit::DEPENDENCY_FAILED,
         _ => exit::FAILED,
     }
 }
 
 pub fn wait(home: Option<PathBuf>, args: WaitArgs) -> Result<i32, CliError> {
     let rt = open(home)?;
-    let keys = args
+    let mut keys = args
         .turns
         .iter()
         .map(|r| turnref::resolve(&rt, r))
@@ -107,10 +110,30 @@ pub fn wait(home: Option<PathBuf>, args: WaitArgs) -> Result<i32, CliError> {
     let mut ended: Vec<Option<TurnRecord>> = vec![None; keys.len()];
     // The turns' records are written by other processes: sleep on their folders' events (watched
     // before the first read, so no change is missed), re-reading on each wake.
-    let dirs: Vec<PathBuf> = keys.iter().map(|k| rt.home.turn_dir(k)).collect();
-    let mut watch = crate::watch::TurnWatch::new(&dirs, false);
+    let watch_of = |keys: &[TurnKey]| {
+        let dirs: Vec<PathBuf> = keys.iter().map(|k| rt.home.turn_dir(k)).collect();
+        crate::watch::TurnWatch::new(&dirs, false)
+    };
+    let mut watch = watch_of(&keys);
     let mut check_runner = true;
     loop {
+        // A retried turn is waited for along its retry chain, to its last attempt.
+        let mut followed = false;
+        for key in keys.iter_mut() {
+            let retried = tasks::load_turn(&rt.home, key)?.and_then(|t| t.retried_as);
+            if let Some(next) = retried {
+                let next = TurnKey::new(key.task.clone(), next);
+                if !args.json {
+                    eprintln!("{key}: failed; retried as turn {}", next.turn);
+                }
+                *key = next;
+                followed = true;
+            }
+        }
+        if followed {
+            watch = watch_of(&keys);
+            continue;
+        }
         for (key, slot) in keys.iter().zip(ended.iter_mut()) {
             if slot.is_none() {
                 let turn = tasks::load_turn(&rt.home, key)?.ok_or_else(|| {
@@ -119,12 +142,25 @@ pub fn wait(home: Option<PathBuf>, args: WaitArgs) -> Result<i32, CliError> {
                         rt.home.turn_file(key).display()
                     ))
                 })?;
+                if turn.is_settled() && turn.retried_as.is_some() {
+                    // Retried since the check above: followed at once.
+                    followed = true;
+                    continue;
+                }
                 if turn.is_settled() {
                     if !args.json {
+                        let why = match (&turn.outcome, &turn.error) {
+                            (Some(TurnOutcome::DependencyFailed), Some(error)) => {
+                                format!(": {error}")
+                            }
+                            _ => String::new(),
+                        };
                         eprintln!(
-                            "{key}: {} (exit {})",
+                            "{key}: {} (exit {}){why}",
                             turn.outcome
-                                .map_or("ended".into(), |o| format!("{o:?}").to_lowercase()),
+                                .and_then(|o| serde_json::to_value(o).ok())
+                                .and_then(|v| v.as_str().map(str::to_string))
+                                .unwrap_or_else(|| "ended".into()),
                             exit_code_of(&turn)
                         );
                     }
@@ -137,6 +173,9 @@ pub fn wait(home: Option<PathBuf>, args: WaitArgs) -> Result<i32, CliError> {
         }
         if ended.iter().all(Option::is_some) {
             break;
+        }
+        if followed {
+            continue;
         }
         let wake = watch.wait();
         check_runner = wake != crate::watch::Wake::Changed || !watch.has_events();

@@ -2,6 +2,7 @@
 
 mod commands;
 mod config;
+mod deps;
 pub mod docs;
 mod doctor;
 mod error;
@@ -35,6 +36,9 @@ pub mod exit {
     /// `submit` was refused by the task's `drop` strategy: a turn of the task is in the queue
     /// (running, starting, or waiting for a worker slot).
     pub const DROPPED: i32 = 4;
+    /// The turn never ran: a turn it waited for with `--after-success` ended other than
+    /// completed with exit 0 (`submit`, `submit --wait`, `wait`).
+    pub const DEPENDENCY_FAILED: i32 = 5;
 }
 
 const EXIT_CODES_HELP: &str = "\
@@ -44,6 +48,7 @@ Exit codes:
   2  bad usage or bad input (argument, config, state file, unknown task); nothing was changed
   3  environment failure (IO error, queue lock wait timed out, spawn failed)
   4  submit refused by the task's `drop` strategy (a turn of the task is running or waiting)
+  5  the turn never ran: a turn it waited for with --after-success did not succeed
   124 submit --wait/--attach: the turn ran longer than its --timeout and was killed
 
 Quick start:
@@ -136,7 +141,9 @@ pub struct InitArgs {
   tollgate submit --task build --env RUST_LOG=debug --cwd ~/src/app -- cargo build
   tollgate submit --label nightly --label db -- ./backup.sh
   tollgate submit --delay 10m -- ./report.sh
-  tollgate submit --at 23:30 --priority 5 -- ./nightly.sh")]
+  tollgate submit --at 23:30 --priority 5 -- ./nightly.sh
+  tollgate submit --after-success 17 -- ./deploy.sh        (runs only if turn 17 completes with 0)
+  tollgate submit --retry 3 --backoff 10s -- ./flaky-upload.sh")]
 pub struct SubmitArgs {
     /// The task this turn belongs to (letters, digits, '.', '_', '-'). If omitted, a new task
     /// named after the program and the turn's id, e.g. `make-17` (for `sh -c SCRIPT`, the
@@ -194,6 +201,25 @@ pub struct SubmitArgs {
         conflicts_with = "attach"
     )]
     pub priority: i32,
+    /// Start only once these turns have ended, however they ended (ID as for `logs`: a short
+    /// id, TASK for its latest turn, TASK:N or `last`; at most 32 in all with --after-success).
+    /// A retried turn is followed to its last attempt. Not with --attach.
+    #[arg(long, value_name = "ID", num_args = 1.., conflicts_with = "attach")]
+    pub after: Vec<String>,
+    /// Start only once these turns have completed with exit 0. If one ends otherwise (failed,
+    /// timed out, unstartable, cancelled, dependency-failed, after its last retry), this turn
+    /// never runs and ends `dependency-failed` naming it (exit code 5 for --wait and `wait`).
+    #[arg(long, value_name = "ID", num_args = 1.., conflicts_with = "attach")]
+    pub after_success: Vec<String>,
+    /// Re-run a turn that fails (exit code other than 0, killed by a signal, timed out,
+    /// unstartable; never a cancelled one) up to N more times, each attempt a new turn of the
+    /// same task with the same command, cwd and env (at most 100). `cancel TASK` stops them.
+    #[arg(long, value_name = "N", conflicts_with = "attach")]
+    pub retry: Option<u32>,
+    /// Wait before each retry: DUR before the 2nd attempt, doubled for each one after (2 × DUR
+    /// before the 3rd, 4 × DUR before the 4th …), at most 1h. Default: 0 (at once).
+    #[arg(long, value_name = "DUR", requires = "retry")]
+    pub backoff: Option<String>,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -205,7 +231,8 @@ pub struct SubmitArgs {
 #[derive(Debug, Args)]
 #[command(
     after_help = "States: queued (waits for a slot), waiting (waits in its task's line or \
-debounce), starting, running, done, failed, cancelled, spawn-failed, dropped, superseded, \
+debounce), held (waits for the turns of its --after), starting, running, done, failed, cancelled, \
+spawn-failed, dropped, superseded, dep-failed (never ran: an --after-success turn did not succeed), \
 orphaned (its submitter or runner died: `tollgate reconcile` repairs it)."
 )]
 pub struct StatusArgs {

@@ -18,6 +18,8 @@ fn human_state(state: &str) -> (&'static str, Colour) {
         "unstartable" => ("spawn-failed", Colour::Red),
         "dropped" => ("dropped", Colour::Plain),
         "superseded" => ("superseded", Colour::Plain),
+        "held" => ("held", Colour::Plain),
+        "dependency_failed" => ("dep-failed", Colour::Red),
         "unqueued" | "orphaned" => ("orphaned", Colour::Red),
         _ => ("unknown", Colour::Plain),
     }
@@ -159,6 +161,13 @@ pub fn render(view: &StatusView, now_millis: u64, style: &TableStyle) -> String 
                 "-".to_string()
             } else {
                 turn.labels.join(",")
+            };
+            // `failed 1/3`: attempt 1 of 3 (`submit --retry 2`).
+            let word = match turn.retry {
+                Some(plan) if plan.attempts > 1 => {
+                    format!("{word} {}/{}", plan.attempt, plan.attempts)
+                }
+                _ => word.to_string(),
             };
             rows.push([
                 turn.id.map_or_else(|| "-".to_string(), |id| id.to_string()),

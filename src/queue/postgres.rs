@@ -17,7 +17,7 @@ use crate::clock;
 use crate::config::Durability;
 use crate::fsutil::FileError;
 use crate::protocol::slots::{
-    PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord,
+    AfterRule, Dependency, PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord,
     RunnerSlotReservation, SlotToken, TurnKey, WorkId, WorkRecord, QUEUE_FORMAT_VERSION,
 };
 use postgres::error::SqlState;
@@ -28,7 +28,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// The newest schema this tollgate writes in a PostgreSQL database.
-pub const POSTGRES_SCHEMA_VERSION: i32 = 2;
+pub const POSTGRES_SCHEMA_VERSION: i32 = 3;
 
 /// The first key of every advisory lock tollgate takes (`pg_advisory_xact_lock(int4, int4)`):
 /// "tg" in ASCII, so tollgate's locks do not collide with another application's single-key ones.
@@ -115,9 +115,23 @@ CREATE TABLE paused_tasks (
 );
 ";
 
+/// Version 3: a row's dependencies (`submit --after`), as in the SQLite store.
+const SCHEMA_V3: &str = "
+CREATE TABLE entry_dependencies (
+    queue TEXT NOT NULL REFERENCES queue_meta (queue),
+    queue_id BIGINT NOT NULL,
+    pos INTEGER NOT NULL,
+    task TEXT NOT NULL,
+    turn BIGINT NOT NULL,
+    rule TEXT NOT NULL CHECK (rule IN ('ended', 'succeeded')),
+    PRIMARY KEY (queue, queue_id, pos)
+);
+";
+
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "the queue as tables", SCHEMA_V1),
     (2, "scheduling: row priorities and the pause set", SCHEMA_V2),
+    (3, "dependencies of queue rows", SCHEMA_V3),
 ];
 
 /// A `store` URL split into what the client connects with and the queue it names.
@@ -528,6 +542,36 @@ impl PostgresStore {
         }
         let rows = tx
             .query(
+                "SELECT queue_id, task, turn, rule FROM entry_dependencies
+                 WHERE queue = $1 ORDER BY queue_id, pos",
+                &[queue],
+            )
+            .map_err(|e| self.error(e))?;
+        let index: HashMap<u64, usize> = state
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.queue_id, i))
+            .collect();
+        for row in &rows {
+            let queue_id: i64 = row.try_get(0).map_err(|e| self.error(e))?;
+            let key = turn_key(row, 1, 2)
+                .map_err(|e| self.error(e))?
+                .map_err(corrupt)?;
+            let rule = match row
+                .try_get::<_, String>(3)
+                .map_err(|e| self.error(e))?
+                .as_str()
+            {
+                "succeeded" => AfterRule::Succeeded,
+                _ => AfterRule::Ended,
+            };
+            if let Some(&i) = index.get(&(queue_id as u64)) {
+                state.entries[i].after.push(Dependency { key, rule });
+            }
+        }
+        let rows = tx
+            .query(
                 "SELECT task, turn, pid, start_micros, attached FROM runners
                  WHERE queue = $1 ORDER BY pos",
                 &[queue],
@@ -692,7 +736,51 @@ fn entry_from_row(row: &Row) -> Result<Result<QueueEntry, String>, postgres::Err
         ready_at_millis: row.try_get::<_, i64>(4)? as u64,
         cancel_requested: row.try_get(15)?,
         priority: row.try_get(16)?,
+        after: Vec::new(),
     }))
+}
+
+/// Rewrites the dependencies of the entries whose list changed (or that left).
+fn write_dependencies(
+    tx: &mut Transaction<'_>,
+    queue: &String,
+    old_by_id: &HashMap<u64, &QueueEntry>,
+    new_by_id: &HashMap<u64, &QueueEntry>,
+) -> Result<(), postgres::Error> {
+    let after = |map: &HashMap<u64, &QueueEntry>, id: &u64| -> Vec<Dependency> {
+        map.get(id).map_or_else(Vec::new, |e| e.after.clone())
+    };
+    let changed: Vec<u64> = old_by_id
+        .keys()
+        .chain(new_by_id.keys())
+        .filter(|id| after(old_by_id, id) != after(new_by_id, id))
+        .copied()
+        .collect();
+    for id in changed {
+        tx.execute(
+            "DELETE FROM entry_dependencies WHERE queue = $1 AND queue_id = $2",
+            &[queue, &int(id)],
+        )?;
+        for (pos, dependency) in after(new_by_id, &id).iter().enumerate() {
+            let rule = match dependency.rule {
+                AfterRule::Ended => "ended",
+                AfterRule::Succeeded => "succeeded",
+            };
+            tx.execute(
+                "INSERT INTO entry_dependencies (queue, queue_id, pos, task, turn, rule)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+                &[
+                    queue,
+                    &int(id),
+                    &(pos as i32),
+                    &dependency.key.task,
+                    &i64::from(dependency.key.turn),
+                    &rule,
+                ],
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// Writes what differs between `old` (what the tables hold) and `new`, as the SQLite store
@@ -793,6 +881,7 @@ fn write_changes(
             ],
         )?;
     }
+    write_dependencies(tx, queue, &old_by_id, &new_by_id)?;
     if old.runners != new.runners {
         tx.execute("DELETE FROM runners WHERE queue = $1", &[queue])?;
         let insert = tx.prepare(

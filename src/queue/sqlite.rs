@@ -13,7 +13,7 @@ use crate::config::Durability;
 use crate::fsutil::{self, FileError};
 use crate::home::Home;
 use crate::protocol::slots::{
-    PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord,
+    AfterRule, Dependency, PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord,
     RunnerSlotReservation, SlotToken, TurnKey, WorkId, WorkRecord, QUEUE_FORMAT_VERSION,
 };
 use rusqlite::config::DbConfig;
@@ -28,14 +28,29 @@ use std::time::{Duration, Instant};
 
 /// The newest schema this tollgate writes; a database whose `schema_migrations` names a newer
 /// one is refused (it was written by a newer tollgate).
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The schema's migrations in order: `(version, what it does, SQL)`. Each runs once, inside the
 /// write transaction that records it in `schema_migrations`.
 const MIGRATIONS: &[(u32, &str, &str)] = &[
     (1, "the queue as tables", SCHEMA_V1),
     (2, "scheduling: row priorities and the pause set", SCHEMA_V2),
+    (3, "dependencies of queue rows", SCHEMA_V3),
 ];
+
+/// Version 3: a row's dependencies (`submit --after`), in their own table so rows without any
+/// cost nothing: `pos` keeps the row's order; `rule` is `ended` (`--after`) or `succeeded`
+/// (`--after-success`). At most `MAX_DEPENDENCIES` per row (the core refuses more).
+const SCHEMA_V3: &str = "
+CREATE TABLE entry_dependencies (
+    queue_id INTEGER NOT NULL,
+    pos INTEGER NOT NULL,
+    task TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    rule TEXT NOT NULL CHECK (rule IN ('ended', 'succeeded')),
+    PRIMARY KEY (queue_id, pos)
+) STRICT;
+";
 
 /// Version 1: the queue document as tables. `entries` is FIFO by `queue_id` (the rowid, so the
 /// primary key is its index); a row's state and owners are columns (`owner_*` is the waiting
@@ -580,6 +595,7 @@ fn read_queue(conn: &Connection, path: &Path) -> Result<QueueState, StoreError> 
         state.entries.push(entry);
     }
     drop(query);
+    read_dependencies(conn, &mut state).map_err(sql)?;
     let mut runners = conn
         .prepare_cached("SELECT task, turn, pid, start_micros, attached FROM runners ORDER BY pos")
         .map_err(sql)?;
@@ -714,7 +730,78 @@ fn entry_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<QueueEntry
         ready_at_millis: uint(row, 4)?,
         cancel_requested: row.get(15)?,
         priority: row.get(16)?,
+        after: Vec::new(),
     }))
+}
+
+/// Attaches the `entry_dependencies` rows to their entries (spec/store.md, version 3).
+fn read_dependencies(conn: &Connection, state: &mut QueueState) -> rusqlite::Result<()> {
+    let index: HashMap<u64, usize> = state
+        .entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.queue_id, i))
+        .collect();
+    let mut rows = conn.prepare_cached(
+        "SELECT queue_id, task, turn, rule FROM entry_dependencies ORDER BY queue_id, pos",
+    )?;
+    let mut query = rows.query([])?;
+    while let Some(row) = query.next()? {
+        let queue_id = uint(row, 0)?;
+        let rule = match row.get::<_, String>(3)?.as_str() {
+            "succeeded" => AfterRule::Succeeded,
+            _ => AfterRule::Ended,
+        };
+        // A dependency of a row that is gone would be a leftover; the row's removal deletes them.
+        if let Some(&i) = index.get(&queue_id) {
+            state.entries[i].after.push(Dependency {
+                key: TurnKey::new(row.get::<_, String>(1)?, row.get(2)?),
+                rule,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Rewrites the dependencies of the entries whose list changed (or that left).
+fn write_dependencies(
+    tx: &rusqlite::Transaction<'_>,
+    old_by_id: &HashMap<u64, &QueueEntry>,
+    new_by_id: &HashMap<u64, &QueueEntry>,
+) -> rusqlite::Result<()> {
+    let after = |map: &HashMap<u64, &QueueEntry>, id: &u64| -> Vec<Dependency> {
+        map.get(id).map_or_else(Vec::new, |e| e.after.clone())
+    };
+    let changed: Vec<u64> = old_by_id
+        .keys()
+        .chain(new_by_id.keys())
+        .filter(|id| after(old_by_id, id) != after(new_by_id, id))
+        .copied()
+        .collect();
+    if changed.is_empty() {
+        return Ok(());
+    }
+    let mut delete = tx.prepare_cached("DELETE FROM entry_dependencies WHERE queue_id = ?1")?;
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO entry_dependencies (queue_id, pos, task, turn, rule) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    for id in changed {
+        delete.execute([int(id)])?;
+        for (pos, dependency) in after(new_by_id, &id).iter().enumerate() {
+            let rule = match dependency.rule {
+                AfterRule::Ended => "ended",
+                AfterRule::Succeeded => "succeeded",
+            };
+            insert.execute(params![
+                int(id),
+                pos,
+                dependency.key.task,
+                dependency.key.turn,
+                rule
+            ])?;
+        }
+    }
+    Ok(())
 }
 
 /// Writes what differs between `old` (what the tables hold) and `new`: the meta row if its
@@ -789,6 +876,7 @@ fn write_changes(
             entry.priority,
         ])?;
     }
+    write_dependencies(tx, &old_by_id, &new_by_id)?;
     if old.runners != new.runners {
         tx.execute("DELETE FROM runners", [])?;
         let mut insert = tx.prepare_cached(

@@ -89,6 +89,7 @@ fn outcome_word(outcome: TurnOutcome) -> &'static str {
         TurnOutcome::Dropped => "dropped",
         TurnOutcome::Superseded => "superseded",
         TurnOutcome::TimedOut => "timed_out",
+        TurnOutcome::DependencyFailed => "dependency_failed",
     }
 }
 

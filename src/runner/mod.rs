@@ -208,7 +208,8 @@ pub fn leave_and_start_next<L: Liveness, S: Store>(
     key: &TurnKey,
     me: ProcessIdentity,
 ) -> Result<Option<Handoff>, DispatchError> {
-    let next = finish_section(rt, key, me, None)?;
+    let (next, after) = finish_section(rt, key, me, None)?;
+    crate::deps::after_commit(rt, &after);
     next.map(|handoff| driver::hand_off(&rt.store, rt.spawner.as_ref(), handoff))
         .transpose()
 }
@@ -222,28 +223,44 @@ pub fn record_and_start_next<L: Liveness, S: Store>(
     turn: &TurnRecord,
     me: ProcessIdentity,
 ) -> Result<Option<Handoff>, DispatchError> {
-    let next = tasks::retry_while_disk_full(&rt.home, &turn.key, || {
+    let (next, after) = tasks::retry_while_disk_full(&rt.home, &turn.key, || {
         finish_section(rt, &turn.key, me, Some(turn))
     })?;
+    crate::deps::after_commit(rt, &after);
     next.map(|handoff| driver::hand_off(&rt.store, rt.spawner.as_ref(), handoff))
         .transpose()
 }
 
-/// The finishing runner's section: save `result` (the turn's ended record) if given, then the
-/// core's [`steps::runner_finish`] (leave, and reserve the next parked row this slot may start).
+/// The finishing runner's section: save `result` (the turn's ended record) if given, the
+/// departure of the turn ([`crate::deps::departed`]: a retry re-queued, failed dependents
+/// settled, in this same section), then the core's [`steps::runner_finish`] (leave, and reserve
+/// the next parked row this slot may start).
 fn finish_section<L: Liveness, S: Store>(
     rt: &Runtime<L, S>,
     key: &TurnKey,
     me: ProcessIdentity,
     result: Option<&TurnRecord>,
-) -> Result<Option<steps::Handoff>, DispatchError> {
+) -> Result<(Option<steps::Handoff>, crate::deps::AfterDeparture), DispatchError> {
     let cap = rt.cap();
     rt.store.transact_internal(|state| {
-        if let Some(turn) = result {
-            tasks::save_result(&rt.home, turn)?;
-        }
+        let queued = state.row(key).is_some();
+        let after = match result {
+            Some(turn) => {
+                let after = match queued {
+                    true => crate::deps::departed(rt, state, key, Some(turn), me)?,
+                    false => crate::deps::AfterDeparture::default(),
+                };
+                let mut turn = turn.clone();
+                turn.retried_as = after.retried_as.or(turn.retried_as);
+                tasks::save_result(&rt.home, &turn)?;
+                after
+            }
+            // A settled record found at take-over (its runner died while leaving).
+            None if queued => crate::deps::departed_on_disk(rt, state, key, me)?,
+            None => crate::deps::AfterDeparture::default(),
+        };
         let strategies = rt.strategies_for(state)?;
-        steps::runner_finish(
+        let next = steps::runner_finish(
             state,
             FinishInput {
                 key,
@@ -254,7 +271,7 @@ fn finish_section<L: Liveness, S: Store>(
                 strategies: &strategies,
                 liveness: &rt.liveness,
             },
-        )
-        .map_err(DispatchError::from)
+        )?;
+        Ok::<_, DispatchError>((next, after))
     })
 }

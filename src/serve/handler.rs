@@ -536,6 +536,8 @@ fn placement_name(placement: &Placement) -> &'static str {
         Placement::Pending => "pending",
         Placement::Waiting { .. } => "waiting",
         Placement::Dropped { .. } => "dropped",
+        Placement::Held { .. } => "held",
+        Placement::DependencyFailed { .. } => "dependency_failed",
     }
 }
 

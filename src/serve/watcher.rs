@@ -83,6 +83,8 @@ pub fn turn_end(turn: TurnOutcome) -> TurnEnd {
         TurnOutcome::Superseded => TurnEnd::Superseded,
         // For a delivery, a turn cut off at its timeout failed.
         TurnOutcome::TimedOut => TurnEnd::Failed,
+        // Serve never submits with dependencies; were it to, the turn did not run.
+        TurnOutcome::DependencyFailed => TurnEnd::Cancelled,
     }
 }
 

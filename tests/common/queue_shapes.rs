@@ -1,7 +1,7 @@
 //! Queue shapes shared by the store tests (SQLite and PostgreSQL round-trip the same document).
 
 use tollgate::protocol::slots::{
-    PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord,
+    AfterRule, Dependency, PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord,
     RunnerSlotReservation, SlotToken, TurnKey, WorkId, WorkRecord,
 };
 
@@ -30,6 +30,7 @@ pub fn every_shape() -> QueueState {
             1 => i32::MAX,
             _ => -7,
         },
+        after: Vec::new(),
     };
     QueueState {
         version: 1,
@@ -67,7 +68,20 @@ pub fn every_shape() -> QueueState {
                 Some(RunnerSlotReservation::new(id(14, 5), SlotToken::generate())),
                 u64::MAX - 1,
             ),
-            entry(u64::MAX - 1, "parked", RowState::Parked, None, 42),
+            QueueEntry {
+                // Dependencies of both rules, in the order given (schema version 3).
+                after: vec![
+                    Dependency {
+                        key: TurnKey::new("waiting", 7),
+                        rule: AfterRule::Succeeded,
+                    },
+                    Dependency {
+                        key: TurnKey::new("zz-first", u32::MAX),
+                        rule: AfterRule::Ended,
+                    },
+                ],
+                ..entry(u64::MAX - 1, "parked", RowState::Parked, None, 42)
+            },
         ],
         runners: vec![
             RunnerRecord {

@@ -578,6 +578,7 @@ mod tests {
             ready_at_millis: 0,
             cancel_requested: false,
             priority: 0,
+            after: Vec::new(),
         }
     }
 

@@ -117,6 +117,11 @@ pub struct QueueEntry {
     /// `queue_id` among equals; spec/slots.md, "Scheduling"). Absent in older queue files (0).
     #[serde(default, skip_serializing_if = "is_zero_i32")]
     pub priority: i32,
+    /// The turns this row waits for (`submit --after`/`--after-success`): it may start only when
+    /// none of them has a row any more (R1). At most [`super::MAX_DEPENDENCIES`]; absent in older
+    /// queue files (none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<super::Dependency>,
 }
 
 fn is_zero(value: &u64) -> bool {
@@ -330,6 +335,7 @@ pub fn enqueue(
         ready_at_millis: 0,
         cancel_requested: false,
         priority: 0,
+        after: Vec::new(),
     });
     debug_assert!(state.check_structure().is_ok());
     Ok(EnqueueOutcome::Enqueued { queue_id })

@@ -837,10 +837,13 @@ impl FleetModel {
         s1_fleet_cap(self, st) && s2_fleet_one_work_per_turn(self, st)
     }
 
-    /// Nothing can happen any more, and not because the time horizon cut it short.
+    /// Nothing but a fault (a cut, a crash) can happen any more, and not because the time
+    /// horizon cut it short. Faults left in the budget do not keep a state from being at rest:
+    /// S9 is asserted on the paths that never use them too.
     pub fn quiescent(&self, st: &FleetState) -> bool {
         let mut actions = Vec::new();
         self.actions(st, &mut actions);
+        actions.retain(|a| !matches!(a, FleetAction::Cut { .. } | FleetAction::Crash { .. }));
         self.safe(st)
             && actions.is_empty()
             && !(st.now_db_millis >= self.cfg.horizon_ticks * TICK_MILLIS && Self::time_matters(st))

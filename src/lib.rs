@@ -21,6 +21,7 @@ pub mod config;
 pub mod dispatch;
 pub mod driver;
 pub mod exec;
+pub mod fleet;
 pub mod flock;
 pub mod fsutil;
 pub mod gate;

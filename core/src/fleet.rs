@@ -90,6 +90,31 @@ impl HostId {
         }
     }
 
+    /// The default host name: `<12 hex digits of the machine id>-<8 hex digits of the boot id>`
+    /// (`/etc/machine-id`, `/proc/sys/kernel/random/boot_id`; the shell reads them). The boot id
+    /// is part of it because start times count from boot: after a reboot a new process can have
+    /// a previous boot's pid and start time, and a lease of the old boot must never name it. A
+    /// rebooted machine is a new host, and every process of the old one is dead.
+    pub fn derived(machine_id: &str, boot_id: &str) -> Result<Self, FleetError> {
+        fn hex_prefix(text: &str, digits: usize, what: &'static str) -> Result<String, FleetError> {
+            let hex: String = text.trim().chars().filter(|c| *c != '-').collect();
+            if hex.len() < digits || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+                return Err(FleetError::InvalidHost {
+                    given: text.trim().to_string(),
+                    reason: what,
+                });
+            }
+            Ok(hex[..digits].to_ascii_lowercase())
+        }
+        let machine = hex_prefix(
+            machine_id,
+            12,
+            "a machine id is at least 12 hexadecimal digits",
+        )?;
+        let boot = hex_prefix(boot_id, 8, "a boot id is a hexadecimal UUID")?;
+        HostId::new(format!("{machine}-{boot}"))
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -456,6 +481,24 @@ mod tests {
         }
         let parsed: Result<HostId, _> = serde_json::from_str("\"a;b\"");
         assert!(parsed.is_err());
+    }
+
+    #[test]
+    fn the_default_host_name_joins_machine_and_boot_ids() {
+        let host = HostId::derived(
+            "3d1219c7a0b14c2e9f00112233445566\n",
+            "51165a30-1234-4abc-8def-001122334455\n",
+        )
+        .unwrap();
+        assert_eq!(host.as_str(), "3d1219c7a0b1-51165a30");
+        for (machine, boot) in [
+            ("", "51165a30-1234"),
+            ("xyz", "51165a30"),
+            ("3d1219c7a0b14c2e", ""),
+        ] {
+            let err = HostId::derived(machine, boot).unwrap_err();
+            assert_eq!(err.code(), "HOST_INVALID", "{machine:?} {boot:?}");
+        }
     }
 
     #[test]

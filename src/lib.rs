@@ -22,6 +22,7 @@ pub mod deps;
 pub mod dispatch;
 pub mod driver;
 pub mod exec;
+pub mod fleet;
 pub mod flock;
 pub mod fsutil;
 pub mod gate;

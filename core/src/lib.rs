@@ -6,5 +6,6 @@
 
 pub mod admission;
 pub mod execution;
+pub mod fleet;
 pub mod scopes;
 pub mod slots;

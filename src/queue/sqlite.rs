@@ -28,11 +28,16 @@ use std::time::{Duration, Instant};
 
 /// The newest schema this tollgate writes; a database whose `schema_migrations` names a newer
 /// one is refused (it was written by a newer tollgate).
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The schema's migrations in order: `(version, what it does, SQL)`. Each runs once, inside the
 /// write transaction that records it in `schema_migrations`.
-const MIGRATIONS: &[(u32, &str, &str)] = &[(1, "the queue as tables", SCHEMA_V1)];
+const MIGRATIONS: &[(u32, &str, &str)] = &[
+    (1, "the queue as tables", SCHEMA_V1),
+    // Placeholders for the row-field migrations of other branches (dropped at merge).
+    (2, "placeholder 2", ""),
+    (3, "placeholder 3", ""),
+];
 
 /// Version 1: the queue document as tables. `entries` is FIFO by `queue_id` (the rowid, so the
 /// primary key is its index); a row's state and owners are columns (`owner_*` is the waiting

@@ -7,6 +7,7 @@
 //! only the rows that changed. Whether the commit waits for the disk is the caller's
 //! [`Commit`] and the home's [`Durability`].
 
+use super::records;
 use super::store::{check_queue, parse_queue, Commit, Store, StoreError};
 use crate::clock;
 use crate::config::Durability;
@@ -28,7 +29,7 @@ use std::time::{Duration, Instant};
 
 /// The newest schema this tollgate writes; a database whose `schema_migrations` names a newer
 /// one is refused (it was written by a newer tollgate).
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The schema's migrations in order: `(version, what it does, SQL)`. Each runs once, inside the
 /// write transaction that records it in `schema_migrations`.
@@ -37,6 +38,7 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
     // Placeholders for the row-field migrations of other branches (dropped at merge).
     (2, "placeholder 2", ""),
     (3, "placeholder 3", ""),
+    (4, "task and turn records", records::SCHEMA_V4),
 ];
 
 /// Version 1: the queue document as tables. `entries` is FIFO by `queue_id` (the rowid, so the
@@ -108,7 +110,9 @@ pub struct SqliteStore {
 
 /// An open connection and the `synchronous` level it was last set to.
 struct Open {
-    conn: Connection,
+    /// `None` only while a section's closure runs on this thread and the record layer holds it
+    /// ([`records::Section`]); the store's mutex is held meanwhile, so no one else sees that.
+    conn: Option<Connection>,
     synchronous: Option<&'static str>,
 }
 
@@ -159,7 +163,7 @@ impl SqliteStore {
         if guard.is_none() {
             let conn = open_retrying_busy(&self.home, self.lock_timeout)?;
             *guard = Some(Open {
-                conn,
+                conn: Some(conn),
                 synchronous: None,
             });
         }
@@ -175,7 +179,10 @@ impl Store for SqliteStore {
         let Some(open) = guard.as_mut() else {
             unreachable!("connection() opened it");
         };
-        let tx = open.conn.transaction().map_err(|e| sql_error(&path, e))?;
+        let Some(conn) = open.conn.as_mut() else {
+            unreachable!("the connection is back in its slot outside a section");
+        };
+        let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;
         let state = read_queue(&tx, &path)?;
         tx.commit().map_err(|e| sql_error(&path, e))?;
         Ok(state)
@@ -199,19 +206,24 @@ impl Store for SqliteStore {
         // leaves the commit to the next sync or checkpoint. Set outside the transaction.
         let level = if durable { "FULL" } else { "NORMAL" };
         if open.synchronous != Some(level) {
-            open.conn
-                .pragma_update(None, "synchronous", level)
-                .map_err(|e| sql_error(&path, e))?;
+            if let Some(conn) = &open.conn {
+                conn.pragma_update(None, "synchronous", level)
+                    .map_err(|e| sql_error(&path, e))?;
+            }
             open.synchronous = Some(level);
         }
         let started = Instant::now();
-        let tx = open
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
+        // The connection is lent to the record layer for the section (records::Section): task
+        // and turn records written by `change` commit with it. Dropping `section` (an `Err`, a
+        // panic) rolls the transaction back and puts the connection back.
+        let Some(section) = records::Section::lend(&mut open.conn, path.clone()) else {
+            unreachable!("the connection is back in its slot outside a section");
+        };
+        section
+            .with(|c| c.execute_batch("BEGIN IMMEDIATE"))
             .map_err(|e| busy_or(&path, started, e))?;
-        let original = read_queue(&tx, &path)?;
+        let original = section.with(|c| read_queue(c, &path))?;
         let mut state = original.clone();
-        // On an `Err` (or a panic) the transaction is dropped, which rolls it back.
         let result = change(&mut state)?;
         let changed = state != original;
         if changed {
@@ -221,12 +233,19 @@ impl Store for SqliteStore {
                 detail,
             })?;
             fail::fail_point!("queue::before_publish");
-            write_changes(&tx, &original, &state).map_err(|e| sql_error(&path, e))?;
+            section
+                .with(|c| write_changes(c, &original, &state))
+                .map_err(|e| sql_error(&path, e))?;
         }
-        tx.commit().map_err(|e| busy_or(&path, started, e))?;
+        section
+            .with(|c| c.execute_batch("COMMIT"))
+            .map_err(|e| busy_or(&path, started, e))?;
+        section.committed();
         #[cfg(feature = "failpoints")]
-        if durable && changed {
-            snapshot_for_tests(&open.conn, &path).map_err(StoreError::from)?;
+        if durable {
+            if let Some(conn) = &open.conn {
+                snapshot_for_tests(conn, &path).map_err(StoreError::from)?;
+            }
         }
         Ok(result)
     }
@@ -342,8 +361,9 @@ const OPEN_RETRY_MAX_PAUSE_MILLIS: u64 = 20;
 fn open_database(home: &Home, lock_timeout: Duration) -> Result<Connection, StoreError> {
     let path = home.db_path();
     if !check_database_files(&path)? {
-        // A corrupt queue.json is refused before anything is created.
+        // A corrupt queue.json (or record file) is refused before anything is created.
         read_old_queue(home)?;
+        read_old_records(home)?;
         // Created here, not by SQLite, for its mode and so a planted symlink is refused.
         match std::fs::OpenOptions::new()
             .write(true)
@@ -387,7 +407,157 @@ fn open_database(home: &Home, lock_timeout: Duration) -> Result<Connection, Stor
         return Err(newer_schema(&path, schema_version(&conn, &path)?));
     }
     move_imported_aside(home, &conn, &path)?;
+    move_records_aside(home, &conn, &path)?;
     Ok(conn)
+}
+
+/// A connection for the record layer's accesses outside a section ([`records`]): the same open,
+/// checks and migrations as the store's, and `synchronous = NORMAL` (those writes are internal
+/// transitions, spec/store.md "Records").
+pub(crate) fn open_for_records(
+    home: &Home,
+    lock_timeout: Duration,
+) -> Result<Connection, StoreError> {
+    let conn = open_retrying_busy(home, lock_timeout)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(|e| sql_error(&home.db_path(), e))?;
+    Ok(conn)
+}
+
+/// The record files of an earlier version's home (or of a home whose database predates schema
+/// version 4): every `tasks/<task>/task.json` and `tasks/<task>/turns/<n>/turn.json`, checked as
+/// strictly as the file loader checks them. The first file that would not load is an error
+/// naming it (nothing is imported).
+struct OldRecords {
+    tasks: Vec<crate::tasks::TaskRecord>,
+    turns: Vec<crate::tasks::TurnRecord>,
+}
+
+fn read_old_records(home: &Home) -> Result<OldRecords, StoreError> {
+    let mut old = OldRecords {
+        tasks: Vec::new(),
+        turns: Vec::new(),
+    };
+    let tasks_dir = home.tasks_dir();
+    for task in sorted_names(&tasks_dir)? {
+        let task_file = home.task_file(&task);
+        if let Some(bytes) =
+            fsutil::read_state_file(&task_file, "task record", fsutil::limits::TASK_BYTES)?
+        {
+            old.tasks
+                .push(crate::tasks::parse_task(&task_file, &bytes)?);
+        }
+        let turns_dir = home.task_dir(&task).join("turns");
+        for name in sorted_names(&turns_dir)? {
+            let Ok(turn) = name.parse::<u32>() else {
+                continue;
+            };
+            let key = TurnKey::new(task.clone(), turn);
+            let file = home.turn_file(&key);
+            if let Some(bytes) =
+                fsutil::read_state_file(&file, "turn record", fsutil::limits::TURN_BYTES)?
+            {
+                old.turns
+                    .push(crate::tasks::parse_turn(&file, &bytes, &key)?);
+            }
+        }
+    }
+    Ok(old)
+}
+
+/// The entry names of `dir`, sorted; none when it does not exist.
+fn sorted_names(dir: &Path) -> Result<Vec<String>, FileError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(FileError::io(dir, e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| FileError::io(dir, e))?;
+        names.push(entry.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Writes the home's record files into the version 4 tables (inside the migration's
+/// transaction) and records the import; the files are moved aside after the commit.
+fn import_records(home: &Home, tx: &Connection, path: &Path) -> Result<(), StoreError> {
+    let old = read_old_records(home)?;
+    if old.tasks.is_empty() && old.turns.is_empty() {
+        return Ok(());
+    }
+    let sql = |e| sql_error(path, e);
+    let json = |e: serde_json::Error| StoreError::Database {
+        path: path.to_path_buf(),
+        detail: format!("cannot render a record: {e}"),
+    };
+    for task in &old.tasks {
+        let body = serde_json::to_string(task).map_err(json)?;
+        records::put_task(tx, &task.name, task.next_turn, &body).map_err(sql)?;
+    }
+    for turn in &old.turns {
+        let body = serde_json::to_string(turn).map_err(json)?;
+        records::put_turn(
+            tx,
+            &records::TurnRow {
+                task: &turn.key.task,
+                turn: turn.key.turn,
+                short_id: turn.id,
+                settled: turn.is_settled(),
+                ended_at_millis: turn.ended_at_millis,
+                body: &body,
+            },
+            true,
+        )
+        .map_err(sql)?;
+    }
+    tx.execute(
+        "INSERT OR REPLACE INTO imports (source, imported_at_millis) VALUES ('records', ?1)",
+        [clock::now_millis()],
+    )
+    .map_err(sql)?;
+    Ok(())
+}
+
+/// After the record files were imported, renames each `task.json` and `turn.json` to
+/// `*.imported` (kept, never deleted) and records that; finished by a later open if a crash came
+/// in between.
+fn move_records_aside(home: &Home, conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let pending: Option<bool> = conn
+        .query_row(
+            "SELECT moved_aside = 0 FROM imports WHERE source = 'records'",
+            [],
+            |row| row.get(0),
+        )
+        .optional()
+        .map_err(|e| sql_error(path, e))?;
+    if pending != Some(true) {
+        return Ok(());
+    }
+    let aside = |file: PathBuf| -> Result<(), StoreError> {
+        if file.is_file() {
+            let mut to = file.as_os_str().to_owned();
+            to.push(".imported");
+            std::fs::rename(&file, &to).map_err(|e| FileError::io(&file, e))?;
+        }
+        Ok(())
+    };
+    for task in sorted_names(&home.tasks_dir())? {
+        aside(home.task_file(&task))?;
+        for name in sorted_names(&home.task_dir(&task).join("turns"))? {
+            if let Ok(turn) = name.parse::<u32>() {
+                aside(home.turn_file(&TurnKey::new(task.clone(), turn)))?;
+            }
+        }
+    }
+    conn.execute(
+        "UPDATE imports SET moved_aside = 1 WHERE source = 'records'",
+        [],
+    )
+    .map_err(|e| sql_error(path, e))?;
+    Ok(())
 }
 
 fn newer_schema(path: &Path, version: u32) -> StoreError {
@@ -463,6 +633,9 @@ fn migrate(home: &Home, conn: &mut Connection, path: &Path) -> Result<(), StoreE
                 )
                 .map_err(|e| sql_error(path, e))?;
             }
+        }
+        if version == 4 {
+            import_records(home, &tx, path)?;
         }
     }
     tx.commit().map_err(|e| busy_or(path, started, e))
@@ -695,11 +868,7 @@ fn entry_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<QueueEntry
 /// Writes what differs between `old` (what the tables hold) and `new`: the meta row if its
 /// fields changed, the entries that were removed, added or changed (by `queue_id`), and the
 /// runner and work lists whole when either changed (each is bounded by the slots in use).
-fn write_changes(
-    tx: &rusqlite::Transaction<'_>,
-    old: &QueueState,
-    new: &QueueState,
-) -> rusqlite::Result<()> {
+fn write_changes(tx: &Connection, old: &QueueState, new: &QueueState) -> rusqlite::Result<()> {
     if old.version != new.version || old.next_queue_id != new.next_queue_id {
         tx.prepare_cached("UPDATE queue_meta SET version = ?1, next_queue_id = ?2 WHERE id = 1")?
             .execute(params![new.version, int(new.next_queue_id)])?;

@@ -599,7 +599,11 @@ pub fn create_turn_with(
 /// number there is.
 fn next_turn_after(home: &Home, task: &str, turn: u32) -> Result<u32, FileError> {
     turn.checked_add(1).ok_or_else(|| FileError::Refused {
-        path: home.task_file(task),
+        path: if records::in_database(home) {
+            db_record_path(home, format!("tasks/{task}"))
+        } else {
+            home.task_file(task)
+        },
         detail: format!(
             "task {task:?} has used every turn number up to {}; submit to a new task",
             u32::MAX

@@ -976,6 +976,12 @@ pub struct DoctorReport {
     /// The queue's structure check (or why the tables do not load as a queue).
     pub queue_problem: Option<String>,
     pub queue_rows: usize,
+    /// Task and turn records in the database (schema version 4).
+    pub task_records: usize,
+    pub turn_records: usize,
+    /// Records whose body would not load, or whose indexed columns disagree with it (at most
+    /// [`MAX_INTEGRITY_FINDINGS`]), each naming the record.
+    pub record_problems: Vec<String>,
     /// A `queue.json` in the home that the database does not read (not a problem of the
     /// database: imported already, or waiting for the first command to import it).
     pub unread_queue_json: Option<PathBuf>,
@@ -983,7 +989,9 @@ pub struct DoctorReport {
 
 impl DoctorReport {
     pub fn healthy(&self) -> bool {
-        self.integrity_problems.is_empty() && self.queue_problem.is_none()
+        self.integrity_problems.is_empty()
+            && self.queue_problem.is_none()
+            && self.record_problems.is_empty()
     }
 }
 
@@ -1001,6 +1009,9 @@ pub fn check_database(home: &Home) -> Result<DoctorReport, StoreError> {
         integrity_problems: Vec::new(),
         queue_problem: None,
         queue_rows: 0,
+        task_records: 0,
+        turn_records: 0,
+        record_problems: Vec::new(),
         unread_queue_json: Some(home.queue_path()).filter(|p| p.exists()),
     };
     if !check_database_files(&path)? {
@@ -1040,5 +1051,75 @@ pub fn check_database(home: &Home) -> Result<DoctorReport, StoreError> {
         }
         Err(e) => report.queue_problem = Some(e.to_string()),
     }
+    if report.schema_version >= 4 {
+        check_records(&tx, &path, &mut report)?;
+    }
     Ok(report)
+}
+
+/// `doctor`'s check of the record tables: every body loads with the loader's checks (as the
+/// record it is filed under) and the indexed columns agree with it.
+fn check_records(
+    conn: &Connection,
+    path: &Path,
+    report: &mut DoctorReport,
+) -> Result<(), StoreError> {
+    let sql = |e| sql_error(path, e);
+    let limit = MAX_INTEGRITY_FINDINGS as usize;
+    let mut problems = Vec::new();
+    let mut tasks = conn
+        .prepare("SELECT name, next_turn, body FROM tasks ORDER BY name")
+        .map_err(sql)?;
+    let mut rows = tasks.query([]).map_err(sql)?;
+    while let Some(row) = rows.next().map_err(sql)? {
+        report.task_records += 1;
+        let name: String = row.get(0).map_err(sql)?;
+        let next_turn: i64 = row.get(1).map_err(sql)?;
+        let body: String = row.get(2).map_err(sql)?;
+        let place = PathBuf::from(format!("tasks/{name}"));
+        match crate::tasks::parse_task(&place, body.as_bytes()) {
+            Ok(task) if task.name != name || i64::from(task.next_turn) != next_turn => problems
+                .push(format!(
+                    "task record {name:?}: its columns (name, next_turn {next_turn}) disagree with its body"
+                )),
+            Ok(_) => {}
+            Err(e) => problems.push(format!("task record {name:?}: {e}")),
+        }
+    }
+    drop(rows);
+    let mut turns = conn
+        .prepare(
+            "SELECT task, turn, short_id, settled, ended_at_millis, body FROM turns
+             ORDER BY task, turn",
+        )
+        .map_err(sql)?;
+    let mut rows = turns.query([]).map_err(sql)?;
+    while let Some(row) = rows.next().map_err(sql)? {
+        report.turn_records += 1;
+        let key = TurnKey::new(
+            row.get::<_, String>(0).map_err(sql)?,
+            row.get(1).map_err(sql)?,
+        );
+        let short_id: Option<u64> = row.get::<_, Option<i64>>(2).map_err(sql)?.map(|v| v as u64);
+        let settled: bool = row.get(3).map_err(sql)?;
+        let ended: Option<u64> = row.get::<_, Option<i64>>(4).map_err(sql)?.map(|v| v as u64);
+        let body: String = row.get(5).map_err(sql)?;
+        let place = PathBuf::from(format!("turns/{}/{}", key.task, key.turn));
+        match crate::tasks::parse_turn(&place, body.as_bytes(), &key) {
+            Ok(turn)
+                if turn.id != short_id
+                    || turn.is_settled() != settled
+                    || turn.ended_at_millis != ended =>
+            {
+                problems.push(format!(
+                    "turn record {key}: its columns (short_id, settled, ended_at_millis) disagree with its body"
+                ))
+            }
+            Ok(_) => {}
+            Err(e) => problems.push(format!("turn record {key}: {e}")),
+        }
+    }
+    problems.truncate(limit);
+    report.record_problems = problems;
+    Ok(())
 }

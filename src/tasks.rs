@@ -395,12 +395,12 @@ fn db_record_path(home: &Home, place: String) -> PathBuf {
 /// Runs `f` on `home`'s database ([`records::with_db`]), SQLite's errors naming the database.
 fn db<T>(
     home: &Home,
-    write: bool,
+    access: records::Access,
     changed: Option<PathBuf>,
     f: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<T>,
 ) -> Result<T, FileError> {
     let path = home.db_path();
-    records::with_db(home, write, changed, |conn| {
+    records::with_db(home, access, changed, |conn| {
         f(conn).map_err(|e| records::record_error(&path, e))
     })
 }
@@ -416,9 +416,11 @@ fn body<T: Serialize>(path: &Path, record: &T) -> Result<String, FileError> {
 pub fn load_task(home: &Home, task: &str) -> Result<Option<TaskRecord>, FileError> {
     if records::in_database(home) {
         let path = db_record_path(home, format!("tasks/{task}"));
-        return db(home, false, None, |c| records::task_body(c, task))?
-            .map(|text| parse_task(&path, text.as_bytes()))
-            .transpose();
+        return db(home, records::Access::Read, None, |c| {
+            records::task_body(c, task)
+        })?
+        .map(|text| parse_task(&path, text.as_bytes()))
+        .transpose();
     }
     let path = home.task_file(task);
     match fsutil::read_state_file(&path, "task record", fsutil::limits::TASK_BYTES)? {
@@ -430,7 +432,7 @@ pub fn load_task(home: &Home, task: &str) -> Result<Option<TaskRecord>, FileErro
 pub fn load_turn(home: &Home, key: &TurnKey) -> Result<Option<TurnRecord>, FileError> {
     if records::in_database(home) {
         let path = db_record_path(home, format!("turns/{}/{}", key.task, key.turn));
-        return db(home, false, None, |c| {
+        return db(home, records::Access::Read, None, |c| {
             records::turn_body(c, &key.task, key.turn)
         })?
         .map(|text| parse_turn(&path, text.as_bytes(), key))
@@ -451,7 +453,7 @@ fn save_task(home: &Home, record: &TaskRecord) -> Result<(), FileError> {
     })?;
     if records::in_database(home) {
         let text = body(&path, record)?;
-        return db(home, true, None, |c| {
+        return db(home, records::Access::Write, None, |c| {
             records::put_task(c, &record.name, record.next_turn, &text)
         });
     }
@@ -481,7 +483,14 @@ fn write_turn(home: &Home, turn: &TurnRecord, create: bool) -> Result<(), FileEr
             ended_at_millis: turn.ended_at_millis,
             body: &text,
         };
-        let written = db(home, true, Some(home.turn_dir(&turn.key)), |c| {
+        // Recording an outcome is a promise (`wait` and `status` tell it, and reconcile trusts
+        // it instead of running the turn again): its commit is synced.
+        let access = if turn.is_settled() {
+            records::Access::Outcome
+        } else {
+            records::Access::Write
+        };
+        let written = db(home, access, Some(home.turn_dir(&turn.key)), |c| {
             records::put_turn(c, &row, create)
         })?;
         if !written {
@@ -625,7 +634,9 @@ fn claim_turn_dir(home: &Home, task: &str, wanted: u32) -> Result<TurnKey, FileE
     }
     let mut highest = dir_turns(home, task)?.last().copied().unwrap_or(0);
     if records::in_database(home) {
-        let recorded = db(home, false, None, |c| records::turn_numbers(c, task))?;
+        let recorded = db(home, records::Access::Read, None, |c| {
+            records::turn_numbers(c, task)
+        })?;
         highest = highest.max(recorded.last().copied().unwrap_or(0));
     }
     let free = next_turn_after(home, task, highest.max(wanted))?;
@@ -653,7 +664,7 @@ fn has_db_record(home: &Home, key: &TurnKey) -> Result<bool, FileError> {
     if !records::in_database(home) {
         return Ok(false);
     }
-    Ok(db(home, false, None, |c| {
+    Ok(db(home, records::Access::Read, None, |c| {
         records::turn_body(c, &key.task, key.turn)
     })?
     .is_some())
@@ -812,7 +823,7 @@ pub fn parked_strategies(
 /// Names of every task in the home, sorted.
 pub fn list_tasks(home: &Home) -> Result<Vec<String>, FileError> {
     if records::in_database(home) {
-        return db(home, false, None, records::task_names);
+        return db(home, records::Access::Read, None, records::task_names);
     }
     let dir = home.tasks_dir();
     let entries = match std::fs::read_dir(&dir) {
@@ -834,7 +845,9 @@ pub fn list_tasks(home: &Home) -> Result<Vec<String>, FileError> {
 /// Turn numbers recorded for `task`, ascending.
 pub fn list_turns(home: &Home, task: &str) -> Result<Vec<u32>, FileError> {
     if records::in_database(home) {
-        return db(home, false, None, |c| records::turn_numbers(c, task));
+        return db(home, records::Access::Read, None, |c| {
+            records::turn_numbers(c, task)
+        });
     }
     dir_turns(home, task)
 }
@@ -844,7 +857,7 @@ pub fn list_turns(home: &Home, task: &str) -> Result<Vec<u32>, FileError> {
 /// not every turn ever recorded); on files every record is read.
 pub fn unfinished_turns(home: &Home) -> Result<Vec<TurnRecord>, FileError> {
     if records::in_database(home) {
-        let rows = db(home, false, None, records::unfinished)?;
+        let rows = db(home, records::Access::Read, None, records::unfinished)?;
         return rows
             .into_iter()
             .map(|(task, turn, text)| {
@@ -873,7 +886,9 @@ pub fn turns_with_id(home: &Home, id: u64) -> Result<Option<Vec<TurnKey>>, FileE
     if !records::in_database(home) {
         return Ok(None);
     }
-    let rows = db(home, false, None, |c| records::turns_with_short_id(c, id))?;
+    let rows = db(home, records::Access::Read, None, |c| {
+        records::turns_with_short_id(c, id)
+    })?;
     Ok(Some(
         rows.into_iter()
             .map(|(task, turn)| TurnKey::new(task, turn))
@@ -884,7 +899,7 @@ pub fn turns_with_id(home: &Home, id: u64) -> Result<Option<Vec<TurnKey>>, FileE
 /// Removes a settled turn: its record and its folder (logs). Call under the queue lock.
 pub fn remove_turn(home: &Home, key: &TurnKey) -> Result<(), FileError> {
     if records::in_database(home) {
-        db(home, true, None, |c| {
+        db(home, records::Access::Write, None, |c| {
             records::delete_turn(c, &key.task, key.turn)
         })?;
     }

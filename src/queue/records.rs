@@ -44,6 +44,9 @@ struct Lent {
     db: PathBuf,
     conn: Connection,
     changed_dirs: Vec<PathBuf>,
+    /// A write in the section recorded a turn's outcome: its commit is synced whatever the
+    /// section's own class (spec/store.md, "Records").
+    outcome_recorded: bool,
 }
 
 thread_local! {
@@ -101,6 +104,7 @@ impl<'a> Section<'a> {
                 db,
                 conn,
                 changed_dirs: Vec::new(),
+                outcome_recorded: false,
             })
         });
         Some(Section { slot })
@@ -112,6 +116,13 @@ impl<'a> Section<'a> {
             Some(lent) => f(&lent.conn),
             None => unreachable!("a Section's connection is lent until it drops"),
         })
+    }
+
+    /// Whether a write in the section recorded a turn's outcome (the store then syncs the
+    /// commit: an outcome is what `wait` and `status` tell, and what reconcile trusts instead of
+    /// running a turn again).
+    pub(crate) fn outcome_recorded(&self) -> bool {
+        ACTIVE.with_borrow(|active| active.as_ref().is_some_and(|lent| lent.outcome_recorded))
     }
 
     /// Takes the connection back after its `COMMIT` and signals the turn folders it changed.
@@ -176,14 +187,23 @@ fn store_error(error: crate::queue::StoreError) -> FileError {
     }
 }
 
+/// How a record access uses the database.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    Write,
+    /// A write that records a turn's outcome: its commit is synced.
+    Outcome,
+}
+
 /// Runs `f` on a connection to `home`'s database: the section's own when one of this home is in
 /// progress on this thread (its reads see the section's writes, its writes commit with it), else
-/// the side connection inside a short transaction of its own (`BEGIN IMMEDIATE` when `write`,
-/// committed with `synchronous = NORMAL`). `changed` names a turn folder to signal after the
-/// commit. `Err` from `f` rolls the short transaction back.
+/// the side connection inside a short transaction of its own (`BEGIN IMMEDIATE` for a write,
+/// committed with `synchronous = NORMAL`, `FULL` for an [`Access::Outcome`]). `changed` names a
+/// turn folder to signal after the commit. `Err` from `f` rolls the short transaction back.
 pub(crate) fn with_db<T>(
     home: &Home,
-    write: bool,
+    access: Access,
     changed: Option<PathBuf>,
     f: impl FnOnce(&Connection) -> Result<T, FileError>,
 ) -> Result<T, FileError> {
@@ -191,6 +211,7 @@ pub(crate) fn with_db<T>(
     let mut f = Some(f);
     let in_section = ACTIVE.with_borrow_mut(|active| match active {
         Some(lent) if lent.db == db => {
+            lent.outcome_recorded |= access == Access::Outcome;
             if let Some(dir) = &changed {
                 if !lent.changed_dirs.contains(dir) {
                     lent.changed_dirs.push(dir.clone());
@@ -214,9 +235,16 @@ pub(crate) fn with_db<T>(
         let Some((_, conn)) = side.as_ref() else {
             unreachable!("opened above");
         };
-        if !write {
+        if access == Access::Read {
             return f(conn);
         }
+        let level = if access == Access::Outcome {
+            "FULL"
+        } else {
+            "NORMAL"
+        };
+        conn.pragma_update(None, "synchronous", level)
+            .map_err(|e| record_error(&db, e))?;
         conn.execute_batch("BEGIN IMMEDIATE")
             .map_err(|e| record_error(&db, e))?;
         match f(conn) {

@@ -98,7 +98,8 @@ PRAGMA busy_timeout = 10000;
 BEGIN IMMEDIATE;
 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $depth)
 INSERT INTO entries (queue_id, task, turn, enqueued_at_millis, state)
-  SELECT 1000000 + i, 'bulk-' || i, 1, 0, 'parked' FROM n;
+  SELECT 1000000 + i, 'bulk-' || i, 1,
+         (SELECT coalesce(max(enqueued_at_millis), 0) FROM entries), 'parked' FROM n;
 INSERT INTO tasks (name, next_turn, body)
   SELECT task, 2, json_object('name', task, 'next_turn', 2) FROM entries WHERE task LIKE 'bulk-%';
 INSERT INTO turns (task, turn, short_id, settled, body)
@@ -118,7 +119,7 @@ depth() {
   "$BIN" --home "$home" submit --task hold -- sh -c "while [ ! -e '$work/release-depth-$depth' ]; do sleep 0.02; done" >/dev/null 2>&1
   wait_state "$home" hold running
   park_synthetic "$home" "$depth"
-  strace -f -c -e trace="$SYNCS" -o "$work/depth-$depth.strace" "$BIN" --home "$home" submit -- true >/dev/null 2>&1
+  strace -f -c -e trace="$SYNCS" -o "$work/depth-$depth.strace" "$BIN" --home "$home" submit -- true >/dev/null
   read -r syncs _ <<<"$(counts "$work/depth-$depth.strace")"
   local ms
   ms=$(median_ms "$BIN" --home "$home" submit -- true)

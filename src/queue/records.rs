@@ -269,7 +269,9 @@ pub(crate) fn with_db<T>(
     result
 }
 
-/// Version 4 of the schema: the records. A record's body is its JSON document (the serde types
+/// Version 4 of the schema: the records (and `sync_barrier`, the one row a synced commit after an
+/// internal section that recorded an outcome changes: SQLite writes no page for an update that
+/// changes nothing, and a commit that writes nothing syncs nothing). A record's body is its JSON document (the serde types
 /// in [`crate::tasks`] stay the one definition); what queries select on is also a column:
 /// `turns.short_id` (`tollgate logs 17`), `settled` and `ended_at_millis`, with a partial index
 /// of the unfinished turns (reconcile's orphan candidates come from it, not from every turn).
@@ -290,6 +292,11 @@ CREATE TABLE turns (
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX turns_by_short_id ON turns (short_id) WHERE short_id IS NOT NULL;
 CREATE INDEX turns_unfinished ON turns (task, turn) WHERE settled = 0;
+CREATE TABLE sync_barrier (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    commits INTEGER NOT NULL
+) STRICT;
+INSERT INTO sync_barrier (id, commits) VALUES (1, 0);
 ";
 
 /// A turn record's row: its key, the indexed columns and the JSON body.
@@ -395,4 +402,68 @@ pub(crate) fn delete_turn(conn: &Connection, task: &str, turn: u32) -> rusqlite:
     conn.prepare_cached("DELETE FROM turns WHERE task = ?1 AND turn = ?2")?
         .execute(rusqlite::params![task, turn])?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Durability;
+    use crate::home::Home;
+    use crate::queue::{SqliteStore, Store, StoreError};
+    use crate::tasks::{self, TurnOutcome};
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    /// A record written inside a section is read back inside it and committed with it; one
+    /// written by an `Err` section is rolled back with it; an outcome recorded by an internal
+    /// section survives (it is synced: see spec/store.md, "Records").
+    #[test]
+    fn records_commit_and_roll_back_with_their_section() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = Home::at(dir.path());
+        super::register(&home, true, Duration::from_secs(10));
+        let store = SqliteStore::new(home.clone(), Duration::from_secs(10), Durability::Fsync);
+        let turn = store
+            .transact(|_| {
+                let turn = tasks::create_turn(
+                    &home,
+                    "t",
+                    vec!["true".into()],
+                    None,
+                    BTreeMap::new(),
+                    false,
+                    1,
+                )?;
+                assert!(
+                    tasks::load_turn(&home, &turn.key)?.is_some(),
+                    "read inside the section"
+                );
+                Ok::<_, StoreError>(turn)
+            })
+            .expect("section");
+        assert!(home.db_path().is_file());
+        assert!(!home.turn_file(&turn.key).exists(), "no record file");
+        let failed: Result<(), StoreError> = store.transact_internal(|_| {
+            tasks::end_unrun(&home, &turn.key, TurnOutcome::Cancelled, 2)?;
+            Err(StoreError::Poisoned)
+        });
+        assert!(failed.is_err());
+        let back = tasks::load_turn(&home, &turn.key)
+            .expect("load")
+            .expect("record");
+        assert!(
+            !back.is_settled(),
+            "the failed section's write was rolled back"
+        );
+        store
+            .transact_internal(|_| {
+                tasks::end_unrun(&home, &turn.key, TurnOutcome::Cancelled, 2)?;
+                Ok::<_, StoreError>(())
+            })
+            .expect("internal section");
+        let back = tasks::load_turn(&home, &turn.key)
+            .expect("load")
+            .expect("record");
+        assert_eq!(back.outcome, Some(TurnOutcome::Cancelled));
+        assert_eq!(tasks::unfinished_turns(&home).expect("unfinished"), []);
+    }
 }

@@ -262,13 +262,13 @@ impl Store for SqliteStore {
     }
 }
 
-/// Syncs the log up to the last commit: a synced write transaction that rewrites the meta row
-/// unchanged (an empty transaction writes no frame, so it would sync nothing). Leaves the
-/// connection at `synchronous = FULL`.
+/// Syncs the log up to the last commit: a synced write transaction that counts itself in
+/// `sync_barrier` (a transaction that writes no page, an unchanged row included, syncs nothing).
+/// Leaves the connection at `synchronous = FULL`.
 fn sync_barrier(conn: &Connection) -> rusqlite::Result<()> {
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.execute_batch(
-        "BEGIN IMMEDIATE; UPDATE queue_meta SET version = version WHERE id = 1; COMMIT;",
+        "BEGIN IMMEDIATE; UPDATE sync_barrier SET commits = commits + 1 WHERE id = 1; COMMIT;",
     )
 }
 

@@ -314,6 +314,11 @@ fn sql_error(path: &Path, error: rusqlite::Error) -> StoreError {
             path: path.to_path_buf(),
             waited_millis: 0,
         },
+        // ENOSPC, so a runner recording a result retries (`tasks::retry_while_disk_full`).
+        Some(ErrorCode::DiskFull) => StoreError::File(FileError::io(
+            path,
+            io::Error::from_raw_os_error(libc::ENOSPC),
+        )),
         _ => StoreError::Database {
             path: path.to_path_buf(),
             detail: error.to_string(),

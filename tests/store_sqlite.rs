@@ -709,3 +709,54 @@ fn doctor_checks_the_record_tables() {
         "{report}"
     );
 }
+
+/// A database home of schema version 1 (issue 12 phase 1: the queue in tollgate.db, the records
+/// still files) is migrated to version 4 on first use: the record files are imported in the
+/// migration's transaction and moved aside, and the queue is kept.
+#[test]
+fn a_phase_one_database_home_has_its_record_files_imported_by_migration_4() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let files = tmp.path().join("files");
+    home_of_files(&files);
+    let home = tmp.path().join("home");
+    let out = tollgate(&home, &["init", "--workers", "1"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = tollgate(&home, &["submit", "--task", "new", "--wait", "--", "true"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    // Back to version 1: the record tables gone, the records as files (a phase-1 home's).
+    let db = rusqlite::Connection::open(home.join("tollgate.db")).expect("open");
+    db.execute_batch(
+        "DROP TABLE tasks; DROP TABLE turns; DROP TABLE sync_barrier;
+         DELETE FROM schema_migrations WHERE version > 1;",
+    )
+    .expect("downgrade");
+    drop(db);
+    std::fs::remove_dir_all(home.join("tasks")).expect("drop the new task");
+    let copy = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(files.join("tasks"))
+        .arg(home.join("tasks"))
+        .status()
+        .expect("cp");
+    assert!(copy.success());
+    let before = std::fs::read(home.join("tasks/old/turns/1/turn.json")).expect("record file");
+
+    let out = tollgate(&home, &["doctor", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["schema_version"], 1, "{report}");
+
+    let record = tollgate::tasks::load_turn(&Home::at(&home), &TurnKey::new("old", 1))
+        .expect("load")
+        .expect("imported");
+    assert_eq!(
+        serde_json::to_value(&record).expect("json"),
+        serde_json::from_slice::<serde_json::Value>(&before).expect("json")
+    );
+    assert!(home.join("tasks/old/turns/1/turn.json.imported").is_file());
+    assert!(!home.join("tasks/old/turns/1/turn.json").exists());
+    let out = tollgate(&home, &["doctor", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["schema_version"], 4, "{report}");
+    assert_eq!(report["turn_records"], 1, "{report}");
+}

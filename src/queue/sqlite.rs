@@ -566,7 +566,13 @@ fn move_records_aside(home: &Home, conn: &Connection, path: &Path) -> Result<(),
         if file.is_file() {
             let mut to = file.as_os_str().to_owned();
             to.push(".imported");
-            std::fs::rename(&file, &to).map_err(|e| FileError::io(&file, e))?;
+            match std::fs::rename(&file, &to) {
+                // Another command opening the home at the same moment moved it first.
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(FileError::io(&file, e).into())
+                }
+                _ => {}
+            }
         }
         Ok(())
     };

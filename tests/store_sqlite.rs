@@ -577,6 +577,17 @@ fn home_of_files(home: &Path) {
     assert!(out.status.success(), "{}", describe(&out));
     let out = tollgate_on_files(home, &["submit", "--task", "old", "--wait", "--", "true"]);
     assert!(out.status.success(), "{}", describe(&out));
+    // The runner logs its end last: from then on nothing of it touches the home (a bounded poll
+    // of observable state).
+    let log = home.join("tasks/old/turns/1/runner.log");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&log).is_ok_and(|text| text.contains("ran, outcome")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the runner never ended"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert!(home.join("tasks/old/turns/1/turn.json").is_file());
     assert!(home.join("tasks/old/task.json").is_file());
     assert!(!home.join("tollgate.db").exists());

@@ -8,7 +8,10 @@
 #   - `submit -- true` until its runner has taken the slot over (the calls before the command's
 #     exec in one trace of the submit and the runner it spawns), and for the whole turn,
 # and times `submit --wait -- true` end to end (median of N) against spawning `true` directly.
-# No timed assertion anywhere: it prints figures (docs/PERFORMANCE.md, "Store").
+# Then, on the database only, a parking submit with 10 and with 10 000 rows parked (rows, task and
+# turn records inserted with the `sqlite3` shell, each parked turn its own task, as generated
+# names are): its syncs and its median wall time, and the ratio of the two times.
+# No timed assertion anywhere: it prints figures (docs/PERFORMANCE.md, "Store"; spec/store.md).
 #
 # Usage: benches/store_fsync.sh [N]   (N timed runs, default 20; BIN=path uses that binary,
 #        otherwise the release binary is built first)
@@ -86,8 +89,61 @@ measure() {
   printf '%-8s %12s %14s %14s %16s %14s %16s %18s\n' "$store" "$park_syncs" "$park_renames" "$start_syncs" "$start_renames" "$all_syncs" "$all_renames" "$wait_ms"
 }
 
+# Parks DEPTH synthetic rows behind the held slot of home $1 (queue ids from 1 000 000 on, after
+# every real row), each of its own task with a task and a turn record, in one sqlite3 transaction.
+park_synthetic() {
+  local home="$1" depth="$2"
+  sqlite3 "$home/tollgate.db" >/dev/null <<SQL
+PRAGMA busy_timeout = 10000;
+BEGIN IMMEDIATE;
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $depth)
+INSERT INTO entries (queue_id, task, turn, enqueued_at_millis, state)
+  SELECT 1000000 + i, 'bulk-' || i, 1,
+         (SELECT coalesce(max(enqueued_at_millis), 0) FROM entries), 'parked' FROM n;
+INSERT INTO tasks (name, next_turn, body)
+  SELECT task, 2, json_object('name', task, 'next_turn', 2) FROM entries WHERE task LIKE 'bulk-%';
+INSERT INTO turns (task, turn, short_id, settled, body)
+  SELECT task, 1, queue_id, 0,
+         json_object('task', task, 'turn', 1, 'argv', json_array('true'), 'id', queue_id)
+  FROM entries WHERE task LIKE 'bulk-%';
+UPDATE queue_meta SET next_queue_id = 1000000 + $depth + 1;
+COMMIT;
+SQL
+}
+
+# A parking submit at DEPTH parked rows (database only): "<syncs> <median ms>".
+depth() {
+  local depth="$1" home="$work/depth-$1" i
+  unset TOLLGATE_FILE_STORE
+  "$BIN" --home "$home" init --workers 1 >/dev/null
+  "$BIN" --home "$home" submit --task hold -- sh -c "while [ ! -e '$work/release-depth-$depth' ]; do sleep 0.02; done" >/dev/null 2>&1
+  wait_state "$home" hold running
+  park_synthetic "$home" "$depth"
+  strace -f -c -e trace="$SYNCS" -o "$work/depth-$depth.strace" "$BIN" --home "$home" submit -- true >/dev/null
+  read -r syncs _ <<<"$(counts "$work/depth-$depth.strace")"
+  local ms
+  ms=$(median_ms "$BIN" --home "$home" submit -- true)
+  # Drop every parked row (the synthetic ones and the timed submits') before the slot frees.
+  sqlite3 "$home/tollgate.db" "PRAGMA busy_timeout = 10000; DELETE FROM entries WHERE state = 'parked';" >/dev/null
+  touch "$work/release-depth-$depth"
+  wait_state "$home" hold done
+  echo "$syncs $ms"
+}
+
 spawn_ms=$(median_ms true)
 echo "binary: $BIN; N = $N; spawning \`true\` directly: $spawn_ms ms (median)"
 printf '%-8s %12s %14s %14s %16s %14s %16s %18s\n' store "park: syncs" "park: renames" "start: syncs" "start: renames" "turn: syncs" "turn: renames" "submit --wait ms"
 measure file
 measure sqlite
+
+if command -v sqlite3 >/dev/null; then
+  read -r shallow_syncs shallow_ms <<<"$(depth 10)"
+  read -r deep_syncs deep_ms <<<"$(depth 10000)"
+  echo
+  printf '%-22s %8s %10s\n' "parking submit, rows" syncs "median ms"
+  printf '%-22s %8s %10s\n' 10 "$shallow_syncs" "$shallow_ms"
+  printf '%-22s %8s %10s\n' 10000 "$deep_syncs" "$deep_ms"
+  awk -v a="$shallow_ms" -v b="$deep_ms" 'BEGIN { printf "ratio 10 000 / 10: %.2f\n", b / a }'
+else
+  echo "sqlite3 (the shell) is not installed: the queue-depth comparison is skipped" >&2
+fi

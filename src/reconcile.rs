@@ -139,16 +139,13 @@ fn on_disk(record: Option<&TurnRecord>) -> TurnOnDisk {
     }
 }
 
-/// Every turn of the home with what its record says, read without the lock (the core picks the
-/// pass's orphan candidates from them; each section reads their records again).
+/// The home's unfinished turns with what their records say, read without the lock (the core
+/// picks the pass's orphan candidates from them, and a settled turn is never one; each section
+/// reads their records again). From the database's index of unfinished turns.
 fn home_turns<L: Liveness, S: Store>(rt: &Runtime<L, S>) -> Result<TurnRecords, DispatchError> {
     let mut turns = TurnRecords::new();
-    for task in tasks::list_tasks(&rt.home)? {
-        for turn in tasks::list_turns(&rt.home, &task)? {
-            let key = TurnKey::new(task.clone(), turn);
-            let record = tasks::load_turn(&rt.home, &key)?;
-            turns.insert(key, on_disk(record.as_ref()));
-        }
+    for record in tasks::unfinished_turns(&rt.home)? {
+        turns.insert(record.key.clone(), on_disk(Some(&record)));
     }
     Ok(turns)
 }

@@ -295,23 +295,24 @@ fn decide_sequenced<L: Liveness, S: Store>(
         };
         let ended = crate::deps::ended_dependencies(&rt.home, state, &sequencing.after)?;
         let after = &sequencing.after;
-        let (decision, held) = match slots::submit_after(state, input, after, &ended, request.schedule)? {
-            AfterSubmit::Submitted(decision) => (*decision, None),
-            AfterSubmit::Held {
-                queue_id,
-                waiting_on,
-                wake_at_millis,
-            } => (
-                held_decision(queue_id, wake_at_millis),
-                Some(Placement::Held {
-                    waiting_on: waiting_on.into_iter().map(|d| d.key).collect(),
-                }),
-            ),
-            AfterSubmit::DependencyFailed { cause } => {
-                crate::deps::end_dependency_failed(&rt.home, &key, &cause, now)?;
-                (unperformed(0), Some(Placement::DependencyFailed { cause }))
-            }
-        };
+        let (decision, held) =
+            match slots::submit_after(state, input, after, &ended, request.schedule)? {
+                AfterSubmit::Submitted(decision) => (*decision, None),
+                AfterSubmit::Held {
+                    queue_id,
+                    waiting_on,
+                    wake_at_millis,
+                } => (
+                    held_decision(queue_id, wake_at_millis),
+                    Some(Placement::Held {
+                        waiting_on: waiting_on.into_iter().map(|d| d.key).collect(),
+                    }),
+                ),
+                AfterSubmit::DependencyFailed { cause } => {
+                    crate::deps::end_dependency_failed(&rt.home, &key, &cause, now)?;
+                    (unperformed(0), Some(Placement::DependencyFailed { cause }))
+                }
+            };
         tasks::settle_turn_id(&rt.home, &key, turn.id, decision.queue_id)?;
         for old in &decision.superseded {
             tasks::end_unrun(&rt.home, old, TurnOutcome::Superseded, now)?;

@@ -1,7 +1,13 @@
-//! Task and turn records on disk: `tasks/<task>/task.json` and `tasks/<task>/turns/<n>/turn.json`.
+//! Task and turn records: rows of the home's database (`tasks` and `turns`, schema version 4,
+//! spec/store.md "Records") when its store is `tollgate.db`; files on disk otherwise (the file
+//! store and PostgreSQL homes): `tasks/<task>/task.json` and `tasks/<task>/turns/<n>/turn.json`.
+//! The turn's folder `tasks/<task>/turns/<n>/` exists either way: it holds the turn's logs.
 //!
-//! The queue lock guards these files too: a turn number is handed out, its record written and its
-//! row enqueued in one critical section.
+//! The queue lock guards the records too: a turn number is handed out, its record written and its
+//! row enqueued in one critical section. In the database that section is one transaction: a
+//! record written inside `Store::transact` commits with the step (the store lends its open
+//! transaction to [`crate::queue::records`] for the closure's duration, so these functions keep
+//! their `&Home` signatures), and one written outside a section commits on its own.
 //!
 //! Records are never overwritten by a new turn: a turn's directory is created exclusively, and when
 //! the number `next_turn` names is taken (a deleted `task.json`, a rewound counter) the turn gets the
@@ -12,6 +18,7 @@ use crate::fsutil::{self, FileError};
 use crate::home::Home;
 use crate::protocol::admission::Strategy;
 use crate::protocol::slots::{Dependency, ProcessIdentity, RetryPlan, TurnKey};
+use crate::queue::records;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -404,7 +411,41 @@ pub fn parse_turn(path: &Path, bytes: &[u8], expected: &TurnKey) -> Result<TurnR
     Ok(turn)
 }
 
+/// Where a record in the database is named in errors: the database and the record's place.
+fn db_record_path(home: &Home, place: String) -> PathBuf {
+    PathBuf::from(format!("{} (record {place})", home.db_path().display()))
+}
+
+/// Runs `f` on `home`'s database ([`records::with_db`]), SQLite's errors naming the database.
+fn db<T>(
+    home: &Home,
+    access: records::Access,
+    changed: Option<PathBuf>,
+    f: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<T>,
+) -> Result<T, FileError> {
+    let path = home.db_path();
+    records::with_db(home, access, changed, |conn| {
+        f(conn).map_err(|e| records::record_error(&path, e))
+    })
+}
+
+/// A record as the JSON body of its row (refused, naming `path`, if it cannot be rendered).
+fn body<T: Serialize>(path: &Path, record: &T) -> Result<String, FileError> {
+    serde_json::to_string(record).map_err(|e| FileError::Refused {
+        path: path.to_path_buf(),
+        detail: format!("cannot render the record: {e}"),
+    })
+}
+
 pub fn load_task(home: &Home, task: &str) -> Result<Option<TaskRecord>, FileError> {
+    if records::in_database(home) {
+        let path = db_record_path(home, format!("tasks/{task}"));
+        return db(home, records::Access::Read, None, |c| {
+            records::task_body(c, task)
+        })?
+        .map(|text| parse_task(&path, text.as_bytes()))
+        .transpose();
+    }
     let path = home.task_file(task);
     match fsutil::read_state_file(&path, "task record", fsutil::limits::TASK_BYTES)? {
         Some(bytes) => parse_task(&path, &bytes).map(Some),
@@ -413,6 +454,14 @@ pub fn load_task(home: &Home, task: &str) -> Result<Option<TaskRecord>, FileErro
 }
 
 pub fn load_turn(home: &Home, key: &TurnKey) -> Result<Option<TurnRecord>, FileError> {
+    if records::in_database(home) {
+        let path = db_record_path(home, format!("turns/{}/{}", key.task, key.turn));
+        return db(home, records::Access::Read, None, |c| {
+            records::turn_body(c, &key.task, key.turn)
+        })?
+        .map(|text| parse_turn(&path, text.as_bytes(), key))
+        .transpose();
+    }
     let path = home.turn_file(key);
     match fsutil::read_state_file(&path, "turn record", fsutil::limits::TURN_BYTES)? {
         Some(bytes) => parse_turn(&path, &bytes, key).map(Some),
@@ -426,15 +475,56 @@ fn save_task(home: &Home, record: &TaskRecord) -> Result<(), FileError> {
         path: path.clone(),
         detail: format!("the task record would not load ({detail})"),
     })?;
+    if records::in_database(home) {
+        let text = body(&path, record)?;
+        return db(home, records::Access::Write, None, |c| {
+            records::put_task(c, &record.name, record.next_turn, &text)
+        });
+    }
     fsutil::publish_json(&path, record)
 }
 
 pub fn save_turn(home: &Home, turn: &TurnRecord) -> Result<(), FileError> {
+    write_turn(home, turn, false)
+}
+
+/// Writes `turn`'s record; `create`: a new turn, refused when its number already has a record
+/// (the database's primary key; on files the exclusive `mkdir` of [`claim_turn_dir`] is that
+/// guard), so a record is never overwritten by a new turn.
+fn write_turn(home: &Home, turn: &TurnRecord, create: bool) -> Result<(), FileError> {
     let path = home.turn_file(&turn.key);
     check_turn(turn, &turn.key).map_err(|detail| FileError::Refused {
         path: path.clone(),
         detail: format!("the turn record would not load ({detail})"),
     })?;
+    if records::in_database(home) {
+        let text = body(&path, turn)?;
+        let row = records::TurnRow {
+            task: &turn.key.task,
+            turn: turn.key.turn,
+            short_id: turn.id,
+            settled: turn.is_settled(),
+            ended_at_millis: turn.ended_at_millis,
+            body: &text,
+        };
+        // Recording an outcome is a promise (`wait` and `status` tell it, and reconcile trusts
+        // it instead of running the turn again): its commit is synced.
+        let access = if turn.is_settled() {
+            records::Access::Outcome
+        } else {
+            records::Access::Write
+        };
+        let written = db(home, access, Some(home.turn_dir(&turn.key)), |c| {
+            records::put_turn(c, &row, create)
+        })?;
+        if !written {
+            return Err(FileError::Refused {
+                path: db_record_path(home, format!("turns/{}/{}", turn.key.task, turn.key.turn)),
+                detail: "a record of this turn exists already".to_string(),
+            });
+        }
+        return Ok(());
+    }
     fsutil::publish_json(&path, turn)
 }
 
@@ -539,7 +629,7 @@ pub fn create_turn_with(
     // The task's counter first: a crash between the two writes then skips a turn number instead
     // of leaving a turn record its task does not list.
     save_task(home, &record)?;
-    save_turn(home, &turn)?;
+    write_turn(home, &turn, true)?;
     Ok((turn, record.strategy))
 }
 
@@ -547,7 +637,11 @@ pub fn create_turn_with(
 /// number there is.
 fn next_turn_after(home: &Home, task: &str, turn: u32) -> Result<u32, FileError> {
     turn.checked_add(1).ok_or_else(|| FileError::Refused {
-        path: home.task_file(task),
+        path: if records::in_database(home) {
+            db_record_path(home, format!("tasks/{task}"))
+        } else {
+            home.task_file(task)
+        },
         detail: format!(
             "task {task:?} has used every turn number up to {}; submit to a new task",
             u32::MAX
@@ -564,10 +658,16 @@ fn claim_turn_dir(home: &Home, task: &str, wanted: u32) -> Result<TurnKey, FileE
     // Refuse a last number before creating anything for it.
     next_turn_after(home, task, wanted)?;
     let key = TurnKey::new(task, wanted);
-    if create_exclusive_dir(&home.turn_dir(&key))? {
+    if !has_db_record(home, &key)? && create_exclusive_dir(&home.turn_dir(&key))? {
         return Ok(key);
     }
-    let highest = list_turns(home, task)?.last().copied().unwrap_or(0);
+    let mut highest = dir_turns(home, task)?.last().copied().unwrap_or(0);
+    if records::in_database(home) {
+        let recorded = db(home, records::Access::Read, None, |c| {
+            records::turn_numbers(c, task)
+        })?;
+        highest = highest.max(recorded.last().copied().unwrap_or(0));
+    }
     let free = next_turn_after(home, task, highest.max(wanted))?;
     next_turn_after(home, task, free)?;
     let key = TurnKey::new(task, free);
@@ -577,7 +677,7 @@ fn claim_turn_dir(home: &Home, task: &str, wanted: u32) -> Result<TurnKey, FileE
          deleted or its next_turn rewound); the new turn is {free} and the existing records are kept",
         home.turn_dir(&TurnKey::new(task, wanted)).display()
     );
-    if create_exclusive_dir(&home.turn_dir(&key))? {
+    if !has_db_record(home, &key)? && create_exclusive_dir(&home.turn_dir(&key))? {
         Ok(key)
     } else {
         Err(FileError::Refused {
@@ -585,6 +685,18 @@ fn claim_turn_dir(home: &Home, task: &str, wanted: u32) -> Result<TurnKey, FileE
             detail: "the turn directory exists although no higher turn is recorded".to_string(),
         })
     }
+}
+
+/// Whether the database holds a record of `key` (false for a home whose records are files: there
+/// the turn's folder is the claim).
+fn has_db_record(home: &Home, key: &TurnKey) -> Result<bool, FileError> {
+    if !records::in_database(home) {
+        return Ok(false);
+    }
+    Ok(db(home, records::Access::Read, None, |c| {
+        records::turn_body(c, &key.task, key.turn)
+    })?
+    .is_some())
 }
 
 /// `mkdir` with mode 0700 that never reuses a directory: `Ok(false)` when `dir` exists.
@@ -739,6 +851,9 @@ pub fn parked_strategies(
 
 /// Names of every task in the home, sorted.
 pub fn list_tasks(home: &Home) -> Result<Vec<String>, FileError> {
+    if records::in_database(home) {
+        return db(home, records::Access::Read, None, records::task_names);
+    }
     let dir = home.tasks_dir();
     let entries = match std::fs::read_dir(&dir) {
         Ok(entries) => entries,
@@ -758,6 +873,75 @@ pub fn list_tasks(home: &Home) -> Result<Vec<String>, FileError> {
 
 /// Turn numbers recorded for `task`, ascending.
 pub fn list_turns(home: &Home, task: &str) -> Result<Vec<u32>, FileError> {
+    if records::in_database(home) {
+        return db(home, records::Access::Read, None, |c| {
+            records::turn_numbers(c, task)
+        });
+    }
+    dir_turns(home, task)
+}
+
+/// Every turn without an outcome, with its record: reconcile's orphan candidates. In the
+/// database they come from the index of unfinished turns (the cost follows the turns in flight,
+/// not every turn ever recorded); on files every record is read.
+pub fn unfinished_turns(home: &Home) -> Result<Vec<TurnRecord>, FileError> {
+    if records::in_database(home) {
+        let rows = db(home, records::Access::Read, None, records::unfinished)?;
+        return rows
+            .into_iter()
+            .map(|(task, turn, text)| {
+                let key = TurnKey::new(task, turn);
+                let path = db_record_path(home, format!("turns/{}/{}", key.task, key.turn));
+                parse_turn(&path, text.as_bytes(), &key)
+            })
+            .collect();
+    }
+    let mut unfinished = Vec::new();
+    for task in list_tasks(home)? {
+        for turn in list_turns(home, &task)? {
+            if let Some(record) = load_turn(home, &TurnKey::new(task.clone(), turn))? {
+                if !record.is_settled() {
+                    unfinished.push(record);
+                }
+            }
+        }
+    }
+    Ok(unfinished)
+}
+
+/// The turns whose short id is `id`, from the database's index; `None` for a home whose records
+/// are files (the caller searches them).
+pub fn turns_with_id(home: &Home, id: u64) -> Result<Option<Vec<TurnKey>>, FileError> {
+    if !records::in_database(home) {
+        return Ok(None);
+    }
+    let rows = db(home, records::Access::Read, None, |c| {
+        records::turns_with_short_id(c, id)
+    })?;
+    Ok(Some(
+        rows.into_iter()
+            .map(|(task, turn)| TurnKey::new(task, turn))
+            .collect(),
+    ))
+}
+
+/// Removes a settled turn: its record and its folder (logs). Call under the queue lock.
+pub fn remove_turn(home: &Home, key: &TurnKey) -> Result<(), FileError> {
+    if records::in_database(home) {
+        db(home, records::Access::Write, None, |c| {
+            records::delete_turn(c, &key.task, key.turn)
+        })?;
+    }
+    let dir = home.turn_dir(key);
+    match std::fs::remove_dir_all(&dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(FileError::io(&dir, e)),
+    }
+}
+
+/// The numbered folders under `tasks/<task>/turns/`, ascending.
+fn dir_turns(home: &Home, task: &str) -> Result<Vec<u32>, FileError> {
     let dir = home.task_dir(task).join("turns");
     let entries = match std::fs::read_dir(&dir) {
         Ok(entries) => entries,

@@ -10,6 +10,7 @@ use common::{describe, init_home, tollgate};
 use serde_json::Value;
 use std::path::Path;
 use std::time::{Duration, Instant};
+use tollgate::protocol::slots::TurnKey;
 
 fn ok(home: &Path, args: &[&str]) -> String {
     let out = tollgate(home, args);
@@ -360,8 +361,10 @@ fn a_failing_turn_is_retried_as_new_turns_after_a_doubling_backoff() {
     };
     assert!(gap(&views[0], &views[1]) >= 200, "{views:?}");
     assert!(gap(&views[1], &views[2]) >= 400, "doubled: {views:?}");
-    let record: Value = serde_json::from_slice(
-        &std::fs::read(home.join("tasks/flaky/turns/2/turn.json")).expect("turn 2 record"),
+    let record = serde_json::to_value(
+        tollgate::tasks::load_turn(&tollgate::home::Home::at(&home), &TurnKey::new("flaky", 2))
+            .expect("turn 2 record")
+            .expect("turn 2 exists"),
     )
     .expect("record json");
     assert_eq!(record["retry_of"], 1, "{record}");
@@ -510,10 +513,12 @@ fn a_crash_between_the_result_and_the_commit_neither_loses_nor_doubles_the_retry
     until(&home, "the first run", |h| {
         first.exists() && state_of(h, "a", 1).as_deref() == Some("running")
     });
-    let record_path = home.join("tasks/a/turns/1/turn.json");
-    let mut record: Value =
-        serde_json::from_slice(&std::fs::read(&record_path).expect("record")).expect("json");
-    let runner = record["runner"]["pid"].as_u64().expect("runner pid");
+    let records = tollgate::home::Home::at(&home);
+    let key = TurnKey::new("a", 1);
+    let mut record = tollgate::tasks::load_turn(&records, &key)
+        .expect("record")
+        .expect("turn 1 exists");
+    let runner = record.runner.expect("runner").pid;
     let killed = std::process::Command::new("kill")
         .args(["-9", &runner.to_string()])
         .status()
@@ -533,10 +538,10 @@ fn a_crash_between_the_result_and_the_commit_neither_loses_nor_doubles_the_retry
         std::thread::sleep(Duration::from_millis(10));
     }
     // What the finish section writes before its commit: the failed result.
-    record["outcome"] = "failed".into();
-    record["exit_code"] = 1.into();
-    record["ended_at_millis"] = record["started_at_millis"].clone();
-    std::fs::write(&record_path, serde_json::to_vec(&record).expect("json")).expect("write");
+    record.outcome = Some(tollgate::tasks::TurnOutcome::Failed);
+    record.exit_code = Some(1);
+    record.ended_at_millis = record.started_at_millis;
+    tollgate::tasks::save_turn(&records, &record).expect("write the failed result");
     ok(&home, &["reconcile"]);
     ok(&home, &["reconcile"]);
     let waited = tollgate(&home, &["wait", "a:1"]);

@@ -146,8 +146,13 @@ fn failpoint_enospc_while_a_gate_file_exists_keeps_the_slot_and_shows_recording(
     });
     assert_eq!(view["occupied"], 0, "{view:#}");
     assert_eq!(runs(&marker), 1, "the command ran more than once");
-    let turn: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(home.join("tasks/r/turns/1/turn.json")).expect("record"),
+    let turn: serde_json::Value = serde_json::to_value(
+        tollgate::tasks::load_turn(
+            &tollgate::home::Home::at(&home),
+            &tollgate::protocol::slots::TurnKey::new("r", 1),
+        )
+        .expect("turn record")
+        .expect("the turn has a record"),
     )
     .expect("json");
     assert_eq!(turn["outcome"], "completed");

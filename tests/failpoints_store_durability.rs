@@ -2,11 +2,11 @@
 //!
 //! The `store::after_durable_commit(DIR)` failpoint copies the database to `DIR/tollgate.db` after
 //! every synced commit, so the copy is what a disk that dropped every unsynced write would hold.
-//! A parking `submit` (a promise: "parked") is synced; the transitions after it (the running
-//! turn's finish, the handoff to the parked one, its take-over and finish) are internal and are
-//! not. Putting the copy back stands for the power loss: the parked turn's row is there, and
-//! `reconcile` repairs the rest from it. Turn records are files, fsynced when written, so they
-//! survive the loss. Run with `cargo test --features failpoints --test failpoints_store_durability`.
+//! A parking `submit` (a promise: "parked") is synced, and so is every commit that records a
+//! turn's outcome (spec/store.md, "Records"); the other transitions (the handoff to the parked
+//! turn, its take-over, its started record) are internal and are not. Putting the copy back
+//! stands for the power loss: the parked turn's row is there, and `reconcile` repairs the rest
+//! from it. Run with `cargo test --features failpoints --test failpoints_store_durability`.
 #![cfg(feature = "failpoints")]
 
 mod common;
@@ -17,7 +17,6 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use tollgate::config::Durability;
 use tollgate::home::Home;
-use tollgate::protocol::slots::{RowState, TurnKey};
 use tollgate::queue::SqliteStore;
 
 fn tollgate(home: &Path, failpoints: Option<&str>, args: &[&str]) -> Output {
@@ -113,7 +112,12 @@ fn a_power_loss_after_a_parking_submit_keeps_the_parked_turn_and_reconcile_runs_
     wait_for(&home, "first to run", |v| state_of(v, "first") == "running");
 
     let runs = tmp.path().join("runs");
-    let count = format!("echo ran >> '{}'", runs.display());
+    let release_parked = tmp.path().join("release-parked");
+    let count = format!(
+        "echo ran >> '{}'; while [ ! -e '{}' ]; do sleep 0.01; done",
+        runs.display(),
+        release_parked.display()
+    );
     let out = tollgate(
         &home,
         fp,
@@ -127,40 +131,53 @@ fn a_power_loss_after_a_parking_submit_keeps_the_parked_turn_and_reconcile_runs_
     );
     let at_promise = std::fs::read(&synced).expect("the parking submit's commit was synced");
 
-    // Everything after the promise is internal: first's finish, the handoff to `parked`, its
-    // take-over and finish. None of it is synced (the copy does not move).
+    // first's finish records its outcome: synced. The handoff to `parked`, its take-over and
+    // its started record are internal: not synced (in the copy, parked never started).
     std::fs::write(&release, b"").expect("release");
+    wait_for(&home, "parked to run", |v| {
+        state_of(v, "parked") == "running"
+    });
+    runner_ended(&home, "first");
+    let at_finish = std::fs::read(&synced).expect("copy");
+    assert_ne!(at_finish, at_promise, "first's outcome was not synced");
+    let inspect = tmp.path().join("inspect.db");
+    std::fs::write(&inspect, &at_finish).expect("inspect copy");
+    let copy = rusqlite::Connection::open(&inspect).expect("open the copy");
+    let record = |task: &str| -> serde_json::Value {
+        let body: String = copy
+            .query_row(
+                "SELECT body FROM turns WHERE task = ?1 AND turn = 1",
+                [task],
+                |row| row.get(0),
+            )
+            .expect("the turn's record is in the copy");
+        serde_json::from_str(&body).expect("json")
+    };
+    assert_eq!(record("first")["outcome"], "completed");
+    assert!(
+        record("parked")["started_at_millis"].is_null(),
+        "parked's take-over was synced: {}",
+        record("parked")
+    );
+    drop(copy);
+    std::fs::write(&release_parked, b"").expect("release parked");
     wait_for(&home, "parked to complete", |v| {
         state_of(v, "parked") == "completed"
     });
-    runner_ended(&home, "first");
     runner_ended(&home, "parked");
     assert_eq!(lines(&runs), 1);
-    assert_eq!(
-        std::fs::read(&synced).expect("copy"),
-        at_promise,
-        "an internal commit was synced"
-    );
 
-    // The power loss: the disk holds the database as of the last synced commit, and every file
-    // tollgate fsynced (the turn records).
+    // The power loss: the disk holds the database as of the last synced commit (parked's
+    // outcome).
     for name in ["tollgate.db-wal", "tollgate.db-shm"] {
         let _ = std::fs::remove_file(home.join(name));
     }
     std::fs::copy(&synced, home.join("tollgate.db")).expect("put the synced copy back");
     let store = SqliteStore::new(Home::at(&home), Duration::from_secs(10), Durability::Fsync);
     let queue = store.load().expect("the synced copy loads");
-    let parked = queue
-        .row(&TurnKey::new("parked", 1))
-        .expect("the acknowledged turn's row survived the power loss");
-    assert_eq!(parked.state, RowState::Parked, "{queue:?}");
-    assert!(
-        queue.row(&TurnKey::new("first", 1)).is_some(),
-        "first's finish was not synced, so its row is back: {queue:?}"
-    );
+    assert_eq!(queue.entries, [], "both finishes were synced: {queue:?}");
 
-    // Reconcile repairs from there: first's row goes (its record says it ended) and the
-    // acknowledged turn is settled without running twice (its record has its result).
+    // Reconcile finds nothing to repair: no turn runs twice (their outcomes were synced).
     let out = tollgate(&home, None, &["reconcile"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     wait_for(&home, "the queue to empty", |v| {

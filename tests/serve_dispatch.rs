@@ -47,8 +47,15 @@ fn sync_routes_answer_with_the_outcome_and_the_turn_gets_payload_and_delivery() 
     );
     // The turn records which delivery it serves, and keeps the payload in its directory.
     let turn_dir = home.home.join("tasks/ok/turns/1");
-    let record: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(turn_dir.join("turn.json")).unwrap()).unwrap();
+    let record: serde_json::Value = serde_json::to_value(
+        tollgate::tasks::load_turn(
+            &tollgate::home::Home::at(&home.home),
+            &tollgate::protocol::slots::TurnKey::new("ok", 1),
+        )
+        .expect("turn record")
+        .expect("the turn has a record"),
+    )
+    .expect("json");
     assert_eq!(record["delivery"]["id"], delivery);
     assert_eq!(record["delivery"]["identity"], "p1");
     assert_eq!(std::fs::read(turn_dir.join("payload")).unwrap(), body);
@@ -87,8 +94,15 @@ fn a_deferred_delivery_past_detach_timeout_is_cancelled_and_ends_timed_out() {
             .any(|l| l["delivery"] == delivery.as_str() && l["outcome"] == "timed-out")
     });
     assert_eq!(serve.metric("tollgate_retained"), 0);
-    let turn = home.home.join("tasks/job-slow1/turns/1/turn.json");
-    let record: serde_json::Value = serde_json::from_slice(&std::fs::read(turn).unwrap()).unwrap();
+    let record: serde_json::Value = serde_json::to_value(
+        tollgate::tasks::load_turn(
+            &tollgate::home::Home::at(&home.home),
+            &tollgate::protocol::slots::TurnKey::new("job-slow1", 1),
+        )
+        .expect("turn record")
+        .expect("the turn has a record"),
+    )
+    .expect("json");
     assert_eq!(record["outcome"], "cancelled");
     assert!(ran(&ran_log).is_empty());
 }

@@ -100,32 +100,19 @@ fn line_counts(lines: &Path) -> (BTreeMap<usize, usize>, String) {
     (counts, text)
 }
 
-/// Every `tasks/<task>/turns/<n>/turn.json` in the home: (task, turn) -> record.
+/// Every turn record of the home (in its database, or its files): (task, turn) -> record.
 fn turn_records(home: &Path) -> BTreeMap<(String, u32), Value> {
+    let home = tollgate::home::Home::at(home);
     let mut records = BTreeMap::new();
-    let Ok(tasks) = std::fs::read_dir(home.join("tasks")) else {
-        return records;
-    };
-    for task in tasks {
-        let task = task.expect("read tasks dir");
-        let name = task.file_name().to_string_lossy().into_owned();
-        let Ok(turns) = std::fs::read_dir(task.path().join("turns")) else {
-            continue;
-        };
-        for turn in turns {
-            let turn = turn.expect("read turns dir");
-            let file = turn.path().join("turn.json");
-            let Ok(bytes) = std::fs::read(&file) else {
-                continue;
-            };
-            let n: u32 = turn
-                .file_name()
-                .to_string_lossy()
-                .parse()
-                .expect("turn dir");
-            let record: Value = serde_json::from_slice(&bytes)
-                .unwrap_or_else(|e| panic!("{} does not parse: {e}", file.display()));
-            records.insert((name.clone(), n), record);
+    for task in tollgate::tasks::list_tasks(&home).expect("list tasks") {
+        for n in tollgate::tasks::list_turns(&home, &task).expect("list turns") {
+            let key = tollgate::protocol::slots::TurnKey::new(task.clone(), n);
+            if let Some(record) = tollgate::tasks::load_turn(&home, &key).expect("turn record") {
+                records.insert(
+                    (task.clone(), n),
+                    serde_json::to_value(&record).expect("record as JSON"),
+                );
+            }
         }
     }
     records

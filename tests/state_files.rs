@@ -156,21 +156,18 @@ fn home_with_history(tmp: &Path) -> PathBuf {
 /// and what is there, and the home is exactly as it was.
 #[test]
 fn special_files_in_place_of_state_files_are_refused_promptly_and_change_nothing() {
-    let cases: [(&str, &[&[&str]]); 6] = [
+    // Task and turn records are rows of tollgate.db (spec/store.md, "Records"): the database
+    // stands for them here.
+    let cases: [(&str, &[&[&str]]); 4] = [
         (
             "tollgate.db",
-            &[&["status"], &["submit", "--", "true"], &["reconcile"]],
-        ),
-        (
-            "tasks/done/task.json",
             &[
+                &["status"],
+                &["submit", "--", "true"],
+                &["reconcile"],
                 &["status", "done"],
-                &["submit", "--task", "done", "--", "true"],
+                &["logs", "done"],
             ],
-        ),
-        (
-            "tasks/done/turns/1/turn.json",
-            &[&["status", "done"], &["logs", "done"], &["status"]],
         ),
         ("tollgate.toml", &[&["status"], &["submit", "--", "true"]]),
         ("sweep.json", &[&["sweep"]]),
@@ -206,12 +203,38 @@ fn queue_store(home: &Path) -> SqliteStore {
     SqliteStore::new(Home::at(home), Duration::from_secs(10), Durability::Fsync)
 }
 
-fn read_json(path: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(path).expect("read")).expect("json")
+/// Turn `n` of `task` as JSON, read through the library (a row of tollgate.db).
+fn turn_json(home: &Path, task: &str, n: u32) -> serde_json::Value {
+    let record = tollgate::tasks::load_turn(&Home::at(home), &TurnKey::new(task, n))
+        .expect("turn record")
+        .expect("the turn has a record");
+    serde_json::to_value(record).expect("json")
 }
 
-fn write_json(path: &Path, value: &serde_json::Value) {
-    std::fs::write(path, serde_json::to_vec_pretty(value).expect("render")).expect("write");
+/// The task record of `task` as JSON (a row of tollgate.db), `None` when it has none.
+fn task_json(home: &Path, task: &str) -> Option<serde_json::Value> {
+    tollgate::tasks::load_task(&Home::at(home), task)
+        .expect("task record")
+        .map(|record| serde_json::to_value(record).expect("json"))
+}
+
+/// Rewrites (or, with `None`, deletes) the task record of `task` behind tollgate's back, as an
+/// operator's `sqlite3` would.
+fn set_task_row(home: &Path, task: &str, record: Option<&serde_json::Value>) {
+    let db = rusqlite::Connection::open(home.join("tollgate.db")).expect("open the database");
+    db.execute("DELETE FROM tasks WHERE name = ?1", [task])
+        .expect("delete");
+    if let Some(record) = record {
+        db.execute(
+            "INSERT INTO tasks (name, next_turn, body) VALUES (?1, ?2, ?3)",
+            rusqlite::params![
+                task,
+                record["next_turn"].as_u64().expect("next_turn"),
+                record.to_string()
+            ],
+        )
+        .expect("insert");
+    }
 }
 
 /// Issue 11, point 7: with `task.json` deleted, and again with `next_turn` rewound, the next turn
@@ -222,13 +245,14 @@ fn a_deleted_or_rewound_task_record_never_lets_a_new_turn_overwrite_an_old_one()
     let tmp = tempfile::tempdir().expect("tempdir");
     let home = home_with_history(tmp.path());
     let turn1 = home.join("tasks/done/turns/1");
-    let record = std::fs::read(turn1.join("turn.json")).expect("turn 1 record");
+    let record = turn_json(&home, "done", 1);
     assert_eq!(
         std::fs::read_to_string(turn1.join("stdout.log")).expect("turn 1 output"),
         "one\n"
     );
 
-    std::fs::remove_file(home.join("tasks/done/task.json")).expect("delete task.json");
+    let task = task_json(&home, "done").expect("task record");
+    set_task_row(&home, "done", None);
     let out = tollgate(
         &home,
         &["submit", "--task", "done", "--wait", "--", "echo", "two"],
@@ -240,38 +264,28 @@ fn a_deleted_or_rewound_task_record_never_lets_a_new_turn_overwrite_an_old_one()
         describe(&out)
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "two\n");
-    assert_eq!(
-        std::fs::read(turn1.join("turn.json")).expect("turn 1"),
-        record
-    );
+    assert_eq!(turn_json(&home, "done", 1), record);
     assert_eq!(
         std::fs::read_to_string(turn1.join("stdout.log")).expect("turn 1 output"),
         "one\n",
         "turn 1's output was appended to"
     );
-    let turn2 = read_json(&home.join("tasks/done/turns/2/turn.json"));
+    let turn2 = turn_json(&home, "done", 2);
     assert_eq!(turn2["argv"], serde_json::json!(["echo", "two"]));
-    assert_eq!(
-        read_json(&home.join("tasks/done/task.json"))["next_turn"],
-        3
-    );
+    assert_eq!(task_json(&home, "done").expect("task")["next_turn"], 3);
 
-    let task_file = home.join("tasks/done/task.json");
-    let mut task = read_json(&task_file);
+    let mut task = task;
     task["next_turn"] = 1.into();
-    write_json(&task_file, &task);
+    set_task_row(&home, "done", Some(&task));
     let out = tollgate(
         &home,
         &["submit", "--task", "done", "--wait", "--", "echo", "three"],
     );
     assert!(out.status.success(), "{}", describe(&out));
-    assert_eq!(
-        std::fs::read(turn1.join("turn.json")).expect("turn 1"),
-        record
-    );
-    let turn3 = read_json(&home.join("tasks/done/turns/3/turn.json"));
+    assert_eq!(turn_json(&home, "done", 1), record);
+    let turn3 = turn_json(&home, "done", 3);
     assert_eq!(turn3["argv"], serde_json::json!(["echo", "three"]));
-    assert_eq!(read_json(&task_file)["next_turn"], 4);
+    assert_eq!(task_json(&home, "done").expect("task")["next_turn"], 4);
 }
 
 /// Issue 11, point 7: the turn counter's last value is used once; after it a submit is refused
@@ -281,15 +295,19 @@ fn a_deleted_or_rewound_task_record_never_lets_a_new_turn_overwrite_an_old_one()
 fn an_exhausted_turn_counter_refuses_new_turns_and_changes_nothing() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let home = home_with_history(tmp.path());
-    let task_file = home.join("tasks/done/task.json");
-    let mut task = read_json(&task_file);
+    let mut task = task_json(&home, "done").expect("task record");
     task["next_turn"] = (u32::MAX - 1).into();
-    write_json(&task_file, &task);
+    set_task_row(&home, "done", Some(&task));
     let out = tollgate(&home, &["submit", "--task", "done", "--wait", "--", "true"]);
     assert!(out.status.success(), "{}", describe(&out));
-    let last = format!("tasks/done/turns/{}/turn.json", u32::MAX - 1);
-    assert_eq!(read_json(&home.join(last))["outcome"], "completed");
-    assert_eq!(read_json(&task_file)["next_turn"], u32::MAX);
+    assert_eq!(
+        turn_json(&home, "done", u32::MAX - 1)["outcome"],
+        "completed"
+    );
+    assert_eq!(
+        task_json(&home, "done").expect("task")["next_turn"],
+        u32::MAX
+    );
     runner_done(&home, "done", u32::MAX - 1);
 
     let before = snapshot(&home);
@@ -302,7 +320,11 @@ fn an_exhausted_turn_counter_refuses_new_turns_and_changes_nothing() {
         assert_refused(
             &out,
             &what,
-            &[&task_file.display().to_string(), "every turn number"],
+            &[
+                &home.join("tollgate.db").display().to_string(),
+                "tasks/done",
+                "every turn number",
+            ],
         );
         assert_eq!(before, snapshot(&home), "{what}: the home changed");
     }

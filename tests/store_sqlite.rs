@@ -324,6 +324,15 @@ fn special_files_as_the_database_or_its_log_are_refused_by_every_reader_and_doct
     }
 }
 
+/// Undoes migrations 4 (records), 3 (dependencies) and 2 (scheduling): what a version-1 database
+/// (issue 12 phase 1: the queue only) holds.
+const DOWNGRADE_TO_VERSION_1: &str = "DROP TABLE tasks; DROP TABLE turns; DROP TABLE sync_barrier;
+     DROP TABLE entry_dependencies;
+     DROP TABLE paused_tasks;
+     ALTER TABLE entries DROP COLUMN priority;
+     ALTER TABLE queue_meta DROP COLUMN paused_home;
+     DELETE FROM schema_migrations WHERE version > 1;";
+
 /// A database of schema version 1 (no priorities, no pause set, no dependencies) is migrated to
 /// the current version on its next open, its rows kept with priority 0, nothing paused and no
 /// dependencies; the new fields then round-trip.
@@ -344,13 +353,7 @@ fn a_version_1_database_migrates_to_the_current_version_keeping_its_rows() {
     // Turn it back into what tollgate wrote before migrations 2 and 3.
     rusqlite::Connection::open(&db)
         .expect("open")
-        .execute_batch(
-            "DROP TABLE entry_dependencies;
-             DROP TABLE paused_tasks;
-             ALTER TABLE entries DROP COLUMN priority;
-             ALTER TABLE queue_meta DROP COLUMN paused_home;
-             DELETE FROM schema_migrations WHERE version > 1;",
-        )
+        .execute_batch(DOWNGRADE_TO_VERSION_1)
         .expect("downgrade to version 1");
     let migrated = store(tmp.path()).load().expect("migrate");
     let mut expected = shape.clone();
@@ -367,7 +370,7 @@ fn a_version_1_database_migrates_to_the_current_version_keeping_its_rows() {
         .expect("query")
         .collect::<Result<_, _>>()
         .expect("rows");
-    assert_eq!(versions, vec![1, 2, 3]);
+    assert_eq!(versions, vec![1, 2, 3, 4]);
     let full = every_shape();
     store(tmp.path())
         .transact(|queue| {
@@ -628,4 +631,214 @@ fn random_changes_round_trip_through_the_diff_write() {
         assert_eq!(current.load().expect("load"), expected, "step {step}");
     }
     assert!(expected.entries.len() > 3, "the walk must grow the queue");
+}
+
+/// Runs the binary on the file store of earlier versions (`queue.json`, `tasks/*/task.json`,
+/// `tasks/*/turns/*/turn.json`): how the import tests make a home of an earlier version.
+fn tollgate_on_files(home: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(common::BIN)
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .env(tollgate::queue::FILE_STORE_ENV, "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run tollgate")
+}
+
+/// A home of an earlier version: records as files, one finished turn (id 1), a queue.json.
+fn home_of_files(home: &Path) {
+    let out = tollgate_on_files(home, &["init", "--workers", "1"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = tollgate_on_files(home, &["submit", "--task", "old", "--wait", "--", "true"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    // The runner logs its end last: from then on nothing of it touches the home (a bounded poll
+    // of observable state).
+    let log = home.join("tasks/old/turns/1/runner.log");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&log).is_ok_and(|text| text.contains("ran, outcome")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the runner never ended"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(home.join("tasks/old/turns/1/turn.json").is_file());
+    assert!(home.join("tasks/old/task.json").is_file());
+    assert!(!home.join("tollgate.db").exists());
+}
+
+/// Issue 12 phase 2: the records of a home of an earlier version are imported with its queue, in
+/// one transaction, on first use; the files are moved aside (kept), status, logs ids and doctor
+/// read them from the database, and a new turn of the task continues its numbering.
+#[test]
+fn an_earlier_versions_records_are_imported_with_the_queue_and_moved_aside() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path().join("home");
+    home_of_files(&home);
+    let turn_file = home.join("tasks/old/turns/1/turn.json");
+    let before = std::fs::read(&turn_file).expect("record");
+
+    let out = tollgate(&home, &["status", "--json"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(home.join("tollgate.db").is_file(), "imported on first use");
+    assert!(!turn_file.exists(), "turn.json was not moved aside");
+    assert_eq!(
+        std::fs::read(home.join("tasks/old/turns/1/turn.json.imported")).expect("kept aside"),
+        before
+    );
+    assert!(home.join("tasks/old/task.json.imported").is_file());
+    assert!(home.join("queue.json.imported").is_file());
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let text = status.to_string();
+    assert!(
+        text.contains("\"old\""),
+        "the imported turn is listed: {status:#}"
+    );
+    // The short id is read from the database's index.
+    let out = tollgate(&home, &["logs", "1"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = tollgate(&home, &["logs", "2"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "no turn has id 2: {}",
+        describe(&out)
+    );
+
+    let record = tollgate::tasks::load_turn(&Home::at(&home), &TurnKey::new("old", 1))
+        .expect("load")
+        .expect("imported");
+    assert_eq!(
+        serde_json::to_value(&record).expect("json"),
+        serde_json::from_slice::<serde_json::Value>(&before).expect("json"),
+        "the record was imported as it was"
+    );
+    assert_eq!(store(&home).load().expect("queue").entries.len(), 0);
+
+    // The next turn of the task takes the next number: nothing is overwritten.
+    let out = tollgate(&home, &["submit", "--task", "old", "--", "true"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("turn 2"),
+        "{}",
+        describe(&out)
+    );
+
+    let out = tollgate(&home, &["doctor", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["healthy"], true, "{report}");
+    assert_eq!(report["task_records"], 1, "{report}");
+    assert_eq!(report["turn_records"], 2, "{report}");
+}
+
+/// A corrupt record file of an earlier version is refused with its path (exit 2) and nothing is
+/// imported: no database is created and every file stays as it was.
+#[test]
+fn a_corrupt_record_file_is_refused_with_its_path_and_nothing_is_imported() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path().join("home");
+    home_of_files(&home);
+    let turn_file = home.join("tasks/old/turns/1/turn.json");
+    let full = std::fs::read(&turn_file).expect("record");
+    let half = &full[..full.len() / 2];
+    std::fs::write(&turn_file, half).expect("damage");
+    let queue_json = std::fs::read(home.join("queue.json")).expect("queue.json");
+    for args in [&["status"][..], &["submit", "--", "true"], &["reconcile"]] {
+        let out = tollgate(&home, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", describe(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(&turn_file.display().to_string()),
+            "{args:?} does not name the record: {}",
+            describe(&out)
+        );
+        assert!(
+            !home.join("tollgate.db").exists(),
+            "{args:?} created a database"
+        );
+        assert_eq!(std::fs::read(&turn_file).expect("kept"), half);
+        assert_eq!(
+            std::fs::read(home.join("queue.json")).expect("kept"),
+            queue_json
+        );
+        assert!(
+            home.join("tasks/old/task.json").is_file(),
+            "moved although refused"
+        );
+    }
+}
+
+/// A record whose body disagrees with its indexed columns (edited behind tollgate's back) is
+/// reported by `doctor`, naming the record, exit 1.
+#[test]
+fn doctor_checks_the_record_tables() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path().join("home");
+    let out = tollgate(&home, &["init", "--workers", "1"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = tollgate(&home, &["submit", "--task", "t", "--wait", "--", "true"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = tollgate(&home, &["doctor"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let db = rusqlite::Connection::open(home.join("tollgate.db")).expect("open");
+    db.execute("UPDATE turns SET settled = 0 WHERE task = 't'", [])
+        .expect("edit");
+    drop(db);
+    let out = tollgate(&home, &["doctor", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(
+        report["record_problems"][0]
+            .as_str()
+            .is_some_and(|p| p.contains("t turn 1")),
+        "{report}"
+    );
+}
+
+/// A database home of schema version 1 (issue 12 phase 1: the queue in tollgate.db, the records
+/// still files) is migrated to version 4 on first use: the record files are imported in the
+/// migration's transaction and moved aside, and the queue is kept.
+#[test]
+fn a_phase_one_database_home_has_its_record_files_imported_by_migration_4() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let files = tmp.path().join("files");
+    home_of_files(&files);
+    let home = tmp.path().join("home");
+    let out = tollgate(&home, &["init", "--workers", "1"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = tollgate(&home, &["submit", "--task", "new", "--wait", "--", "true"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    // Back to version 1: the record tables gone, the records as files (a phase-1 home's).
+    let db = rusqlite::Connection::open(home.join("tollgate.db")).expect("open");
+    db.execute_batch(DOWNGRADE_TO_VERSION_1).expect("downgrade");
+    drop(db);
+    std::fs::remove_dir_all(home.join("tasks")).expect("drop the new task");
+    let copy = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(files.join("tasks"))
+        .arg(home.join("tasks"))
+        .status()
+        .expect("cp");
+    assert!(copy.success());
+    let before = std::fs::read(home.join("tasks/old/turns/1/turn.json")).expect("record file");
+
+    let out = tollgate(&home, &["doctor", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["schema_version"], 1, "{report}");
+
+    let record = tollgate::tasks::load_turn(&Home::at(&home), &TurnKey::new("old", 1))
+        .expect("load")
+        .expect("imported");
+    assert_eq!(
+        serde_json::to_value(&record).expect("json"),
+        serde_json::from_slice::<serde_json::Value>(&before).expect("json")
+    );
+    assert!(home.join("tasks/old/turns/1/turn.json.imported").is_file());
+    assert!(!home.join("tasks/old/turns/1/turn.json").exists());
+    let out = tollgate(&home, &["doctor", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["schema_version"], 4, "{report}");
+    assert_eq!(report["turn_records"], 1, "{report}");
 }

@@ -24,9 +24,17 @@ fn tollgate(home: &Path, args: &[&str]) -> Output {
 }
 
 fn record(home: &Path, task: &str, turn: u32) -> (usize, serde_json::Value) {
-    let path = home.join(format!("tasks/{task}/turns/{turn}/turn.json"));
-    let bytes = std::fs::read(&path).expect("turn record");
-    (bytes.len(), serde_json::from_slice(&bytes).expect("json"))
+    // The record's body in tollgate.db (compact JSON).
+    let value: serde_json::Value = serde_json::to_value(
+        tollgate::tasks::load_turn(
+            &tollgate::home::Home::at(home),
+            &tollgate::protocol::slots::TurnKey::new(task, turn),
+        )
+        .expect("turn record")
+        .expect("the turn has a record"),
+    )
+    .expect("json");
+    (value.to_string().len(), value)
 }
 
 fn stdout_of(home: &Path, task: &str, turn: u32) -> String {

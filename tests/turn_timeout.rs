@@ -102,10 +102,15 @@ fn timed_out_on(path: &str, force_subreaper: bool, mode: &str) {
     let status = status_json(&home);
     let turn = &status["tasks"][0]["turns"][0];
     assert_eq!(turn["state"], "timed_out", "{path} {mode}: {status}");
-    let record: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(home.join("tasks/slow/turns/1/turn.json")).expect("turn record"),
+    let record: serde_json::Value = serde_json::to_value(
+        tollgate::tasks::load_turn(
+            &tollgate::home::Home::at(&home),
+            &tollgate::protocol::slots::TurnKey::new("slow", 1),
+        )
+        .expect("turn record")
+        .expect("the turn has a record"),
     )
-    .expect("turn json");
+    .expect("json");
     assert_eq!(record["outcome"], "timed_out", "{record}");
     assert_eq!(record["timeout_millis"], 1000, "{record}");
     let table = tollgate(&home, true, &["status"]);

@@ -84,6 +84,17 @@ fn print_report(report: &DoctorReport) {
         None => println!("queue structure: ok ({} row(s))", report.queue_rows),
         Some(problem) => println!("queue structure: {problem}"),
     }
+    if report.record_problems.is_empty() {
+        println!(
+            "records: ok ({} task(s), {} turn(s))",
+            report.task_records, report.turn_records
+        );
+    } else {
+        println!("records: {} problem(s):", report.record_problems.len());
+        for problem in &report.record_problems {
+            println!("  {problem}");
+        }
+    }
     if let Some(old) = &report.unread_queue_json {
         println!(
             "note: {} is not read by the database (imported once on first use, never again)",

@@ -274,9 +274,7 @@ pub fn clean(home: Option<PathBuf>, args: CleanArgs) -> Result<i32, CliError> {
                     continue;
                 }
                 if !args.dry_run {
-                    let dir = rt.home.turn_dir(&turn.key);
-                    std::fs::remove_dir_all(&dir)
-                        .map_err(|e| crate::fsutil::FileError::io(&dir, e))?;
+                    tasks::remove_turn(&rt.home, &turn.key)?;
                 }
                 removed.push(turn.key);
             }

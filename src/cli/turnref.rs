@@ -76,7 +76,14 @@ fn by_id(rt: &Runtime, text: &str) -> Result<TurnKey, CliError> {
         .parse()
         .map_err(|_| CliError::Usage(format!("{text:?}: no turn has this id{}", numeric_task())))?;
     let mut found = Vec::new();
-    for task in tasks::list_tasks(&rt.home)? {
+    let indexed = tasks::turns_with_id(&rt.home, id)?;
+    let searched = if indexed.is_some() {
+        Vec::new()
+    } else {
+        tasks::list_tasks(&rt.home)?
+    };
+    found.extend(indexed.into_iter().flatten());
+    for task in searched {
         for &n in tasks::list_turns(&rt.home, &task)?.iter().rev() {
             let key = TurnKey::new(task.clone(), n);
             let Some(record) = tasks::load_turn(&rt.home, &key)? else {

@@ -316,7 +316,7 @@ pub fn sweep_dead_runs(home: &Path) -> Result<Vec<DeadRun>, SweepError> {
                 if let Ok(dir) = fs::read_dir(&record.worktree_root) {
                     for entry in dir.flatten().take(MAX_SWEEP_ENTRIES) {
                         let wt = worktree_at(&entry.path());
-                        if held_by_live_process(&wt.path) {
+                        if held_after_exits(&wt.path) {
                             report
                                 .failed
                                 .push((wt.path, "a live process is inside".to_string()));
@@ -339,6 +339,25 @@ pub fn sweep_dead_runs(home: &Path) -> Result<Vec<DeadRun>, SweepError> {
         out.push(report);
     }
     Ok(out)
+}
+
+/// How long [`held_after_exits`] lets killed processes finish exiting.
+const EXIT_SETTLE_MILLIS: u64 = 2_000;
+
+/// [`held_by_live_process`], given killed processes time to finish exiting: an exiting process
+/// drops its memory (so the marker walk no longer sees it, and the unit reads empty) before it
+/// drops its working directory, so right after a kill a worktree can still look held for a
+/// moment (a CI run saw a dead run's worktree left that way). Bounded: a process really working
+/// inside keeps it held.
+fn held_after_exits(path: &Path) -> bool {
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(EXIT_SETTLE_MILLIS);
+    while held_by_live_process(path) {
+        if std::time::Instant::now() >= until {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    false
 }
 
 /// Whether a live process has its working directory (or root) inside `path`.

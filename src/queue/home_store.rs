@@ -40,6 +40,10 @@ impl HomeStore {
                 config.store.clone(),
             ),
         };
+        let in_database = store.as_deref().is_none_or(|s| s == "sqlite")
+            && std::env::var_os(FILE_STORE_ENV).is_none_or(|v| v != "1");
+        // The records follow the queue into the database only there (spec/store.md, "Records").
+        super::records::register(home, in_database, config.lock_timeout());
         if let Some(url) = store.filter(|s| s != "sqlite") {
             return match PostgresUrl::parse(&url) {
                 Ok(url) => {

@@ -4,6 +4,7 @@
 mod home_store;
 mod lock;
 mod postgres;
+pub mod records;
 mod sqlite;
 mod store;
 

@@ -17,8 +17,9 @@ use crate::clock;
 use crate::config::Durability;
 use crate::fsutil::FileError;
 use crate::protocol::slots::{
-    AfterRule, Dependency, PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord,
-    RunnerSlotReservation, SlotToken, TurnKey, WorkId, WorkRecord, QUEUE_FORMAT_VERSION,
+    AfterRule, Dependency, PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState,
+    RunnerRecord, RunnerSlotReservation, SlotToken, TurnKey, WorkId, WorkRecord,
+    QUEUE_FORMAT_VERSION,
 };
 use postgres::error::SqlState;
 use postgres::{Client, NoTls, Row, Transaction};

@@ -7,14 +7,16 @@
 //! only the rows that changed. Whether the commit waits for the disk is the caller's
 //! [`Commit`] and the home's [`Durability`].
 
+use super::records;
 use super::store::{check_queue, parse_queue, Commit, Store, StoreError};
 use crate::clock;
 use crate::config::Durability;
 use crate::fsutil::{self, FileError};
 use crate::home::Home;
 use crate::protocol::slots::{
-    AfterRule, Dependency, PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord,
-    RunnerSlotReservation, SlotToken, TurnKey, WorkId, WorkRecord, QUEUE_FORMAT_VERSION,
+    AfterRule, Dependency, PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState,
+    RunnerRecord, RunnerSlotReservation, SlotToken, TurnKey, WorkId, WorkRecord,
+    QUEUE_FORMAT_VERSION,
 };
 use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
@@ -28,7 +30,7 @@ use std::time::{Duration, Instant};
 
 /// The newest schema this tollgate writes; a database whose `schema_migrations` names a newer
 /// one is refused (it was written by a newer tollgate).
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The schema's migrations in order: `(version, what it does, SQL)`. Each runs once, inside the
 /// write transaction that records it in `schema_migrations`.
@@ -36,6 +38,7 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
     (1, "the queue as tables", SCHEMA_V1),
     (2, "scheduling: row priorities and the pause set", SCHEMA_V2),
     (3, "dependencies of queue rows", SCHEMA_V3),
+    (4, "task and turn records", records::SCHEMA_V4),
 ];
 
 /// Version 3: a row's dependencies (`submit --after`), in their own table so rows without any
@@ -131,7 +134,9 @@ pub struct SqliteStore {
 
 /// An open connection and the `synchronous` level it was last set to.
 struct Open {
-    conn: Connection,
+    /// `None` only while a section's closure runs on this thread and the record layer holds it
+    /// ([`records::Section`]); the store's mutex is held meanwhile, so no one else sees that.
+    conn: Option<Connection>,
     synchronous: Option<&'static str>,
 }
 
@@ -182,7 +187,7 @@ impl SqliteStore {
         if guard.is_none() {
             let conn = open_retrying_busy(&self.home, self.lock_timeout)?;
             *guard = Some(Open {
-                conn,
+                conn: Some(conn),
                 synchronous: None,
             });
         }
@@ -198,7 +203,10 @@ impl Store for SqliteStore {
         let Some(open) = guard.as_mut() else {
             unreachable!("connection() opened it");
         };
-        let tx = open.conn.transaction().map_err(|e| sql_error(&path, e))?;
+        let Some(conn) = open.conn.as_mut() else {
+            unreachable!("the connection is back in its slot outside a section");
+        };
+        let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;
         let state = read_queue(&tx, &path)?;
         tx.commit().map_err(|e| sql_error(&path, e))?;
         Ok(state)
@@ -222,19 +230,24 @@ impl Store for SqliteStore {
         // leaves the commit to the next sync or checkpoint. Set outside the transaction.
         let level = if durable { "FULL" } else { "NORMAL" };
         if open.synchronous != Some(level) {
-            open.conn
-                .pragma_update(None, "synchronous", level)
-                .map_err(|e| sql_error(&path, e))?;
+            if let Some(conn) = &open.conn {
+                conn.pragma_update(None, "synchronous", level)
+                    .map_err(|e| sql_error(&path, e))?;
+            }
             open.synchronous = Some(level);
         }
         let started = Instant::now();
-        let tx = open
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
+        // The connection is lent to the record layer for the section (records::Section): task
+        // and turn records written by `change` commit with it. Dropping `section` (an `Err`, a
+        // panic) rolls the transaction back and puts the connection back.
+        let Some(section) = records::Section::lend(&mut open.conn, path.clone()) else {
+            unreachable!("the connection is back in its slot outside a section");
+        };
+        section
+            .with(|c| c.execute_batch("BEGIN IMMEDIATE"))
             .map_err(|e| busy_or(&path, started, e))?;
-        let original = read_queue(&tx, &path)?;
+        let original = section.with(|c| read_queue(c, &path))?;
         let mut state = original.clone();
-        // On an `Err` (or a panic) the transaction is dropped, which rolls it back.
         let result = change(&mut state)?;
         let changed = state != original;
         if changed {
@@ -244,15 +257,43 @@ impl Store for SqliteStore {
                 detail,
             })?;
             fail::fail_point!("queue::before_publish");
-            write_changes(&tx, &original, &state).map_err(|e| sql_error(&path, e))?;
+            section
+                .with(|c| write_changes(c, &original, &state))
+                .map_err(|e| sql_error(&path, e))?;
         }
-        tx.commit().map_err(|e| busy_or(&path, started, e))?;
+        let outcome = section.outcome_recorded() && self.durability == Durability::Fsync;
+        section
+            .with(|c| c.execute_batch("COMMIT"))
+            .map_err(|e| busy_or(&path, started, e))?;
+        section.committed();
+        // A section that recorded a turn's outcome is synced whatever its class (spec/store.md,
+        // "Records"). SQLite fixes a commit's sync level before the transaction begins, and
+        // whether a section records an outcome is known only at its end, so an internal one is
+        // followed by a one-row synced commit that syncs the log up to and including it.
+        if outcome && !durable {
+            if let Some(conn) = &open.conn {
+                sync_barrier(conn).map_err(|e| busy_or(&path, started, e))?;
+            }
+            open.synchronous = Some("FULL");
+        }
         #[cfg(feature = "failpoints")]
-        if durable && changed {
-            snapshot_for_tests(&open.conn, &path).map_err(StoreError::from)?;
+        if durable || outcome {
+            if let Some(conn) = &open.conn {
+                snapshot_for_tests(conn, &path).map_err(StoreError::from)?;
+            }
         }
         Ok(result)
     }
+}
+
+/// Syncs the log up to the last commit: a synced write transaction that counts itself in
+/// `sync_barrier` (a transaction that writes no page, an unchanged row included, syncs nothing).
+/// Leaves the connection at `synchronous = FULL`.
+fn sync_barrier(conn: &Connection) -> rusqlite::Result<()> {
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.execute_batch(
+        "BEGIN IMMEDIATE; UPDATE sync_barrier SET commits = commits + 1 WHERE id = 1; COMMIT;",
+    )
 }
 
 /// With the `failpoints` feature, `store::after_durable_commit(DIR)` copies the database as it
@@ -297,6 +338,11 @@ fn sql_error(path: &Path, error: rusqlite::Error) -> StoreError {
             path: path.to_path_buf(),
             waited_millis: 0,
         },
+        // ENOSPC, so a runner recording a result retries (`tasks::retry_while_disk_full`).
+        Some(ErrorCode::DiskFull) => StoreError::File(FileError::io(
+            path,
+            io::Error::from_raw_os_error(libc::ENOSPC),
+        )),
         _ => StoreError::Database {
             path: path.to_path_buf(),
             detail: error.to_string(),
@@ -365,8 +411,9 @@ const OPEN_RETRY_MAX_PAUSE_MILLIS: u64 = 20;
 fn open_database(home: &Home, lock_timeout: Duration) -> Result<Connection, StoreError> {
     let path = home.db_path();
     if !check_database_files(&path)? {
-        // A corrupt queue.json is refused before anything is created.
+        // A corrupt queue.json (or record file) is refused before anything is created.
         read_old_queue(home)?;
+        read_old_records(home)?;
         // Created here, not by SQLite, for its mode and so a planted symlink is refused.
         match std::fs::OpenOptions::new()
             .write(true)
@@ -410,7 +457,163 @@ fn open_database(home: &Home, lock_timeout: Duration) -> Result<Connection, Stor
         return Err(newer_schema(&path, schema_version(&conn, &path)?));
     }
     move_imported_aside(home, &conn, &path)?;
+    move_records_aside(home, &conn, &path)?;
     Ok(conn)
+}
+
+/// A connection for the record layer's accesses outside a section ([`records`]): the same open,
+/// checks and migrations as the store's, and `synchronous = NORMAL` (those writes are internal
+/// transitions, spec/store.md "Records").
+pub(crate) fn open_for_records(
+    home: &Home,
+    lock_timeout: Duration,
+) -> Result<Connection, StoreError> {
+    let conn = open_retrying_busy(home, lock_timeout)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(|e| sql_error(&home.db_path(), e))?;
+    Ok(conn)
+}
+
+/// The record files of an earlier version's home (or of a home whose database predates schema
+/// version 4): every `tasks/<task>/task.json` and `tasks/<task>/turns/<n>/turn.json`, checked as
+/// strictly as the file loader checks them. The first file that would not load is an error
+/// naming it (nothing is imported).
+struct OldRecords {
+    tasks: Vec<crate::tasks::TaskRecord>,
+    turns: Vec<crate::tasks::TurnRecord>,
+}
+
+fn read_old_records(home: &Home) -> Result<OldRecords, StoreError> {
+    let mut old = OldRecords {
+        tasks: Vec::new(),
+        turns: Vec::new(),
+    };
+    let tasks_dir = home.tasks_dir();
+    for task in sorted_names(&tasks_dir)? {
+        let task_file = home.task_file(&task);
+        if let Some(bytes) =
+            fsutil::read_state_file(&task_file, "task record", fsutil::limits::TASK_BYTES)?
+        {
+            old.tasks
+                .push(crate::tasks::parse_task(&task_file, &bytes)?);
+        }
+        let turns_dir = home.task_dir(&task).join("turns");
+        for name in sorted_names(&turns_dir)? {
+            let Ok(turn) = name.parse::<u32>() else {
+                continue;
+            };
+            let key = TurnKey::new(task.clone(), turn);
+            let file = home.turn_file(&key);
+            if let Some(bytes) =
+                fsutil::read_state_file(&file, "turn record", fsutil::limits::TURN_BYTES)?
+            {
+                old.turns
+                    .push(crate::tasks::parse_turn(&file, &bytes, &key)?);
+            }
+        }
+    }
+    Ok(old)
+}
+
+/// The entry names of `dir`, sorted; none when it does not exist.
+fn sorted_names(dir: &Path) -> Result<Vec<String>, FileError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(FileError::io(dir, e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| FileError::io(dir, e))?;
+        names.push(entry.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Writes the home's record files into the version 4 tables (inside the migration's
+/// transaction) and records the import; the files are moved aside after the commit.
+fn import_records(home: &Home, tx: &Connection, path: &Path) -> Result<(), StoreError> {
+    let old = read_old_records(home)?;
+    if old.tasks.is_empty() && old.turns.is_empty() {
+        return Ok(());
+    }
+    let sql = |e| sql_error(path, e);
+    let json = |e: serde_json::Error| StoreError::Database {
+        path: path.to_path_buf(),
+        detail: format!("cannot render a record: {e}"),
+    };
+    for task in &old.tasks {
+        let body = serde_json::to_string(task).map_err(json)?;
+        records::put_task(tx, &task.name, task.next_turn, &body).map_err(sql)?;
+    }
+    for turn in &old.turns {
+        let body = serde_json::to_string(turn).map_err(json)?;
+        records::put_turn(
+            tx,
+            &records::TurnRow {
+                task: &turn.key.task,
+                turn: turn.key.turn,
+                short_id: turn.id,
+                settled: turn.is_settled(),
+                ended_at_millis: turn.ended_at_millis,
+                body: &body,
+            },
+            true,
+        )
+        .map_err(sql)?;
+    }
+    tx.execute(
+        "INSERT OR REPLACE INTO imports (source, imported_at_millis) VALUES ('records', ?1)",
+        [clock::now_millis()],
+    )
+    .map_err(sql)?;
+    Ok(())
+}
+
+/// After the record files were imported, renames each `task.json` and `turn.json` to
+/// `*.imported` (kept, never deleted) and records that; finished by a later open if a crash came
+/// in between.
+fn move_records_aside(home: &Home, conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let pending: Option<bool> = conn
+        .query_row(
+            "SELECT moved_aside = 0 FROM imports WHERE source = 'records'",
+            [],
+            |row| row.get(0),
+        )
+        .optional()
+        .map_err(|e| sql_error(path, e))?;
+    if pending != Some(true) {
+        return Ok(());
+    }
+    let aside = |file: PathBuf| -> Result<(), StoreError> {
+        if file.is_file() {
+            let mut to = file.as_os_str().to_owned();
+            to.push(".imported");
+            match std::fs::rename(&file, &to) {
+                // Another command opening the home at the same moment moved it first.
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(FileError::io(&file, e).into())
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    };
+    for task in sorted_names(&home.tasks_dir())? {
+        aside(home.task_file(&task))?;
+        for name in sorted_names(&home.task_dir(&task).join("turns"))? {
+            if let Ok(turn) = name.parse::<u32>() {
+                aside(home.turn_file(&TurnKey::new(task.clone(), turn)))?;
+            }
+        }
+    }
+    conn.execute(
+        "UPDATE imports SET moved_aside = 1 WHERE source = 'records'",
+        [],
+    )
+    .map_err(|e| sql_error(path, e))?;
+    Ok(())
 }
 
 fn newer_schema(path: &Path, version: u32) -> StoreError {
@@ -490,6 +693,11 @@ fn migrate(home: &Home, conn: &mut Connection, path: &Path) -> Result<(), StoreE
             )
             .map_err(|e| sql_error(path, e))?;
         }
+    }
+    // Version 4 moved the records into the database: the record files of a home that had them
+    // (a new database, or one of version 1-3) are imported in the same transaction.
+    if current < 4 {
+        import_records(home, &tx, path)?;
     }
     tx.commit().map_err(|e| busy_or(path, started, e))
 }
@@ -765,7 +973,7 @@ fn read_dependencies(conn: &Connection, state: &mut QueueState) -> rusqlite::Res
 
 /// Rewrites the dependencies of the entries whose list changed (or that left).
 fn write_dependencies(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &Connection,
     old_by_id: &HashMap<u64, &QueueEntry>,
     new_by_id: &HashMap<u64, &QueueEntry>,
 ) -> rusqlite::Result<()> {
@@ -807,11 +1015,7 @@ fn write_dependencies(
 /// Writes what differs between `old` (what the tables hold) and `new`: the meta row if its
 /// fields changed, the entries that were removed, added or changed (by `queue_id`), and the
 /// runner and work lists whole when either changed (each is bounded by the slots in use).
-fn write_changes(
-    tx: &rusqlite::Transaction<'_>,
-    old: &QueueState,
-    new: &QueueState,
-) -> rusqlite::Result<()> {
+fn write_changes(tx: &Connection, old: &QueueState, new: &QueueState) -> rusqlite::Result<()> {
     if old.version != new.version || old.next_queue_id != new.next_queue_id {
         tx.prepare_cached("UPDATE queue_meta SET version = ?1, next_queue_id = ?2 WHERE id = 1")?
             .execute(params![new.version, int(new.next_queue_id)])?;
@@ -930,6 +1134,12 @@ pub struct DoctorReport {
     /// The queue's structure check (or why the tables do not load as a queue).
     pub queue_problem: Option<String>,
     pub queue_rows: usize,
+    /// Task and turn records in the database (schema version 4).
+    pub task_records: usize,
+    pub turn_records: usize,
+    /// Records whose body would not load, or whose indexed columns disagree with it (at most
+    /// [`MAX_INTEGRITY_FINDINGS`]), each naming the record.
+    pub record_problems: Vec<String>,
     /// A `queue.json` in the home that the database does not read (not a problem of the
     /// database: imported already, or waiting for the first command to import it).
     pub unread_queue_json: Option<PathBuf>,
@@ -937,7 +1147,9 @@ pub struct DoctorReport {
 
 impl DoctorReport {
     pub fn healthy(&self) -> bool {
-        self.integrity_problems.is_empty() && self.queue_problem.is_none()
+        self.integrity_problems.is_empty()
+            && self.queue_problem.is_none()
+            && self.record_problems.is_empty()
     }
 }
 
@@ -955,6 +1167,9 @@ pub fn check_database(home: &Home) -> Result<DoctorReport, StoreError> {
         integrity_problems: Vec::new(),
         queue_problem: None,
         queue_rows: 0,
+        task_records: 0,
+        turn_records: 0,
+        record_problems: Vec::new(),
         unread_queue_json: Some(home.queue_path()).filter(|p| p.exists()),
     };
     if !check_database_files(&path)? {
@@ -994,5 +1209,75 @@ pub fn check_database(home: &Home) -> Result<DoctorReport, StoreError> {
         }
         Err(e) => report.queue_problem = Some(e.to_string()),
     }
+    if report.schema_version >= 4 {
+        check_records(&tx, &path, &mut report)?;
+    }
     Ok(report)
+}
+
+/// `doctor`'s check of the record tables: every body loads with the loader's checks (as the
+/// record it is filed under) and the indexed columns agree with it.
+fn check_records(
+    conn: &Connection,
+    path: &Path,
+    report: &mut DoctorReport,
+) -> Result<(), StoreError> {
+    let sql = |e| sql_error(path, e);
+    let limit = MAX_INTEGRITY_FINDINGS as usize;
+    let mut problems = Vec::new();
+    let mut tasks = conn
+        .prepare("SELECT name, next_turn, body FROM tasks ORDER BY name")
+        .map_err(sql)?;
+    let mut rows = tasks.query([]).map_err(sql)?;
+    while let Some(row) = rows.next().map_err(sql)? {
+        report.task_records += 1;
+        let name: String = row.get(0).map_err(sql)?;
+        let next_turn: i64 = row.get(1).map_err(sql)?;
+        let body: String = row.get(2).map_err(sql)?;
+        let place = PathBuf::from(format!("tasks/{name}"));
+        match crate::tasks::parse_task(&place, body.as_bytes()) {
+            Ok(task) if task.name != name || i64::from(task.next_turn) != next_turn => problems
+                .push(format!(
+                    "task record {name:?}: its columns (name, next_turn {next_turn}) disagree with its body"
+                )),
+            Ok(_) => {}
+            Err(e) => problems.push(format!("task record {name:?}: {e}")),
+        }
+    }
+    drop(rows);
+    let mut turns = conn
+        .prepare(
+            "SELECT task, turn, short_id, settled, ended_at_millis, body FROM turns
+             ORDER BY task, turn",
+        )
+        .map_err(sql)?;
+    let mut rows = turns.query([]).map_err(sql)?;
+    while let Some(row) = rows.next().map_err(sql)? {
+        report.turn_records += 1;
+        let key = TurnKey::new(
+            row.get::<_, String>(0).map_err(sql)?,
+            row.get(1).map_err(sql)?,
+        );
+        let short_id: Option<u64> = row.get::<_, Option<i64>>(2).map_err(sql)?.map(|v| v as u64);
+        let settled: bool = row.get(3).map_err(sql)?;
+        let ended: Option<u64> = row.get::<_, Option<i64>>(4).map_err(sql)?.map(|v| v as u64);
+        let body: String = row.get(5).map_err(sql)?;
+        let place = PathBuf::from(format!("turns/{}/{}", key.task, key.turn));
+        match crate::tasks::parse_turn(&place, body.as_bytes(), &key) {
+            Ok(turn)
+                if turn.id != short_id
+                    || turn.is_settled() != settled
+                    || turn.ended_at_millis != ended =>
+            {
+                problems.push(format!(
+                    "turn record {key}: its columns (short_id, settled, ended_at_millis) disagree with its body"
+                ))
+            }
+            Ok(_) => {}
+            Err(e) => problems.push(format!("turn record {key}: {e}")),
+        }
+    }
+    problems.truncate(limit);
+    report.record_problems = problems;
+    Ok(())
 }

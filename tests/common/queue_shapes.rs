@@ -1,8 +1,8 @@
 //! Queue shapes shared by the store tests (SQLite and PostgreSQL round-trip the same document).
 
 use tollgate::protocol::slots::{
-    AfterRule, Dependency, PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState, RunnerRecord,
-    RunnerSlotReservation, SlotToken, TurnKey, WorkId, WorkRecord,
+    AfterRule, Dependency, PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState,
+    RunnerRecord, RunnerSlotReservation, SlotToken, TurnKey, WorkId, WorkRecord,
 };
 
 pub fn id(pid: u32, start_time_micros: u64) -> ProcessIdentity {

@@ -1,0 +1,469 @@
+//! Task and turn records in the home's database (schema version 4, spec/store.md "Records").
+//!
+//! **Why the open transaction is lent to the record layer instead of passed to it.** Every
+//! record function keeps its `&Home` signature ([`crate::tasks`]): about 40 call sites in 14
+//! files call them, inside and outside locked sections, and other branches edit those files at
+//! the same time. So while [`crate::queue::SqliteStore`] runs a section's closure it moves its
+//! connection, in the middle of its `BEGIN IMMEDIATE` transaction, into a thread-local slot
+//! ([`Section`]), and takes it back when the closure returns (or unwinds). A record read or
+//! write of that home on that thread during the closure runs on the lent connection: it commits
+//! with the step, in the step's durability class, and reads see the step's own writes. The
+//! closure never leaves its thread (sections are synchronous), so the slot is exactly "the
+//! section in progress". A record access outside a section opens a short transaction of its own
+//! on a per-thread side connection (`synchronous = NORMAL`: the writes made outside sections are
+//! the runner's internal ones, spec/store.md).
+//!
+//! Which homes keep their records here: a home whose store is the database. The store registers
+//! that choice when it is built ([`register`]); a process that never built a store for the home
+//! (a test reading records) finds the database by its file.
+//!
+//! The watchers of turns (`submit --wait`, `logs -f`, serve's watcher) wait on inotify events of
+//! the turn's folder. A record in the database makes no event there, so after the commit that
+//! wrote a turn's record its folder gets one: [`TURN_CHANGED_FILE`] is opened and closed
+//! (`IN_CLOSE_WRITE`, no data and no sync).
+
+use crate::fsutil::FileError;
+use crate::home::Home;
+use rusqlite::Connection;
+use std::cell::RefCell;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The empty file a turn's folder gets (opened and closed) after a commit that changed the turn's
+/// record in the database: the inotify event watchers of the folder wake on.
+pub const TURN_CHANGED_FILE: &str = "record.changed";
+
+/// The most homes a process remembers the store choice of (a command has one; tests a few).
+const MAX_REGISTERED_HOMES: usize = 64;
+
+/// A section's connection while its closure runs: the database it belongs to, the connection
+/// (inside `BEGIN IMMEDIATE`), and the turn folders to signal once it commits.
+struct Lent {
+    db: PathBuf,
+    conn: Connection,
+    changed_dirs: Vec<PathBuf>,
+    /// A write in the section recorded a turn's outcome: its commit is synced whatever the
+    /// section's own class (spec/store.md, "Records").
+    outcome_recorded: bool,
+}
+
+thread_local! {
+    /// The section in progress on this thread, if any.
+    static ACTIVE: RefCell<Option<Lent>> = const { RefCell::new(None) };
+    /// The side connection for record accesses outside a section (one home per thread).
+    static SIDE: RefCell<Option<(PathBuf, Connection)>> = const { RefCell::new(None) };
+}
+
+/// `(home root, records in the database, lock_timeout)` as the homes' stores were built.
+static HOMES: Mutex<Vec<(PathBuf, bool, Duration)>> = Mutex::new(Vec::new());
+
+/// Records the store choice for `home` (called when its store is built): `database` when the
+/// store is the home's `tollgate.db`, false for the file store and PostgreSQL (whose records stay
+/// files for now).
+pub fn register(home: &Home, database: bool, lock_timeout: Duration) {
+    let mut homes = HOMES.lock().unwrap_or_else(|e| e.into_inner());
+    let root = home.root().to_path_buf();
+    homes.retain(|(r, ..)| r != &root);
+    if homes.len() >= MAX_REGISTERED_HOMES {
+        homes.remove(0);
+    }
+    homes.push((root, database, lock_timeout));
+}
+
+/// Whether `home` keeps its records in the database, and the lock timeout to open it with.
+fn choice(home: &Home) -> Option<Duration> {
+    let homes = HOMES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, database, timeout)) = homes.iter().find(|(r, ..)| r == home.root()) {
+        return database.then_some(*timeout);
+    }
+    drop(homes);
+    let file_store = std::env::var_os(crate::queue::FILE_STORE_ENV).is_some_and(|v| v == "1");
+    (!file_store && home.db_path().is_file())
+        .then(|| crate::config::Config::default().lock_timeout())
+}
+
+/// Whether `home`'s records are kept in its database (else: files in `tasks/`).
+pub fn in_database(home: &Home) -> bool {
+    choice(home).is_some()
+}
+
+/// A section lending its connection to the record layer; dropping it takes the connection back
+/// (rolling back a transaction still open: an `Err` or a panic of the closure).
+pub(crate) struct Section<'a> {
+    slot: &'a mut Option<Connection>,
+}
+
+impl<'a> Section<'a> {
+    /// Moves the connection in `slot` into this thread's slot for the closure's duration.
+    pub(crate) fn lend(slot: &'a mut Option<Connection>, db: PathBuf) -> Option<Self> {
+        let conn = slot.take()?;
+        ACTIVE.with_borrow_mut(|active| {
+            *active = Some(Lent {
+                db,
+                conn,
+                changed_dirs: Vec::new(),
+                outcome_recorded: false,
+            })
+        });
+        Some(Section { slot })
+    }
+
+    /// Runs `f` on the lent connection.
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&Connection) -> T) -> T {
+        ACTIVE.with_borrow(|active| match active {
+            Some(lent) => f(&lent.conn),
+            None => unreachable!("a Section's connection is lent until it drops"),
+        })
+    }
+
+    /// Whether a write in the section recorded a turn's outcome (the store then syncs the
+    /// commit: an outcome is what `wait` and `status` tell, and what reconcile trusts instead of
+    /// running a turn again).
+    pub(crate) fn outcome_recorded(&self) -> bool {
+        ACTIVE.with_borrow(|active| active.as_ref().is_some_and(|lent| lent.outcome_recorded))
+    }
+
+    /// Takes the connection back after its `COMMIT` and signals the turn folders it changed.
+    pub(crate) fn committed(self) {
+        let dirs = ACTIVE.with_borrow_mut(|active| {
+            active
+                .as_mut()
+                .map(|lent| std::mem::take(&mut lent.changed_dirs))
+                .unwrap_or_default()
+        });
+        drop(self);
+        signal_changed(&dirs);
+    }
+}
+
+impl Drop for Section<'_> {
+    fn drop(&mut self) {
+        if let Some(lent) = ACTIVE.with_borrow_mut(Option::take) {
+            if !lent.conn.is_autocommit() {
+                let _ = lent.conn.execute_batch("ROLLBACK");
+            }
+            *self.slot = Some(lent.conn);
+        }
+    }
+}
+
+/// Opens and closes [`TURN_CHANGED_FILE`] in each folder (best effort: a missing folder or a full
+/// disk only costs a watcher its fallback poll).
+fn signal_changed(dirs: &[PathBuf]) {
+    use std::os::unix::fs::OpenOptionsExt;
+    for dir in dirs {
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+            .open(dir.join(TURN_CHANGED_FILE));
+    }
+}
+
+/// SQLite's error as a record error naming the database; a full disk (`SQLITE_FULL`) is ENOSPC,
+/// so the result writer's retry ([`crate::tasks::retry_while_disk_full`]) sees it.
+pub(crate) fn record_error(db: &Path, error: rusqlite::Error) -> FileError {
+    let source = match error.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::DiskFull) => io::Error::from_raw_os_error(libc::ENOSPC),
+        _ => io::Error::other(error.to_string()),
+    };
+    FileError::io(db, source)
+}
+
+fn store_error(error: crate::queue::StoreError) -> FileError {
+    match error {
+        crate::queue::StoreError::File(e) => e,
+        crate::queue::StoreError::Database { path, detail } => {
+            FileError::io(&path, io::Error::other(detail))
+        }
+        other => FileError::io(
+            Path::new("tollgate.db"),
+            io::Error::other(other.to_string()),
+        ),
+    }
+}
+
+/// How a record access uses the database.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    Write,
+    /// A write that records a turn's outcome: its commit is synced.
+    Outcome,
+}
+
+/// Runs `f` on a connection to `home`'s database: the section's own when one of this home is in
+/// progress on this thread (its reads see the section's writes, its writes commit with it), else
+/// the side connection inside a short transaction of its own (`BEGIN IMMEDIATE` for a write,
+/// committed with `synchronous = NORMAL`, `FULL` for an [`Access::Outcome`]). `changed` names a
+/// turn folder to signal after the commit. `Err` from `f` rolls the short transaction back.
+pub(crate) fn with_db<T>(
+    home: &Home,
+    access: Access,
+    changed: Option<PathBuf>,
+    f: impl FnOnce(&Connection) -> Result<T, FileError>,
+) -> Result<T, FileError> {
+    let db = home.db_path();
+    let mut f = Some(f);
+    let in_section = ACTIVE.with_borrow_mut(|active| match active {
+        Some(lent) if lent.db == db => {
+            lent.outcome_recorded |= access == Access::Outcome;
+            if let Some(dir) = &changed {
+                if !lent.changed_dirs.contains(dir) {
+                    lent.changed_dirs.push(dir.clone());
+                }
+            }
+            let f = f.take().expect("taken once");
+            Some(f(&lent.conn))
+        }
+        _ => None,
+    });
+    if let Some(result) = in_section {
+        return result;
+    }
+    let f = f.take().expect("not taken");
+    let timeout = choice(home).unwrap_or_else(|| crate::config::Config::default().lock_timeout());
+    let result = SIDE.with_borrow_mut(|side| {
+        if side.as_ref().is_none_or(|(path, _)| path != &db) {
+            let conn = super::sqlite::open_for_records(home, timeout).map_err(store_error)?;
+            *side = Some((db.clone(), conn));
+        }
+        let Some((_, conn)) = side.as_ref() else {
+            unreachable!("opened above");
+        };
+        if access == Access::Read {
+            return f(conn);
+        }
+        let level = if access == Access::Outcome {
+            "FULL"
+        } else {
+            "NORMAL"
+        };
+        conn.pragma_update(None, "synchronous", level)
+            .map_err(|e| record_error(&db, e))?;
+        conn.execute_batch("BEGIN IMMEDIATE")
+            .map_err(|e| record_error(&db, e))?;
+        match f(conn) {
+            Ok(value) => match conn.execute_batch("COMMIT") {
+                Ok(()) => Ok(value),
+                Err(e) => {
+                    let _ = conn.execute_batch("ROLLBACK");
+                    Err(record_error(&db, e))
+                }
+            },
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                Err(e)
+            }
+        }
+    });
+    if result.is_ok() {
+        if let Some(dir) = changed {
+            signal_changed(&[dir]);
+        }
+    }
+    result
+}
+
+/// Version 4 of the schema: the records (and `sync_barrier`, the one row a synced commit after an
+/// internal section that recorded an outcome changes: SQLite writes no page for an update that
+/// changes nothing, and a commit that writes nothing syncs nothing). A record's body is its JSON document (the serde types
+/// in [`crate::tasks`] stay the one definition); what queries select on is also a column:
+/// `turns.short_id` (`tollgate logs 17`), `settled` and `ended_at_millis`, with a partial index
+/// of the unfinished turns (reconcile's orphan candidates come from it, not from every turn).
+pub(crate) const SCHEMA_V4: &str = "
+CREATE TABLE tasks (
+    name TEXT PRIMARY KEY,
+    next_turn INTEGER NOT NULL CHECK (next_turn >= 1),
+    body TEXT NOT NULL
+) STRICT;
+CREATE TABLE turns (
+    task TEXT NOT NULL,
+    turn INTEGER NOT NULL CHECK (turn >= 1),
+    short_id INTEGER,
+    settled INTEGER NOT NULL CHECK (settled IN (0, 1)),
+    ended_at_millis INTEGER,
+    body TEXT NOT NULL,
+    PRIMARY KEY (task, turn)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX turns_by_short_id ON turns (short_id) WHERE short_id IS NOT NULL;
+CREATE INDEX turns_unfinished ON turns (task, turn) WHERE settled = 0;
+CREATE TABLE sync_barrier (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    commits INTEGER NOT NULL
+) STRICT;
+INSERT INTO sync_barrier (id, commits) VALUES (1, 0);
+";
+
+/// A turn record's row: its key, the indexed columns and the JSON body.
+pub(crate) struct TurnRow<'a> {
+    pub task: &'a str,
+    pub turn: u32,
+    pub short_id: Option<u64>,
+    pub settled: bool,
+    pub ended_at_millis: Option<u64>,
+    pub body: &'a str,
+}
+
+pub(crate) fn task_body(conn: &Connection, name: &str) -> rusqlite::Result<Option<String>> {
+    use rusqlite::OptionalExtension;
+    conn.prepare_cached("SELECT body FROM tasks WHERE name = ?1")?
+        .query_row([name], |row| row.get(0))
+        .optional()
+}
+
+pub(crate) fn put_task(
+    conn: &Connection,
+    name: &str,
+    next_turn: u32,
+    body: &str,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO tasks (name, next_turn, body) VALUES (?1, ?2, ?3)
+         ON CONFLICT (name) DO UPDATE SET next_turn = excluded.next_turn, body = excluded.body",
+    )?
+    .execute(rusqlite::params![name, next_turn, body])?;
+    Ok(())
+}
+
+pub(crate) fn turn_body(
+    conn: &Connection,
+    task: &str,
+    turn: u32,
+) -> rusqlite::Result<Option<String>> {
+    use rusqlite::OptionalExtension;
+    conn.prepare_cached("SELECT body FROM turns WHERE task = ?1 AND turn = ?2")?
+        .query_row(rusqlite::params![task, turn], |row| row.get(0))
+        .optional()
+}
+
+/// Writes a turn's row. `create`: a new turn, refused (`Ok(false)`) when its number is taken, so
+/// no record is ever overwritten by a new turn; else an update of the turn's own record.
+pub(crate) fn put_turn(
+    conn: &Connection,
+    row: &TurnRow<'_>,
+    create: bool,
+) -> rusqlite::Result<bool> {
+    let sql = if create {
+        "INSERT INTO turns (task, turn, short_id, settled, ended_at_millis, body)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (task, turn) DO NOTHING"
+    } else {
+        "INSERT INTO turns (task, turn, short_id, settled, ended_at_millis, body)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (task, turn) DO UPDATE SET short_id = excluded.short_id,
+            settled = excluded.settled, ended_at_millis = excluded.ended_at_millis,
+            body = excluded.body"
+    };
+    let written = conn.prepare_cached(sql)?.execute(rusqlite::params![
+        row.task,
+        row.turn,
+        row.short_id.map(|id| id as i64),
+        row.settled,
+        row.ended_at_millis.map(|at| at as i64),
+        row.body,
+    ])?;
+    Ok(written == 1)
+}
+
+pub(crate) fn task_names(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+    conn.prepare_cached("SELECT name FROM tasks ORDER BY name")?
+        .query_map([], |row| row.get(0))?
+        .collect()
+}
+
+pub(crate) fn turn_numbers(conn: &Connection, task: &str) -> rusqlite::Result<Vec<u32>> {
+    conn.prepare_cached("SELECT turn FROM turns WHERE task = ?1 ORDER BY turn")?
+        .query_map([task], |row| row.get(0))?
+        .collect()
+}
+
+/// `(task, turn, body)` of every turn without an outcome, from the partial index.
+pub(crate) fn unfinished(conn: &Connection) -> rusqlite::Result<Vec<(String, u32, String)>> {
+    conn.prepare_cached("SELECT task, turn, body FROM turns WHERE settled = 0 ORDER BY task, turn")?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+        .collect()
+}
+
+/// The turns whose short id is `id` (one, unless a counter started again), from its index.
+pub(crate) fn turns_with_short_id(
+    conn: &Connection,
+    id: u64,
+) -> rusqlite::Result<Vec<(String, u32)>> {
+    conn.prepare_cached("SELECT task, turn FROM turns WHERE short_id = ?1 ORDER BY task, turn")?
+        .query_map([id as i64], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect()
+}
+
+pub(crate) fn delete_turn(conn: &Connection, task: &str, turn: u32) -> rusqlite::Result<()> {
+    conn.prepare_cached("DELETE FROM turns WHERE task = ?1 AND turn = ?2")?
+        .execute(rusqlite::params![task, turn])?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Durability;
+    use crate::home::Home;
+    use crate::queue::{SqliteStore, Store, StoreError};
+    use crate::tasks::{self, TurnOutcome};
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    /// A record written inside a section is read back inside it and committed with it; one
+    /// written by an `Err` section is rolled back with it; an outcome recorded by an internal
+    /// section survives (it is synced: see spec/store.md, "Records").
+    #[test]
+    fn records_commit_and_roll_back_with_their_section() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = Home::at(dir.path());
+        super::register(&home, true, Duration::from_secs(10));
+        let store = SqliteStore::new(home.clone(), Duration::from_secs(10), Durability::Fsync);
+        let turn = store
+            .transact(|_| {
+                let turn = tasks::create_turn(
+                    &home,
+                    "t",
+                    vec!["true".into()],
+                    None,
+                    BTreeMap::new(),
+                    false,
+                    1,
+                )?;
+                assert!(
+                    tasks::load_turn(&home, &turn.key)?.is_some(),
+                    "read inside the section"
+                );
+                Ok::<_, StoreError>(turn)
+            })
+            .expect("section");
+        assert!(home.db_path().is_file());
+        assert!(!home.turn_file(&turn.key).exists(), "no record file");
+        let failed: Result<(), StoreError> = store.transact_internal(|_| {
+            tasks::end_unrun(&home, &turn.key, TurnOutcome::Cancelled, 2)?;
+            Err(StoreError::Poisoned)
+        });
+        assert!(failed.is_err());
+        let back = tasks::load_turn(&home, &turn.key)
+            .expect("load")
+            .expect("record");
+        assert!(
+            !back.is_settled(),
+            "the failed section's write was rolled back"
+        );
+        store
+            .transact_internal(|_| {
+                tasks::end_unrun(&home, &turn.key, TurnOutcome::Cancelled, 2)?;
+                Ok::<_, StoreError>(())
+            })
+            .expect("internal section");
+        let back = tasks::load_turn(&home, &turn.key)
+            .expect("load")
+            .expect("record");
+        assert_eq!(back.outcome, Some(TurnOutcome::Cancelled));
+        assert_eq!(tasks::unfinished_turns(&home).expect("unfinished"), []);
+    }
+}

@@ -27,8 +27,11 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+mod lease;
+pub use lease::{LeaseSnapshot, LEASE_LOCK};
+
 /// The newest schema this tollgate writes in a PostgreSQL database.
-pub const POSTGRES_SCHEMA_VERSION: i32 = 1;
+pub const POSTGRES_SCHEMA_VERSION: i32 = 2;
 
 /// The first key of every advisory lock tollgate takes (`pg_advisory_xact_lock(int4, int4)`):
 /// "tg" in ASCII, so tollgate's locks do not collide with another application's single-key ones.
@@ -103,7 +106,10 @@ CREATE TABLE works (
 );
 ";
 
-const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "the queue as tables", SCHEMA_V1)];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "the queue as tables", SCHEMA_V1),
+    (2, "the fleet's leases", lease::SCHEMA_V2_LEASES),
+];
 
 /// A `store` URL split into what the client connects with and the queue it names.
 #[derive(Clone, Debug, PartialEq, Eq)]

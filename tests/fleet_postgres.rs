@@ -1,0 +1,321 @@
+//! The fleet's leases (spec/fleet.md) in a real PostgreSQL store: two hosts on one database
+//! see each other's executors through their leases, on the database clock (F3: a lease is stolen
+//! only once expired); a runner whose renewals can no longer reach the database (its connection
+//! goes through a TCP proxy the test cuts) kills its work before its lease expires, and the other
+//! host then takes the slot (F1).
+//!
+//! The server is `TOLLGATE_TEST_POSTGRES`, as in tests/store_postgres.rs: unset, every test here
+//! skips with a message; with `TOLLGATE_REQUIRE_POSTGRES=1` a missing server fails them.
+mod common;
+
+use common::Procs;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+use tollgate::config::Durability;
+use tollgate::fleet::boottime_millis;
+use tollgate::protocol::fleet::{FleetIdentity, HostId, LeaseLiveness, LeaseTiming, RenewOutcome};
+use tollgate::protocol::slots::{Liveness, Observation, ProcessIdentity, SlotToken};
+use tollgate::queue::{redact, PostgresStore, PostgresUrl};
+use tollgate::runner::lease::{FenceReason, LeaseKeeper};
+
+fn server() -> Option<String> {
+    let required = std::env::var("TOLLGATE_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
+    let Ok(url) = std::env::var("TOLLGATE_TEST_POSTGRES") else {
+        assert!(
+            !required,
+            "TOLLGATE_REQUIRE_POSTGRES=1 but TOLLGATE_TEST_POSTGRES is not set"
+        );
+        eprintln!(
+            "skipped: set TOLLGATE_TEST_POSTGRES=postgres://... to a server where tollgate may \
+             create tables (.ci/run starts one), or run .ci/run"
+        );
+        return None;
+    };
+    match postgres::Client::connect(&url, postgres::NoTls) {
+        Ok(_) => Some(url),
+        Err(e) if required => panic!(
+            "TOLLGATE_REQUIRE_POSTGRES=1 but {} is unreachable: {e}",
+            redact(&url)
+        ),
+        Err(e) => {
+            eprintln!(
+                "skipped: TOLLGATE_TEST_POSTGRES={} is unreachable: {e}",
+                redact(&url)
+            );
+            None
+        }
+    }
+}
+
+fn unique(name: &str) -> String {
+    let token = SlotToken::generate().to_string();
+    format!("{name}-{}-{}", std::process::id(), &token[..8])
+}
+
+fn store(url: &str, queue: &str) -> PostgresStore {
+    PostgresStore::new(
+        PostgresUrl::parse(url).expect("test URL parses"),
+        queue.to_string(),
+        Duration::from_secs(1),
+        Durability::Fsync,
+    )
+}
+
+fn fleet_id(host: &HostId, pid: u32) -> FleetIdentity {
+    FleetIdentity {
+        host: host.clone(),
+        process: ProcessIdentity {
+            pid,
+            start_time_micros: 1_000,
+        },
+    }
+}
+
+/// Short numbers for tests (what `TOLLGATE_LEASE_MILLIS=3000` gives): kill 2.47 s after a send.
+const SHORT: LeaseTiming = LeaseTiming {
+    lease_duration_millis: 3_000,
+    renew_interval_millis: 500,
+    margin_millis: 200,
+    kill_budget_millis: 300,
+    drift_ppm: 10_000,
+};
+
+/// Polls `ready` every few milliseconds for at most `limit`.
+fn poll(limit: Duration, what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !ready() {
+        assert!(Instant::now() < deadline, "not within {limit:?}: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn two_hosts_on_one_database_see_each_others_executors_by_lease_and_steal_only_after_expiry() {
+    let Some(url) = server() else { return };
+    SHORT.validate().unwrap();
+    let a_host = HostId::new(unique("host-a")).unwrap();
+    let b_host = HostId::new(unique("host-b")).unwrap();
+    let a = store(&url, &unique("fleet-a"));
+    let b = store(&url, &unique("fleet-b"));
+    // The same pid and start time on both hosts: two different processes.
+    let on_a = fleet_id(&a_host, 4_242);
+    let on_b = fleet_id(&b_host, 4_242);
+    a.acquire_lease(&on_a, &SHORT).unwrap().unwrap();
+    let again = a.acquire_lease(&on_a, &SHORT).unwrap().unwrap_err();
+    assert_eq!(again.code(), "LEASE_HELD");
+
+    // Host b sees a's executor alive through its lease, though no such process runs on b.
+    let snapshot = b.leases().unwrap();
+    let local = Procs::new();
+    let seen_from_b = LeaseLiveness {
+        host: &b_host,
+        leases: &snapshot.table,
+        now_db_millis: snapshot.now_db_millis,
+        local: &local,
+    };
+    assert_eq!(seen_from_b.observe(&on_a.process), Observation::Matching);
+    // A lease is never evidence on its own host: a observes its own processes through /proc.
+    let seen_from_a = LeaseLiveness {
+        host: &a_host,
+        ..seen_from_b
+    };
+    assert_ne!(seen_from_a.observe(&on_a.process), Observation::Matching);
+
+    // b's process holds no lease and cannot renew a's (a renewal names only its sender's).
+    assert_eq!(b.renew_lease(&on_b, &SHORT).unwrap(), RenewOutcome::Lost);
+    assert!(b.leases().unwrap().table.lease_of(&on_b).is_none());
+
+    // Not expired on the database clock: the steal is refused and changes nothing.
+    let refused = b.steal_lease(&on_a).unwrap().unwrap_err();
+    assert_eq!(refused.code(), "LEASE_NOT_EXPIRED", "{refused}");
+    assert!(b.leases().unwrap().table.lease_of(&on_a).is_some());
+
+    // Once the database clock passes the expiry, b may steal it, and then a's process is gone.
+    poll(Duration::from_secs(10), "the lease expires", || {
+        b.steal_lease(&on_a).unwrap().is_ok()
+    });
+    let snapshot = b.leases().unwrap();
+    assert!(snapshot.table.lease_of(&on_a).is_none());
+    assert!(!snapshot.remote_live(&b_host, &on_a.process));
+    // And a's late renewal finds it lost: it must fence.
+    assert_eq!(a.renew_lease(&on_a, &SHORT).unwrap(), RenewOutcome::Lost);
+}
+
+/// A TCP proxy in front of the server that the test can cut: every open connection is shut down
+/// and every later one is closed on accept.
+struct Proxy {
+    port: u16,
+    cut: Arc<AtomicBool>,
+    open: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Proxy {
+    fn start(upstream: String) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let open: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (cut2, open2) = (Arc::clone(&cut), Arc::clone(&open));
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                if cut2.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let mut open = open2.lock().unwrap();
+                open.push(client.try_clone().unwrap());
+                open.push(server.try_clone().unwrap());
+                drop(open);
+                pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+                pipe(server, client);
+            }
+        });
+        Proxy { port, cut, open }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for stream in self.open.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn pipe(mut from: TcpStream, mut to: TcpStream) {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 || to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(Shutdown::Both);
+    });
+}
+
+/// `url` with its `host:port` replaced by the proxy's.
+fn through(url: &str, proxy: &Proxy) -> (String, String) {
+    let config: postgres::Config = url.parse().unwrap();
+    let host = match config.get_hosts().first() {
+        Some(postgres::config::Host::Tcp(host)) => host.clone(),
+        other => panic!("the partition test needs a TCP server URL, not {other:?}"),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let authority = format!("{host}:{port}");
+    assert!(
+        url.contains(&authority),
+        "{} names no {authority}",
+        redact(url)
+    );
+    let proxied = url.replacen(&authority, &format!("127.0.0.1:{}", proxy.port), 1);
+    (proxied, authority)
+}
+
+#[test]
+fn a_runner_cut_off_from_the_database_kills_its_work_before_its_lease_expires() {
+    let Some(url) = server() else { return };
+    let a_host = HostId::new(unique("cut-a")).unwrap();
+    let b_host = HostId::new(unique("cut-b")).unwrap();
+    let upstream = {
+        let config: postgres::Config = url.parse().unwrap();
+        let host = match config.get_hosts().first() {
+            Some(postgres::config::Host::Tcp(host)) => host.clone(),
+            other => panic!("the partition test needs a TCP server URL, not {other:?}"),
+        };
+        format!(
+            "{host}:{}",
+            config.get_ports().first().copied().unwrap_or(5432)
+        )
+    };
+    let proxy = Proxy::start(upstream);
+    let (proxied, _) = through(&url, &proxy);
+    let queue = unique("cut");
+    let a = store(&proxied, &queue);
+    let b = store(&url, &queue);
+
+    // The work: a real process the runner must kill when it fences.
+    let mut work = Command::new("sleep").arg("600").spawn().unwrap();
+    let work_pid = work.id();
+    let me = fleet_id(&a_host, work_pid);
+    let sent = boottime_millis();
+    a.acquire_lease(&me, &SHORT).unwrap().unwrap();
+    let first_expiry = b
+        .leases()
+        .unwrap()
+        .table
+        .lease_of(&me)
+        .unwrap()
+        .expires_at_db_millis;
+
+    let (fenced_tx, fenced_rx) = mpsc::channel();
+    let keeper = LeaseKeeper::start(
+        SHORT,
+        sent,
+        move || a.renew_lease(&me, &SHORT).map_err(|e| e.to_string()),
+        move |reason: FenceReason| {
+            // The runner's fence action: kill the work and wait until it is gone.
+            let _ = work.kill();
+            let status = work.wait();
+            fenced_tx
+                .send((reason, boottime_millis(), status.is_ok()))
+                .unwrap();
+        },
+    )
+    .unwrap();
+
+    // Renewals through the proxy work: the expiry moves on the database clock.
+    let me = fleet_id(&a_host, work_pid);
+    poll(Duration::from_secs(10), "a renewal is confirmed", || {
+        b.leases()
+            .unwrap()
+            .table
+            .lease_of(&me)
+            .is_some_and(|l| l.expires_at_db_millis > first_expiry)
+    });
+    let cut_at = boottime_millis();
+    proxy.cut();
+
+    let (reason, fenced_at, reaped) = fenced_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the runner fences within 10 s of the cut");
+    assert!(reaped, "the work was waited for");
+    assert!(
+        matches!(reason, FenceReason::Unconfirmed { .. }),
+        "{reason:?}"
+    );
+    // The work is dead (its pid no longer names a live `sleep`) ...
+    let alive = std::fs::read_to_string(format!("/proc/{work_pid}/cmdline"))
+        .is_ok_and(|c| c.starts_with("sleep"));
+    assert!(!alive, "the work still runs after the fence");
+    // ... before its lease expired: host b may not take the slot yet.
+    let refused = b.steal_lease(&me).unwrap().unwrap_err();
+    assert_eq!(refused.code(), "LEASE_NOT_EXPIRED", "{refused}");
+    eprintln!(
+        "fenced {} ms after the cut; lease {} ms, kill {} ms after the last confirmed send",
+        fenced_at - cut_at,
+        SHORT.lease_duration_millis,
+        SHORT.kill_at_local_millis(0)
+    );
+    assert!(keeper.join().is_some());
+
+    // Then b takes the slot: the stale lease is stolen once expired and b's executor leases.
+    poll(
+        Duration::from_secs(10),
+        "the cut host's lease expires",
+        || b.steal_lease(&me).unwrap().is_ok(),
+    );
+    let successor = fleet_id(&b_host, work_pid);
+    b.acquire_lease(&successor, &SHORT).unwrap().unwrap();
+    let snapshot = b.leases().unwrap();
+    assert!(snapshot.table.lease_of(&me).is_none());
+    assert!(snapshot.table.lease_of(&successor).is_some());
+    assert!(b.release_lease(&successor).unwrap());
+}

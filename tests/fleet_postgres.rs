@@ -75,12 +75,13 @@ fn fleet_id(host: &HostId, pid: u32) -> FleetIdentity {
     }
 }
 
-/// Short numbers for tests (what `TOLLGATE_LEASE_MILLIS=3000` gives): kill 2.47 s after a send.
+/// Short numbers for tests (what `TOLLGATE_LEASE_MILLIS=4000` gives): kill 3.29 s after a send,
+/// 0.71 s before the earliest expiry.
 const SHORT: LeaseTiming = LeaseTiming {
-    lease_duration_millis: 3_000,
-    renew_interval_millis: 500,
-    margin_millis: 200,
-    kill_budget_millis: 300,
+    lease_duration_millis: 4_000,
+    renew_interval_millis: 666,
+    margin_millis: 266,
+    kill_budget_millis: 400,
     drift_ppm: 10_000,
 };
 
@@ -222,6 +223,10 @@ fn through(url: &str, proxy: &Proxy) -> (String, String) {
 #[test]
 fn a_runner_cut_off_from_the_database_kills_its_work_before_its_lease_expires() {
     let Some(url) = server() else { return };
+    assert_eq!(
+        tollgate::fleet::lease_timing_from(Some("4000")).unwrap(),
+        SHORT
+    );
     let a_host = HostId::new(unique("cut-a")).unwrap();
     let b_host = HostId::new(unique("cut-b")).unwrap();
     let upstream = {
@@ -256,6 +261,9 @@ fn a_runner_cut_off_from_the_database_kills_its_work_before_its_lease_expires() 
         .expires_at_db_millis;
 
     let (fenced_tx, fenced_rx) = mpsc::channel();
+    let witness = store(&url, &queue);
+    witness.leases().unwrap(); // connected before the fence needs it
+    let holder = me.clone();
     let keeper = LeaseKeeper::start(
         SHORT,
         sent,
@@ -264,8 +272,13 @@ fn a_runner_cut_off_from_the_database_kills_its_work_before_its_lease_expires() 
             // The runner's fence action: kill the work and wait until it is gone.
             let _ = work.kill();
             let status = work.wait();
+            let fenced_at = boottime_millis();
+            // At once, as the other host: the lease has not expired yet, its slot is not free.
+            let steal = witness
+                .steal_lease(&holder)
+                .map(|r| r.map_err(|e| e.code()));
             fenced_tx
-                .send((reason, boottime_millis(), status.is_ok()))
+                .send((reason, fenced_at, status.is_ok(), steal))
                 .unwrap();
         },
     )
@@ -283,7 +296,7 @@ fn a_runner_cut_off_from_the_database_kills_its_work_before_its_lease_expires() 
     let cut_at = boottime_millis();
     proxy.cut();
 
-    let (reason, fenced_at, reaped) = fenced_rx
+    let (reason, fenced_at, reaped, steal_at_fence) = fenced_rx
         .recv_timeout(Duration::from_secs(10))
         .expect("the runner fences within 10 s of the cut");
     assert!(reaped, "the work was waited for");
@@ -295,9 +308,12 @@ fn a_runner_cut_off_from_the_database_kills_its_work_before_its_lease_expires() 
     let alive = std::fs::read_to_string(format!("/proc/{work_pid}/cmdline"))
         .is_ok_and(|c| c.starts_with("sleep"));
     assert!(!alive, "the work still runs after the fence");
-    // ... before its lease expired: host b may not take the slot yet.
-    let refused = b.steal_lease(&me).unwrap().unwrap_err();
-    assert_eq!(refused.code(), "LEASE_NOT_EXPIRED", "{refused}");
+    // ... before its lease expired: host b could not take the slot yet.
+    assert_eq!(
+        steal_at_fence.expect("the witness reaches the database"),
+        Err("LEASE_NOT_EXPIRED"),
+        "the lease had expired before the work was dead"
+    );
     eprintln!(
         "fenced {} ms after the cut; lease {} ms, kill {} ms after the last confirmed send",
         fenced_at - cut_at,

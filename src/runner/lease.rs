@@ -143,3 +143,105 @@ impl Drop for LeaseKeeper {
         self.stop_inner();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `TOLLGATE_LEASE_MILLIS=4000` gives: kill 3294 ms after a confirmed send.
+    const SHORT: LeaseTiming = LeaseTiming {
+        lease_duration_millis: 4_000,
+        renew_interval_millis: 666,
+        margin_millis: 266,
+        kill_budget_millis: 400,
+        drift_ppm: 10_000,
+    };
+
+    #[test]
+    fn the_fence_is_measured_from_the_send_of_the_last_confirmed_renewal_not_its_ack() {
+        SHORT.validate().unwrap();
+        let (entered_tx, entered_rx) = mpsc::channel::<u64>();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let mut calls = 0;
+        // The first renewal is confirmed, but only when the test releases it (a late ack); every
+        // later one fails (the database is unreachable).
+        let renew = move || {
+            calls += 1;
+            if calls > 1 {
+                return Err("unreachable".to_string());
+            }
+            entered_tx.send(boottime_millis()).unwrap();
+            release_rx.recv().map_err(|e| e.to_string())?;
+            Ok(RenewOutcome::Renewed {
+                expires_at_db_millis: 0,
+            })
+        };
+        let (fenced_tx, fenced_rx) = mpsc::channel();
+        let started = boottime_millis();
+        let keeper = LeaseKeeper::start(SHORT, started, renew, move |reason| {
+            fenced_tx.send((reason, boottime_millis())).unwrap();
+        })
+        .unwrap();
+        let entered = entered_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        // Hold the acknowledgement for 1.5 s (bounded: the fence of the start comes first if
+        // the keeper measured from nothing newer).
+        let ack_delay = Duration::from_millis(1_500);
+        assert!(
+            fenced_rx.recv_timeout(ack_delay).is_err(),
+            "fenced too early"
+        );
+        release_tx.send(()).unwrap();
+        let (reason, fenced_at) = fenced_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(
+            matches!(reason, FenceReason::Unconfirmed { .. }),
+            "{reason:?}"
+        );
+        // The send was at or before `entered`: the fence comes by kill_at(entered), not
+        // kill_at(ack) = 1.5 s later (the tooth "measured from the ack").
+        let by_send = SHORT.kill_at_local_millis(entered);
+        assert!(
+            fenced_at >= SHORT.kill_at_local_millis(started),
+            "{fenced_at}"
+        );
+        assert!(
+            fenced_at < by_send + 500,
+            "fenced at {fenced_at}, deadline from the send {by_send}"
+        );
+        assert!(keeper.join().is_some());
+    }
+
+    #[test]
+    fn a_lost_lease_fences_at_once_and_stop_never_fences() {
+        let (fenced_tx, fenced_rx) = mpsc::channel();
+        let now = boottime_millis();
+        let keeper = LeaseKeeper::start(
+            SHORT,
+            now,
+            || Ok(RenewOutcome::Lost),
+            move |reason| fenced_tx.send((reason, boottime_millis())).unwrap(),
+        )
+        .unwrap();
+        let (reason, at) = fenced_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(reason, FenceReason::Lost(RenewOutcome::Lost));
+        assert!(at < SHORT.kill_at_local_millis(now), "not at once: {at}");
+        drop(keeper);
+
+        let (fenced_tx, fenced_rx) = mpsc::channel::<FenceReason>();
+        let (renewed_tx, renewed_rx) = mpsc::channel();
+        let keeper = LeaseKeeper::start(
+            SHORT,
+            boottime_millis(),
+            move || {
+                let _ = renewed_tx.send(());
+                Ok(RenewOutcome::Renewed {
+                    expires_at_db_millis: 0,
+                })
+            },
+            move |reason| fenced_tx.send(reason).unwrap(),
+        )
+        .unwrap();
+        renewed_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(keeper.stop(), None);
+        assert!(fenced_rx.recv_timeout(Duration::from_secs(1)).is_err());
+    }
+}

@@ -335,3 +335,37 @@ fn a_runner_cut_off_from_the_database_kills_its_work_before_its_lease_expires() 
     assert!(snapshot.table.lease_of(&successor).is_some());
     assert!(b.release_lease(&successor).unwrap());
 }
+
+#[test]
+fn two_homes_with_distinct_host_settings_share_one_database_and_a_bad_host_is_refused() {
+    let Some(url) = server() else { return };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut homes = Vec::new();
+    for name in ["one", "two"] {
+        let dir = tmp.path().join(name);
+        let home = common::init_home(&dir, 1);
+        let config = home.join("tollgate.toml");
+        let mut text = std::fs::read_to_string(&config).expect("config");
+        text.push_str(&format!("store = {url:?}\nhost = \"fleet-{name}\"\n"));
+        std::fs::write(&config, text).expect("write config");
+        homes.push(home);
+    }
+    for home in &homes {
+        let out = common::tollgate(home, &["submit", "--wait", "--task", "fleet", "--", "true"]);
+        assert!(out.status.success(), "{}", common::describe(&out));
+    }
+    // A host name that could not be a key is refused naming the file and the key; nothing runs.
+    let config = homes[0].join("tollgate.toml");
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(&config, text.replace("fleet-one", "fleet one")).expect("write config");
+    let out = common::tollgate(&homes[0], &["submit", "--", "true"]);
+    assert!(!out.status.success(), "{}", common::describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&config.display().to_string())
+            && stderr.contains("`host`")
+            && stderr.contains("HOST_INVALID"),
+        "{}",
+        common::describe(&out)
+    );
+}

@@ -57,6 +57,10 @@ pub struct Config {
     /// `TOLLGATE_STORE` environment variable overrides it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store: Option<String>,
+    /// This host's name in a fleet sharing one PostgreSQL store (spec/fleet.md): 1 to 64 ASCII
+    /// letters, digits, `.`, `_`, `-`. Default: derived from the machine id and the boot id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// `[serve]`: the webhook ingress (`tollgate serve`); defaults when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serve: Option<ServeTable>,
@@ -98,6 +102,7 @@ impl Default for Config {
             lock_timeout: default_lock_timeout(),
             durability: Durability::default(),
             store: None,
+            host: None,
             serve: None,
             routes: Vec::new(),
             env_keep: env::default_env_keep(),
@@ -211,6 +216,10 @@ impl Config {
                  memory while a turn runs)",
                 self.log_tail_bytes
             )));
+        }
+        if let Some(host) = &self.host {
+            crate::protocol::fleet::HostId::new(host.as_str())
+                .map_err(|e| invalid(format!("key `host`: {e}")))?;
         }
         serve::validate_routes(&self.routes).map_err(invalid)?;
         hooks::validate_hooks(&self.hooks).map_err(invalid)?;

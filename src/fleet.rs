@@ -1,8 +1,14 @@
 //! The shell's side of the fleet (spec/fleet.md): what this host is called. The lease steps
 //! themselves are pure (`tollgate_core::fleet`).
 
-use crate::protocol::fleet::{FleetError, HostId};
+use crate::config::Config;
+use crate::protocol::fleet::{FleetError, HostId, LeaseTiming};
 use std::path::{Path, PathBuf};
+
+/// Shortens the lease numbers (tests, demos): `TOLLGATE_LEASE_MILLIS=<lease duration in ms>`
+/// scales the defaults of [`LeaseTiming::DEFAULT`] (30 s lease, 5 s renewals, 2 s margin, 3 s
+/// kill budget) to that duration, keeping ρ; the result must pass [`LeaseTiming::validate`].
+pub const LEASE_MILLIS_ENV: &str = "TOLLGATE_LEASE_MILLIS";
 
 /// The machine's id (systemd's, also written by dbus on other systems).
 pub const MACHINE_ID_PATH: &str = "/etc/machine-id";
@@ -54,6 +60,70 @@ pub fn host_from_files(machine_id: &Path, boot_id: &Path) -> Result<HostId, Host
     })
 }
 
+/// This home's host: its `host` setting, or [`default_host`].
+pub fn host_for(config: &Config) -> Result<HostId, HostNameError> {
+    match &config.host {
+        // Validated when the config was loaded; validated again for configs built in code.
+        Some(name) => HostId::new(name.as_str()).map_err(|source| HostNameError::Invalid {
+            path: PathBuf::from("tollgate.toml key `host`"),
+            source,
+        }),
+        None => default_host(),
+    }
+}
+
+/// The lease numbers: [`LeaseTiming::DEFAULT`], or scaled by [`LEASE_MILLIS_ENV`].
+pub fn lease_timing() -> Result<LeaseTiming, FleetError> {
+    lease_timing_from(std::env::var(LEASE_MILLIS_ENV).ok().as_deref())
+}
+
+/// [`lease_timing`] from the variable's value (`None`: unset).
+pub fn lease_timing_from(value: Option<&str>) -> Result<LeaseTiming, FleetError> {
+    match value {
+        None => Ok(LeaseTiming::DEFAULT),
+        Some(text) => {
+            let bad = |reason: String| FleetError::InvalidTiming {
+                reason: format!("{LEASE_MILLIS_ENV}={text:?}: {reason}"),
+            };
+            let lease: u64 = text
+                .trim()
+                .parse()
+                .map_err(|e| bad(format!("not a number of milliseconds ({e})")))?;
+            let d = LeaseTiming::DEFAULT;
+            let scale = |part: u64| {
+                (u128::from(part) * u128::from(lease) / u128::from(d.lease_duration_millis)) as u64
+            };
+            let timing = LeaseTiming {
+                lease_duration_millis: lease,
+                renew_interval_millis: scale(d.renew_interval_millis).max(1),
+                margin_millis: scale(d.margin_millis),
+                kill_budget_millis: scale(d.kill_budget_millis),
+                drift_ppm: d.drift_ppm,
+            };
+            timing
+                .validate()
+                .map_err(|e| bad(format!("the scaled numbers are refused: {e}")))?;
+            Ok(timing)
+        }
+    }
+}
+
+/// Milliseconds of `CLOCK_BOOTTIME`: the runner's fence clock. Monotonic, and unlike
+/// `CLOCK_MONOTONIC` it keeps counting while the machine is suspended, so a suspended runner
+/// wakes up past its fence deadline rather than believing its lease still runs (spec/fleet.md).
+pub fn boottime_millis() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_BOOTTIME exists on every Linux since
+    // 2.6.39, and clock_gettime writes only `ts`.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    // The only documented failures are a bad clock id or pointer, neither possible here.
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_BOOTTIME) failed");
+    (ts.tv_sec as u64) * 1_000 + (ts.tv_nsec as u64) / 1_000_000
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,5 +147,50 @@ mod tests {
         let missing = dir.path().join("nope");
         let err = host_from_files(&machine, &missing).unwrap_err().to_string();
         assert!(err.contains("nope"), "{err}");
+    }
+
+    #[test]
+    fn the_host_setting_is_used_and_a_bad_one_is_refused_naming_the_key() {
+        let mut config = Config::default();
+        assert_eq!(host_for(&config).unwrap(), default_host().unwrap());
+        config.host = Some("ci-box-1".to_string());
+        assert_eq!(host_for(&config).unwrap().as_str(), "ci-box-1");
+        let path = Path::new("/h/tollgate.toml");
+        let err = Config::parse(path, b"host = \"a b\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("tollgate.toml") && err.contains("`host`"),
+            "{err}"
+        );
+        let ok = Config::parse(path, b"host = \"box-2\"\n").unwrap();
+        assert_eq!(ok.host.as_deref(), Some("box-2"));
+    }
+
+    #[test]
+    fn test_lease_numbers_scale_the_defaults_and_bad_ones_name_the_variable() {
+        assert_eq!(lease_timing_from(None).unwrap(), LeaseTiming::DEFAULT);
+        let short = lease_timing_from(Some("3000")).unwrap();
+        assert_eq!(
+            (
+                short.lease_duration_millis,
+                short.renew_interval_millis,
+                short.margin_millis,
+                short.kill_budget_millis
+            ),
+            (3_000, 500, 200, 300)
+        );
+        assert_eq!(short.kill_at_local_millis(0), 2_470);
+        for bad in ["soon", "0", "-5"] {
+            let err = lease_timing_from(Some(bad)).unwrap_err().to_string();
+            assert!(err.contains(LEASE_MILLIS_ENV), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_boot_clock_does_not_go_back() {
+        let a = boottime_millis();
+        let b = boottime_millis();
+        assert!(a > 0 && b >= a);
     }
 }

@@ -75,7 +75,6 @@ fn a_serve_killed_after_reserving_a_row_has_its_delivery_run_by_the_next_serve()
     // Read through the library, not `status`: status repairs what it finds dead (it would start
     // the row itself, and a fast turn could end before the next serve looks: nothing to readopt).
     let queue = {
-        use tollgate::queue::Store;
         let config = tollgate::config::Config::load(&home.home.join("tollgate.toml"))
             .unwrap()
             .unwrap_or_default();

@@ -462,12 +462,12 @@ fn a_store_setting_that_is_not_a_store_is_refused_naming_it_and_nothing_is_creat
     assert_eq!(tasks, 0, "a task was recorded");
 }
 
-/// A database of schema version 1 (no priorities, no pause set) is migrated to version 2 by the
-/// next store that opens it, its rows kept with priority 0 and nothing paused; the new fields
-/// round-trip afterwards. Run in a database of its own (created and dropped here), since the
+/// A database of schema version 1 (no priorities, no pause set, no dependencies, no leases) is
+/// migrated to the current version by the next store that opens it, its rows kept with priority
+/// 0, nothing paused and no dependencies; the new fields round-trip afterwards. Run in a database of its own (created and dropped here), since the
 /// downgrade below would change the shared one under the other tests.
 #[test]
-fn a_version_1_database_migrates_to_version_2_keeping_its_rows() {
+fn a_version_1_database_migrates_to_the_current_version_keeping_its_rows() {
     let Some(url) = server() else { return };
     let name = format!("tg_migrate_{}", std::process::id());
     let (base, query) = url
@@ -497,10 +497,12 @@ fn a_version_1_database_migrates_to_version_2_keeping_its_rows() {
     let mut client = postgres::Client::connect(&own, postgres::NoTls).expect("connect");
     client
         .batch_execute(
-            "DROP TABLE paused_tasks;
+            "DROP TABLE leases;
+             DROP TABLE entry_dependencies;
+             DROP TABLE paused_tasks;
              ALTER TABLE entries DROP COLUMN priority;
              ALTER TABLE queue_meta DROP COLUMN paused_home;
-             DELETE FROM schema_migrations WHERE version = 2;",
+             DELETE FROM schema_migrations WHERE version > 1;",
         )
         .expect("downgrade to version 1");
     let migrated = store(&own, &queue).load().expect("migrate");
@@ -508,13 +510,14 @@ fn a_version_1_database_migrates_to_version_2_keeping_its_rows() {
     expected.paused = Default::default();
     for row in &mut expected.entries {
         row.priority = 0;
+        row.after.clear();
     }
     assert_eq!(migrated, expected);
     let version: i32 = client
         .query_one("SELECT max(version) FROM schema_migrations", &[])
         .expect("version")
         .get(0);
-    assert_eq!(version, 2);
+    assert_eq!(version, tollgate::queue::POSTGRES_SCHEMA_VERSION);
     store(&own, &queue)
         .transact(|q| {
             *q = shape.clone();

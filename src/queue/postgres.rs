@@ -28,8 +28,11 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+mod lease;
+pub use lease::{LeaseSnapshot, LEASE_LOCK};
+
 /// The newest schema this tollgate writes in a PostgreSQL database.
-pub const POSTGRES_SCHEMA_VERSION: i32 = 3;
+pub const POSTGRES_SCHEMA_VERSION: i32 = 4;
 
 /// The first key of every advisory lock tollgate takes (`pg_advisory_xact_lock(int4, int4)`):
 /// "tg" in ASCII, so tollgate's locks do not collide with another application's single-key ones.
@@ -133,6 +136,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "the queue as tables", SCHEMA_V1),
     (2, "scheduling: row priorities and the pause set", SCHEMA_V2),
     (3, "dependencies of queue rows", SCHEMA_V3),
+    (4, "the fleet's leases", lease::SCHEMA_V4_LEASES),
 ];
 
 /// A `store` URL split into what the client connects with and the queue it names.

@@ -9,6 +9,7 @@
 
 mod execute;
 pub mod hooks;
+pub mod lease;
 pub mod repair;
 pub mod signals;
 

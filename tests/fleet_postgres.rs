@@ -1,0 +1,446 @@
+//! The fleet's leases (spec/fleet.md) in a real PostgreSQL store: two hosts on one database
+//! see each other's executors through their leases, on the database clock (F3: a lease is stolen
+//! only once expired); a runner whose renewals can no longer reach the database (its connection
+//! goes through a TCP proxy the test cuts) kills its work before its lease expires, and the other
+//! host then takes the slot (F1).
+//!
+//! The server is `TOLLGATE_TEST_POSTGRES`, as in tests/store_postgres.rs: unset, every test here
+//! skips with a message; with `TOLLGATE_REQUIRE_POSTGRES=1` a missing server fails them.
+mod common;
+
+use common::Procs;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+use tollgate::config::Durability;
+use tollgate::fleet::boottime_millis;
+use tollgate::protocol::fleet::{FleetIdentity, HostId, LeaseLiveness, LeaseTiming, RenewOutcome};
+use tollgate::protocol::slots::{Liveness, Observation, ProcessIdentity, SlotToken};
+use tollgate::queue::{redact, PostgresStore, PostgresUrl};
+use tollgate::runner::lease::{FenceReason, LeaseKeeper};
+
+fn server() -> Option<String> {
+    let required = std::env::var("TOLLGATE_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
+    let Ok(url) = std::env::var("TOLLGATE_TEST_POSTGRES") else {
+        assert!(
+            !required,
+            "TOLLGATE_REQUIRE_POSTGRES=1 but TOLLGATE_TEST_POSTGRES is not set"
+        );
+        eprintln!(
+            "skipped: set TOLLGATE_TEST_POSTGRES=postgres://... to a server where tollgate may \
+             create tables (.ci/run starts one), or run .ci/run"
+        );
+        return None;
+    };
+    match postgres::Client::connect(&url, postgres::NoTls) {
+        Ok(_) => Some(url),
+        Err(e) if required => panic!(
+            "TOLLGATE_REQUIRE_POSTGRES=1 but {} is unreachable: {e}",
+            redact(&url)
+        ),
+        Err(e) => {
+            eprintln!(
+                "skipped: TOLLGATE_TEST_POSTGRES={} is unreachable: {e}",
+                redact(&url)
+            );
+            None
+        }
+    }
+}
+
+fn unique(name: &str) -> String {
+    let token = SlotToken::generate().to_string();
+    format!("{name}-{}-{}", std::process::id(), &token[..8])
+}
+
+fn store(url: &str, queue: &str) -> PostgresStore {
+    PostgresStore::new(
+        PostgresUrl::parse(url).expect("test URL parses"),
+        queue.to_string(),
+        Duration::from_secs(1),
+        Durability::Fsync,
+    )
+}
+
+fn fleet_id(host: &HostId, pid: u32) -> FleetIdentity {
+    FleetIdentity {
+        host: host.clone(),
+        process: ProcessIdentity {
+            pid,
+            start_time_micros: 1_000,
+        },
+    }
+}
+
+/// Short numbers for tests (what `TOLLGATE_LEASE_MILLIS=4000` gives): kill 3.29 s after a send,
+/// 0.71 s before the earliest expiry.
+const SHORT: LeaseTiming = LeaseTiming {
+    lease_duration_millis: 4_000,
+    renew_interval_millis: 666,
+    margin_millis: 266,
+    kill_budget_millis: 400,
+    drift_ppm: 10_000,
+};
+
+/// Polls `ready` every few milliseconds for at most `limit`.
+fn poll(limit: Duration, what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !ready() {
+        assert!(Instant::now() < deadline, "not within {limit:?}: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn two_hosts_on_one_database_see_each_others_executors_by_lease_and_steal_only_after_expiry() {
+    let Some(url) = server() else { return };
+    SHORT.validate().unwrap();
+    let a_host = HostId::new(unique("host-a")).unwrap();
+    let b_host = HostId::new(unique("host-b")).unwrap();
+    let a = store(&url, &unique("fleet-a"));
+    let b = store(&url, &unique("fleet-b"));
+    // The same pid and start time on both hosts: two different processes.
+    let on_a = fleet_id(&a_host, 4_242);
+    let on_b = fleet_id(&b_host, 4_242);
+    a.acquire_lease(&on_a, &SHORT).unwrap().unwrap();
+    let again = a.acquire_lease(&on_a, &SHORT).unwrap().unwrap_err();
+    assert_eq!(again.code(), "LEASE_HELD");
+
+    // Host b sees a's executor alive through its lease, though no such process runs on b.
+    let snapshot = b.leases().unwrap();
+    let local = Procs::new();
+    let seen_from_b = LeaseLiveness {
+        host: &b_host,
+        leases: &snapshot.table,
+        now_db_millis: snapshot.now_db_millis,
+        local: &local,
+    };
+    assert_eq!(seen_from_b.observe(&on_a.process), Observation::Matching);
+    // A lease is never evidence on its own host: a observes its own processes through /proc.
+    let seen_from_a = LeaseLiveness {
+        host: &a_host,
+        ..seen_from_b
+    };
+    assert_ne!(seen_from_a.observe(&on_a.process), Observation::Matching);
+
+    // b's process holds no lease and cannot renew a's (a renewal names only its sender's).
+    assert_eq!(b.renew_lease(&on_b, &SHORT).unwrap(), RenewOutcome::Lost);
+    assert!(b.leases().unwrap().table.lease_of(&on_b).is_none());
+
+    // Not expired on the database clock: the steal is refused and changes nothing.
+    let refused = b.steal_lease(&on_a).unwrap().unwrap_err();
+    assert_eq!(refused.code(), "LEASE_NOT_EXPIRED", "{refused}");
+    assert!(b.leases().unwrap().table.lease_of(&on_a).is_some());
+
+    // Once the database clock passes the expiry, b may steal it, and then a's process is gone.
+    poll(Duration::from_secs(10), "the lease expires", || {
+        b.steal_lease(&on_a).unwrap().is_ok()
+    });
+    let snapshot = b.leases().unwrap();
+    assert!(snapshot.table.lease_of(&on_a).is_none());
+    assert!(!snapshot.remote_live(&b_host, &on_a.process));
+    // And a's late renewal finds it lost: it must fence.
+    assert_eq!(a.renew_lease(&on_a, &SHORT).unwrap(), RenewOutcome::Lost);
+}
+
+/// A TCP proxy in front of the server (reached over TCP or its unix socket, as `.ci/run`'s
+/// cluster is): every byte passes until [`Proxy::cut`], which closes the open connections
+/// and every later one is closed on accept.
+struct Proxy {
+    port: u16,
+    cut: Arc<AtomicBool>,
+    open: Arc<Mutex<Vec<Box<dyn Stream>>>>,
+}
+
+/// Where the proxy connects: the server's TCP address or its unix socket.
+#[derive(Clone, Debug)]
+enum Upstream {
+    Tcp(String),
+    Unix(std::path::PathBuf),
+}
+
+/// Both ends of a proxied connection, whatever their transport.
+trait Stream: Read + Write + Send + 'static {
+    fn clone_stream(&self) -> Option<Box<dyn Stream>>;
+    fn shut(&self);
+}
+
+impl Stream for TcpStream {
+    fn clone_stream(&self) -> Option<Box<dyn Stream>> {
+        self.try_clone()
+            .ok()
+            .map(|s| Box::new(s) as Box<dyn Stream>)
+    }
+    fn shut(&self) {
+        let _ = self.shutdown(Shutdown::Both);
+    }
+}
+
+impl Stream for std::os::unix::net::UnixStream {
+    fn clone_stream(&self) -> Option<Box<dyn Stream>> {
+        self.try_clone()
+            .ok()
+            .map(|s| Box::new(s) as Box<dyn Stream>)
+    }
+    fn shut(&self) {
+        let _ = self.shutdown(Shutdown::Both);
+    }
+}
+
+impl Upstream {
+    /// The server of `url`: its TCP address, or the socket file in its `host` directory.
+    fn of(url: &str) -> Upstream {
+        let config: postgres::Config = url.parse().unwrap();
+        let port = config.get_ports().first().copied().unwrap_or(5432);
+        // `postgresql://user@localhost/db?host=/dir` lists both; the socket is what the client
+        // reaches (a `host` parameter overrides the authority).
+        if let Some(dir) = unix_dir(&config) {
+            return Upstream::Unix(dir.join(format!(".s.PGSQL.{port}")));
+        }
+        match config.get_hosts().first() {
+            Some(postgres::config::Host::Tcp(host)) => Upstream::Tcp(format!("{host}:{port}")),
+            _ => panic!("{} names no server", redact(url)),
+        }
+    }
+
+    fn connect(&self) -> Option<Box<dyn Stream>> {
+        match self {
+            Upstream::Tcp(addr) => TcpStream::connect(addr)
+                .ok()
+                .map(|s| Box::new(s) as Box<dyn Stream>),
+            Upstream::Unix(path) => std::os::unix::net::UnixStream::connect(path)
+                .ok()
+                .map(|s| Box::new(s) as Box<dyn Stream>),
+        }
+    }
+}
+
+impl Proxy {
+    fn start(upstream: Upstream) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let open: Arc<Mutex<Vec<Box<dyn Stream>>>> = Arc::default();
+        let (cut2, open2) = (Arc::clone(&cut), Arc::clone(&open));
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                if cut2.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let Some(server) = upstream.connect() else {
+                    continue;
+                };
+                let (Some(client_read), Some(server_read), Some(c3), Some(s3)) = (
+                    client.clone_stream(),
+                    server.clone_stream(),
+                    client.clone_stream(),
+                    server.clone_stream(),
+                ) else {
+                    continue;
+                };
+                open2.lock().unwrap().extend([c3, s3]);
+                pipe(client_read, server);
+                pipe(server_read, Box::new(client));
+            }
+        });
+        Proxy { port, cut, open }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for stream in self.open.lock().unwrap().drain(..) {
+            stream.shut();
+        }
+    }
+}
+
+fn pipe(mut from: Box<dyn Stream>, mut to: Box<dyn Stream>) {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 || to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        to.shut();
+    });
+}
+
+/// `url` pointed at the proxy: its `host:port` replaced, or, for a unix-socket server, the same
+/// user and database over TCP to the proxy.
+fn through(url: &str, proxy: &Proxy) -> String {
+    let config: postgres::Config = url.parse().unwrap();
+    if unix_dir(&config).is_some() {
+        return format!(
+            "postgresql://{}@127.0.0.1:{}/{}",
+            config.get_user().expect("the URL names a user"),
+            proxy.port,
+            config.get_dbname().expect("the URL names a database"),
+        );
+    }
+    match config.get_hosts().first() {
+        Some(postgres::config::Host::Tcp(host)) => {
+            let port = config.get_ports().first().copied().unwrap_or(5432);
+            let authority = format!("{host}:{port}");
+            assert!(
+                url.contains(&authority),
+                "{} names no {authority}",
+                redact(url)
+            );
+            url.replacen(&authority, &format!("127.0.0.1:{}", proxy.port), 1)
+        }
+        _ => panic!("{} names no server", redact(url)),
+    }
+}
+
+/// The unix-socket directory `config` names, if any.
+fn unix_dir(config: &postgres::Config) -> Option<std::path::PathBuf> {
+    config.get_hosts().iter().find_map(|h| match h {
+        postgres::config::Host::Unix(dir) => Some(dir.clone()),
+        postgres::config::Host::Tcp(_) => None,
+    })
+}
+
+#[test]
+fn a_runner_cut_off_from_the_database_kills_its_work_before_its_lease_expires() {
+    let Some(url) = server() else { return };
+    assert_eq!(
+        tollgate::fleet::lease_timing_from(Some("4000")).unwrap(),
+        SHORT
+    );
+    let a_host = HostId::new(unique("cut-a")).unwrap();
+    let b_host = HostId::new(unique("cut-b")).unwrap();
+    let proxy = Proxy::start(Upstream::of(&url));
+    let proxied = through(&url, &proxy);
+    let queue = unique("cut");
+    let a = store(&proxied, &queue);
+    let b = store(&url, &queue);
+
+    // The work: a real process the runner must kill when it fences.
+    let mut work = Command::new("sleep").arg("600").spawn().unwrap();
+    let work_pid = work.id();
+    let me = fleet_id(&a_host, work_pid);
+    let sent = boottime_millis();
+    a.acquire_lease(&me, &SHORT).unwrap().unwrap();
+    let first_expiry = b
+        .leases()
+        .unwrap()
+        .table
+        .lease_of(&me)
+        .unwrap()
+        .expires_at_db_millis;
+
+    let (fenced_tx, fenced_rx) = mpsc::channel();
+    let witness = store(&url, &queue);
+    witness.leases().unwrap(); // connected before the fence needs it
+    let holder = me.clone();
+    let keeper = LeaseKeeper::start(
+        SHORT,
+        sent,
+        move || a.renew_lease(&me, &SHORT).map_err(|e| e.to_string()),
+        move |reason: FenceReason| {
+            // The runner's fence action: kill the work and wait until it is gone.
+            let _ = work.kill();
+            let status = work.wait();
+            let fenced_at = boottime_millis();
+            // At once, as the other host: the lease has not expired yet, its slot is not free.
+            let steal = witness
+                .steal_lease(&holder)
+                .map(|r| r.map_err(|e| e.code()));
+            fenced_tx
+                .send((reason, fenced_at, status.is_ok(), steal))
+                .unwrap();
+        },
+    )
+    .unwrap();
+
+    // Renewals through the proxy work: the expiry moves on the database clock.
+    let me = fleet_id(&a_host, work_pid);
+    poll(Duration::from_secs(10), "a renewal is confirmed", || {
+        b.leases()
+            .unwrap()
+            .table
+            .lease_of(&me)
+            .is_some_and(|l| l.expires_at_db_millis > first_expiry)
+    });
+    let cut_at = boottime_millis();
+    proxy.cut();
+
+    let (reason, fenced_at, reaped, steal_at_fence) = fenced_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the runner fences within 10 s of the cut");
+    assert!(reaped, "the work was waited for");
+    assert!(
+        matches!(reason, FenceReason::Unconfirmed { .. }),
+        "{reason:?}"
+    );
+    // The work is dead (its pid no longer names a live `sleep`) ...
+    let alive = std::fs::read_to_string(format!("/proc/{work_pid}/cmdline"))
+        .is_ok_and(|c| c.starts_with("sleep"));
+    assert!(!alive, "the work still runs after the fence");
+    // ... before its lease expired: host b could not take the slot yet.
+    assert_eq!(
+        steal_at_fence.expect("the witness reaches the database"),
+        Err("LEASE_NOT_EXPIRED"),
+        "the lease had expired before the work was dead"
+    );
+    eprintln!(
+        "fenced {} ms after the cut; lease {} ms, kill {} ms after the last confirmed send",
+        fenced_at - cut_at,
+        SHORT.lease_duration_millis,
+        SHORT.kill_at_local_millis(0)
+    );
+    assert!(keeper.join().is_some());
+
+    // Then b takes the slot: the stale lease is stolen once expired and b's executor leases.
+    poll(
+        Duration::from_secs(10),
+        "the cut host's lease expires",
+        || b.steal_lease(&me).unwrap().is_ok(),
+    );
+    let successor = fleet_id(&b_host, work_pid);
+    b.acquire_lease(&successor, &SHORT).unwrap().unwrap();
+    let snapshot = b.leases().unwrap();
+    assert!(snapshot.table.lease_of(&me).is_none());
+    assert!(snapshot.table.lease_of(&successor).is_some());
+    assert!(b.release_lease(&successor).unwrap());
+}
+
+#[test]
+fn two_homes_with_distinct_host_settings_share_one_database_and_a_bad_host_is_refused() {
+    let Some(url) = server() else { return };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut homes = Vec::new();
+    for name in ["one", "two"] {
+        let dir = tmp.path().join(name);
+        let home = common::init_home(&dir, 1);
+        let config = home.join("tollgate.toml");
+        let mut text = std::fs::read_to_string(&config).expect("config");
+        text.push_str(&format!("store = {url:?}\nhost = \"fleet-{name}\"\n"));
+        std::fs::write(&config, text).expect("write config");
+        homes.push(home);
+    }
+    for home in &homes {
+        let out = common::tollgate(home, &["submit", "--wait", "--task", "fleet", "--", "true"]);
+        assert!(out.status.success(), "{}", common::describe(&out));
+    }
+    // A host name that could not be a key is refused naming the file and the key; nothing runs.
+    let config = homes[0].join("tollgate.toml");
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(&config, text.replace("fleet-one", "fleet one")).expect("write config");
+    let out = common::tollgate(&homes[0], &["submit", "--", "true"]);
+    assert!(!out.status.success(), "{}", common::describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&config.display().to_string())
+            && stderr.contains("`host`")
+            && stderr.contains("HOST_INVALID"),
+        "{}",
+        common::describe(&out)
+    );
+}

@@ -53,6 +53,11 @@ fn show_lists_every_key_with_defaults_marked_and_get_reads_one() {
             .any(|l| l.starts_with("env_keep = [") && l.ends_with("# default")),
         "{text}"
     );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("host = \"") && l.ends_with("# default")),
+        "the derived host name: {text}"
+    );
 
     let json: Value = serde_json::from_slice(&tollgate(home, &["config", "show", "--json"]).stdout)
         .expect("json");

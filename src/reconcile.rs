@@ -60,7 +60,7 @@ pub fn reconcile<L: Liveness, S: Store>(
                     std::io::stderr(),
                     "tollgate: {key}: removed its queue row: the turn has no record ({} is \
                      missing), so it can never run",
-                    rt.home.turn_file(key).display()
+                    tasks::turn_record_location(&rt.home, key)
                 );
             }
             ReconcileEffect::Saturated

@@ -453,6 +453,21 @@ pub fn load_task(home: &Home, task: &str) -> Result<Option<TaskRecord>, FileErro
     }
 }
 
+/// Where the record of `key` lives, for a message: `tollgate.db (record turns/T/N)` in a
+/// database home, else the `turn.json` path.
+pub fn turn_record_location(home: &Home, key: &TurnKey) -> String {
+    if records::in_database(home) {
+        format!(
+            "{} (record turns/{}/{})",
+            home.db_path().display(),
+            key.task,
+            key.turn
+        )
+    } else {
+        home.turn_file(key).display().to_string()
+    }
+}
+
 pub fn load_turn(home: &Home, key: &TurnKey) -> Result<Option<TurnRecord>, FileError> {
     if records::in_database(home) {
         let path = db_record_path(home, format!("turns/{}/{}", key.task, key.turn));

@@ -505,7 +505,7 @@ fn follow_turn(rt: &Runtime, key: &TurnKey, stream: bool) -> Result<TurnRecord, 
         let turn = tasks::load_turn(&rt.home, key)?.ok_or_else(|| {
             CliError::Environment(format!(
                 "the record of {key} disappeared from {}",
-                rt.home.turn_file(key).display()
+                tasks::turn_record_location(&rt.home, key)
             ))
         })?;
         if stream {
@@ -709,7 +709,7 @@ fn logs_json(rt: &Runtime, key: &TurnKey) -> Result<i32, CliError> {
     let turn = tasks::load_turn(&rt.home, key)?.ok_or_else(|| {
         CliError::Environment(format!(
             "the record of {key} disappeared from {}",
-            rt.home.turn_file(key).display()
+            tasks::turn_record_location(&rt.home, key)
         ))
     })?;
     let queue = rt.store.load()?;

@@ -139,7 +139,7 @@ pub fn wait(home: Option<PathBuf>, args: WaitArgs) -> Result<i32, CliError> {
                 let turn = tasks::load_turn(&rt.home, key)?.ok_or_else(|| {
                     CliError::Environment(format!(
                         "the record of {key} disappeared from {}",
-                        rt.home.turn_file(key).display()
+                        tasks::turn_record_location(&rt.home, key)
                     ))
                 })?;
                 if turn.is_settled() && turn.retried_as.is_some() {
@@ -203,7 +203,7 @@ pub fn restart(home: Option<PathBuf>, args: RestartArgs) -> Result<i32, CliError
     let old = tasks::load_turn(&rt.home, &key)?.ok_or_else(|| {
         CliError::Usage(format!(
             "{key} has no record in {}",
-            rt.home.turn_file(&key).display()
+            tasks::turn_record_location(&rt.home, &key)
         ))
     })?;
     if !args.json {

@@ -608,3 +608,50 @@ fn unstartable_and_timed_out_turns_are_retried() {
     }
     assert!(turn_view(&home, "slow", 3).is_none());
 }
+
+/// `--after` and `--delay` together: the dependency ends first, and then only time starts the
+/// held row, through the waker its submit started (watched through the library, not `status`,
+/// whose repair could start a due row itself).
+#[test]
+fn a_dependent_with_a_delay_starts_at_its_time_after_its_dependency_ended() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = init_home(tmp.path(), 2);
+    ok(&home, &["submit", "--task", "a", "--", "sleep", "0.2"]);
+    let held = ok(
+        &home,
+        &[
+            "submit", "--task", "b", "--after", "a", "--delay", "2s", "--", "true",
+        ],
+    );
+    assert!(held.contains("waits for"), "{held}");
+    let records = tollgate::home::Home::at(&home);
+    let settled = |task: &str| {
+        tollgate::tasks::load_turn(&records, &TurnKey::new(task, 1))
+            .expect("record")
+            .filter(|t| t.is_settled())
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let b = loop {
+        if let Some(b) = settled("b") {
+            break b;
+        }
+        assert!(Instant::now() < deadline, "b never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let a = settled("a").expect("a ended before b");
+    assert_eq!(
+        b.outcome,
+        Some(tollgate::tasks::TurnOutcome::Completed),
+        "{b:?}"
+    );
+    let started = b.started_at_millis.expect("b started");
+    assert!(
+        started >= b.submitted_at_millis + 2_000,
+        "b started {} ms after its submit, before its delay",
+        started - b.submitted_at_millis
+    );
+    assert!(
+        started >= a.ended_at_millis.expect("a ended"),
+        "b started before a ended"
+    );
+}

@@ -18,7 +18,7 @@
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The longest one wait sleeps when no event arrives: the latency a missed event costs, and the
@@ -70,6 +70,51 @@ pub fn inotify_instance() -> Option<Inotify> {
         Err(e) => {
             tracing::debug!("inotify refused ({e}); waiting by polling");
             None
+        }
+    }
+}
+
+/// Sleeps for `duration`, or less if the folder `dir` is deleted or moved away meanwhile: a
+/// waker (`worker wake`) whose home is gone has nothing left to wake, and must not outlive it by
+/// hours (a removed test home, a home deleted by hand). Returns whether `dir` is still there.
+/// Without inotify it sleeps the whole `duration`.
+pub fn sleep_unless_removed(dir: &Path, duration: Duration) -> bool {
+    let deadline = Instant::now() + duration;
+    let watched = inotify_instance().and_then(|inotify| {
+        let mask =
+            AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_MOVE_SELF | AddWatchFlags::IN_ONLYDIR;
+        inotify.add_watch(dir, mask).ok().map(|_| inotify)
+    });
+    let Some(inotify) = watched else {
+        std::thread::sleep(duration);
+        return dir.is_dir();
+    };
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return dir.is_dir();
+        }
+        let mut fds = [PollFd::new(inotify.as_fd(), PollFlags::POLLIN)];
+        let timeout = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
+        match poll(&mut fds, timeout) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) => {
+                if inotify.read_events().is_ok_and(|events| {
+                    events.iter().any(|e| {
+                        e.mask.intersects(
+                            AddWatchFlags::IN_DELETE_SELF
+                                | AddWatchFlags::IN_MOVE_SELF
+                                | AddWatchFlags::IN_IGNORED,
+                        )
+                    })
+                }) {
+                    return dir.is_dir();
+                }
+            }
+            Err(_) => {
+                std::thread::sleep(left);
+                return dir.is_dir();
+            }
         }
     }
 }

@@ -973,8 +973,11 @@ pub fn worker_wake(home: Option<PathBuf>, at_millis: u64) -> Result<i32, CliErro
     let wait_millis = at_millis
         .saturating_sub(tasks::now_millis())
         .min(MAX_WAKE_SLEEP_MILLIS);
-    std::thread::sleep(Duration::from_millis(wait_millis));
     let rt = open(home)?;
+    if !crate::watch::sleep_unless_removed(rt.home.root(), Duration::from_millis(wait_millis)) {
+        // The home is gone (deleted or moved): nothing is left to wake.
+        return Ok(exit::OK);
+    }
     reconcile_shell::reconcile(&rt, me()?)?;
     Ok(exit::OK)
 }

@@ -362,16 +362,13 @@ fn pause_and_priority_hold_on_every_store() {
         ("file", vec![("TOLLGATE_FILE_STORE".into(), "1".into())]),
         ("sqlite", vec![]),
     ];
-    match std::env::var("TOLLGATE_TEST_POSTGRES") {
-        Ok(url) => {
-            let sep = if url.contains('?') { '&' } else { '?' };
-            let queue = format!("sched-{}", std::process::id());
-            stores.push((
-                "postgres",
-                vec![("TOLLGATE_STORE".into(), format!("{url}{sep}queue={queue}"))],
-            ));
-        }
-        Err(_) => eprintln!("postgres skipped: set TOLLGATE_TEST_POSTGRES=postgres://..."),
+    if let Some(url) = common::postgres::server() {
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let queue = format!("sched-{}", std::process::id());
+        stores.push((
+            "postgres",
+            vec![("TOLLGATE_STORE".into(), format!("{url}{sep}queue={queue}"))],
+        ));
     }
     for (name, env) in stores {
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();

@@ -22,34 +22,7 @@ use tollgate::protocol::slots::{Liveness, Observation, ProcessIdentity, SlotToke
 use tollgate::queue::{redact, PostgresStore, PostgresUrl};
 use tollgate::runner::lease::{FenceReason, LeaseKeeper};
 
-fn server() -> Option<String> {
-    let required = std::env::var("TOLLGATE_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
-    let Ok(url) = std::env::var("TOLLGATE_TEST_POSTGRES") else {
-        assert!(
-            !required,
-            "TOLLGATE_REQUIRE_POSTGRES=1 but TOLLGATE_TEST_POSTGRES is not set"
-        );
-        eprintln!(
-            "skipped: set TOLLGATE_TEST_POSTGRES=postgres://... to a server where tollgate may \
-             create tables (.ci/run starts one), or run .ci/run"
-        );
-        return None;
-    };
-    match postgres::Client::connect(&url, postgres::NoTls) {
-        Ok(_) => Some(url),
-        Err(e) if required => panic!(
-            "TOLLGATE_REQUIRE_POSTGRES=1 but {} is unreachable: {e}",
-            redact(&url)
-        ),
-        Err(e) => {
-            eprintln!(
-                "skipped: TOLLGATE_TEST_POSTGRES={} is unreachable: {e}",
-                redact(&url)
-            );
-            None
-        }
-    }
-}
+use common::postgres::server;
 
 fn unique(name: &str) -> String {
     let token = SlotToken::generate().to_string();

@@ -18,39 +18,9 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 use tollgate::config::Durability;
 use tollgate::protocol::slots::{QueueState, SlotToken};
-use tollgate::queue::{
-    redact, Commit, PostgresLock, PostgresStore, PostgresUrl, Store, StoreError,
-};
+use tollgate::queue::{Commit, PostgresLock, PostgresStore, PostgresUrl, Store, StoreError};
 
-/// The test server's URL, or `None` (with a message) when this run may skip.
-fn server() -> Option<String> {
-    let required = std::env::var("TOLLGATE_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
-    let Ok(url) = std::env::var("TOLLGATE_TEST_POSTGRES") else {
-        assert!(
-            !required,
-            "TOLLGATE_REQUIRE_POSTGRES=1 but TOLLGATE_TEST_POSTGRES is not set"
-        );
-        eprintln!(
-            "skipped: set TOLLGATE_TEST_POSTGRES=postgres://... to a server where tollgate may \
-             create tables (.ci/run starts one), or run .ci/run"
-        );
-        return None;
-    };
-    match postgres::Client::connect(&url, postgres::NoTls) {
-        Ok(_) => Some(url),
-        Err(e) if required => panic!(
-            "TOLLGATE_REQUIRE_POSTGRES=1 but {} is unreachable: {e}",
-            redact(&url)
-        ),
-        Err(e) => {
-            eprintln!(
-                "skipped: TOLLGATE_TEST_POSTGRES={} is unreachable: {e}",
-                redact(&url)
-            );
-            None
-        }
-    }
-}
+use common::postgres::server;
 
 /// `url` naming `queue` (each test its own queue, so tests share one database in parallel).
 fn with_queue(url: &str, queue: &str) -> String {

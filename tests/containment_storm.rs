@@ -215,17 +215,23 @@ fn storm(path: &str, force_subreaper: bool, rounds: u64, seed: u64) {
         for i in 1..=storm.submitted {
             let _ = run(&home, force_subreaper, &["cancel", &format!("t{i}")]);
         }
-        let queue = std::fs::read_to_string(home.join("queue.json")).unwrap_or_default();
-        let empty = serde_json::from_str::<serde_json::Value>(&queue)
-            .map(|q| q["entries"].as_array().is_none_or(|e| e.is_empty()))
-            .unwrap_or(true);
+        // Read through the library: `status` would repair what it looks at.
+        let queue = {
+            let config = tollgate::config::Config::load(&home.join("tollgate.toml"))
+                .expect("config")
+                .unwrap_or_default();
+            tollgate::queue::HomeStore::for_home(&tollgate::home::Home::at(&home), &config)
+                .load()
+                .expect("load the queue")
+        };
+        let empty = queue.entries.is_empty();
         storm.runner_pids.extend(runners(&home));
         if tagged(&tag).is_empty() && runners(&home).is_empty() && empty {
             break;
         }
         assert!(
             Instant::now() < until,
-            "{path}, seed {seed}: after the storm, still alive {:?}, runners {:?}, queue {queue}",
+            "{path}, seed {seed}: after the storm, still alive {:?}, runners {:?}, queue {queue:?}",
             tagged(&tag),
             runners(&home)
         );

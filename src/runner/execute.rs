@@ -16,7 +16,6 @@ use crate::home::Home;
 use crate::process::containment::{cgroup, UnitIdentity};
 use crate::protocol::slots::ProcessIdentity;
 use crate::tasks::{TurnOutcome, TurnRecord};
-use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use std::fs::OpenOptions;
@@ -149,15 +148,20 @@ pub fn execute_turn(
         }
     }
     let join = unit.cgroup.as_deref().and_then(cgroup::procs_path);
-    // SAFETY: runs in the forked child before exec; prctl(PR_SET_PDEATHSIG) and the group join
-    // (open/write/close of a path made before the fork) are plain syscalls that allocate nothing,
-    // so they are safe there.
+    let me = nix::unistd::getpid();
+    let hold = child_hold_before_pdeathsig();
+    // SAFETY: runs in the forked child before exec; prctl(PR_SET_PDEATHSIG), getppid, nanosleep
+    // and the group join (open/write/close of a path made before the fork) are plain syscalls
+    // that allocate nothing, so they are safe there.
     unsafe {
         command.pre_exec(move || {
             if let Some(procs) = &join {
                 cgroup::join_in_child(procs);
             }
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+            if let Some(hold) = hold {
+                std::thread::sleep(hold);
+            }
+            crate::process::die_with_parent(me)
         });
     }
     // A cancel that reached this runner before the spawn: start nothing.
@@ -363,6 +367,22 @@ fn create_group(dir: &std::path::Path) -> std::io::Result<()> {
     }
 }
 
+/// The failpoint `runner::child_before_pdeathsig(MILLIS)`: the forked child waits `MILLIS` between
+/// the fork and arming its parent-death signal, so a test can kill the runner inside that window
+/// (`tests/failpoints_runner_child.rs`). Read before the fork: the child must not allocate.
+#[cfg(feature = "failpoints")]
+fn child_hold_before_pdeathsig() -> Option<Duration> {
+    fail::eval("runner::child_before_pdeathsig", |arg| arg)
+        .flatten()
+        .and_then(|millis| millis.parse().ok())
+        .map(Duration::from_millis)
+}
+
+#[cfg(not(feature = "failpoints"))]
+fn child_hold_before_pdeathsig() -> Option<Duration> {
+    None
+}
+
 fn remove_group(unit: &UnitIdentity) {
     if let Some(dir) = &unit.cgroup {
         cgroup::remove_tree(dir);
@@ -501,6 +521,7 @@ fn cancel(pid: Pid, unit: &UnitIdentity) -> Execution {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::sys::signal::Signal;
 
     #[test]
     fn the_recorded_outcome_is_what_the_command_did() {

@@ -9,7 +9,6 @@ use crate::home::Home;
 use crate::process::containment::{self, cgroup, Containment, Marker, UnitIdentity};
 use crate::protocol::slots::SlotToken;
 use crate::tasks::{TurnOutcome, TurnRecord};
-use nix::sys::signal::Signal;
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
@@ -152,12 +151,11 @@ fn run_one(
         command.current_dir(cwd);
     }
     unit.configure(&mut command);
-    // SAFETY: runs in the forked child before exec; prctl(PR_SET_PDEATHSIG) is a plain syscall
-    // that allocates nothing, so it is safe there.
+    let me = nix::unistd::getpid();
+    // SAFETY: runs in the forked child before exec; prctl(PR_SET_PDEATHSIG) and getppid are plain
+    // syscalls that allocate nothing, so they are safe there.
     unsafe {
-        command.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
-        });
+        command.pre_exec(move || crate::process::die_with_parent(me));
     }
     let mut child = match command.spawn() {
         Ok(child) => child,

@@ -2,7 +2,7 @@
 //! test chose, never the code under test's marker), a reaper for what a failed test leaves, pid
 //! files, which containment paths this host can run, and a sampler thread that counts live copies.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,8 +31,33 @@ fn env_value<'a>(env: &'a [u8], var: &str) -> Option<&'a [u8]> {
     })
 }
 
+/// One process seen by a scan: its pid, its start time (clock ticks since boot, field 22 of
+/// `stat`: with the pid it names the process, a reused pid has another start time) and its
+/// environment.
+struct Seen {
+    pid: i32,
+    start_ticks: u64,
+    env: Vec<u8>,
+}
+
+/// The state letter and the start time of `pid`, from `/proc/<pid>/stat`.
+fn stat_of(pid: i32) -> Option<(String, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = fields.next()?.to_string();
+    // After `)`: state is field 3, starttime field 22.
+    let start_ticks = fields.nth(18)?.parse().ok()?;
+    Some((state, start_ticks))
+}
+
+/// Whether the process `pid` that started at `start_ticks` is still there and not a zombie.
+fn still_alive(pid: i32, start_ticks: u64) -> bool {
+    stat_of(pid)
+        .is_some_and(|(state, start)| start == start_ticks && !matches!(state.as_str(), "Z" | "X"))
+}
+
 /// Every live (not zombie) process with its environment, read straight from `/proc`.
-fn live_environs() -> Vec<(i32, Vec<u8>)> {
+fn live_environs() -> Vec<Seen> {
     let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return out;
@@ -45,17 +70,18 @@ fn live_environs() -> Vec<(i32, Vec<u8>)> {
         else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        let Some((state, start_ticks)) = stat_of(pid) else {
             continue;
         };
-        let state = stat
-            .rfind(')')
-            .and_then(|i| stat[i + 1..].split_whitespace().next());
-        if matches!(state, Some("Z") | Some("X") | None) {
+        if matches!(state.as_str(), "Z" | "X") {
             continue;
         }
         if let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) {
-            out.push((pid, env));
+            out.push(Seen {
+                pid,
+                start_ticks,
+                env,
+            });
         }
     }
     out
@@ -65,24 +91,49 @@ fn live_environs() -> Vec<(i32, Vec<u8>)> {
 pub fn tagged(tag: &str) -> Vec<i32> {
     live_environs()
         .into_iter()
-        .filter(|(_, env)| env_value(env, TAG_VAR) == Some(tag.as_bytes()))
-        .map(|(pid, _)| pid)
+        .filter(|p| env_value(&p.env, TAG_VAR) == Some(tag.as_bytes()))
+        .map(|p| p.pid)
         .collect()
 }
 
-/// The distinct `COPY` values among the live processes tagged `tag`, and how many processes.
-pub fn copies(tag: &str) -> (BTreeSet<Vec<u8>>, usize) {
-    let mut found = BTreeSet::new();
+/// What one scan saw of each copy: its `COPY` value and the processes carrying it (pid, start time).
+pub type Copies = BTreeMap<Vec<u8>, Vec<(i32, u64)>>;
+
+/// The distinct `COPY` values among the live processes tagged `tag`, each with the processes seen
+/// carrying it, and how many tagged processes there were.
+pub fn copies(tag: &str) -> (Copies, usize) {
+    let mut found = Copies::new();
     let mut processes = 0;
-    for (_, env) in live_environs() {
-        if env_value(&env, TAG_VAR) == Some(tag.as_bytes()) {
+    for p in live_environs() {
+        if env_value(&p.env, TAG_VAR) == Some(tag.as_bytes()) {
             processes += 1;
-            if let Some(copy) = env_value(&env, COPY_VAR) {
-                found.insert(copy.to_vec());
+            if let Some(copy) = env_value(&p.env, COPY_VAR) {
+                found
+                    .entry(copy.to_vec())
+                    .or_default()
+                    .push((p.pid, p.start_ticks));
             }
         }
     }
     (found, processes)
+}
+
+/// The copies of one scan that were live *at the same moment*. A scan of `/proc` is not a
+/// snapshot: it reads processes one after another over milliseconds, so a copy seen early may have
+/// died before a copy seen late was born (a slot handed over mid-scan), and counting both would
+/// report an overlap that never happened. A copy counts when one of its processes is still alive,
+/// with the same start time, after the scan: alive when read and alive now means alive all along
+/// (a process never comes back), so every confirmed copy was alive when the last of them was read.
+pub fn confirmed(found: &Copies) -> Vec<(String, i32)> {
+    found
+        .iter()
+        .filter_map(|(copy, procs)| {
+            procs
+                .iter()
+                .find(|&&(pid, start)| still_alive(pid, start))
+                .map(|&(pid, _)| (String::from_utf8_lossy(copy).into_owned(), pid))
+        })
+        .collect()
 }
 
 /// SIGKILLs whatever carries the tag (and removes the test's groups) when the test ends, passed
@@ -172,7 +223,7 @@ pub fn no_cgroup_value(force_subreaper: bool) -> &'static str {
 }
 
 /// A thread that scans `/proc` as fast as it can and keeps the largest number of distinct copies
-/// (and of processes) it ever saw live for one tag.
+/// it ever saw live at one moment for one tag (each scan's count [`confirmed`]), and of processes.
 pub struct Sampler {
     stop: Arc<AtomicBool>,
     seen: Arc<Mutex<SamplerReport>>,
@@ -183,7 +234,12 @@ pub struct Sampler {
 #[derive(Clone, Debug, Default)]
 pub struct SamplerReport {
     pub samples: u64,
+    /// The most copies confirmed live at one moment (see [`confirmed`]).
     pub peak_copies: usize,
+    /// The copies of that moment: (COPY, a pid alive then).
+    pub peak_witnesses: Vec<(String, i32)>,
+    /// The most copies one scan read, confirmed or not (at least `peak_copies`).
+    pub peak_scanned: usize,
     pub peak_processes: usize,
 }
 
@@ -196,9 +252,20 @@ impl Sampler {
             std::thread::spawn(move || {
                 while !stop.load(Ordering::SeqCst) {
                     let (found, processes) = copies(&tag);
+                    let peak = seen.lock().unwrap_or_else(|e| e.into_inner()).peak_copies;
+                    // Confirming costs a stat per copy: only a scan that could raise the peak.
+                    let witnesses = if found.len() > peak {
+                        confirmed(&found)
+                    } else {
+                        Vec::new()
+                    };
                     let mut report = seen.lock().unwrap_or_else(|e| e.into_inner());
                     report.samples += 1;
-                    report.peak_copies = report.peak_copies.max(found.len());
+                    report.peak_scanned = report.peak_scanned.max(found.len());
+                    if witnesses.len() > report.peak_copies {
+                        report.peak_copies = witnesses.len();
+                        report.peak_witnesses = witnesses;
+                    }
                     report.peak_processes = report.peak_processes.max(processes);
                 }
             })

@@ -187,6 +187,15 @@ fn store_error(error: crate::queue::StoreError) -> FileError {
     }
 }
 
+/// The home's `tollgate.db` opened as every command opens it (checks, migrations, imports), for
+/// the sweep list (src/exec/sweep.rs), whose tables are part of its schema.
+pub(crate) fn open_home_database(
+    home: &Home,
+    lock_timeout: Duration,
+) -> Result<Connection, crate::queue::StoreError> {
+    super::sqlite::open_for_records(home, lock_timeout)
+}
+
 /// How a record access uses the database.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Access {

@@ -748,8 +748,10 @@ thread_local! {
 /// The side stores for record accesses outside a section, one per `(URL, queue)`, shared by the
 /// process's threads (each store serialises its own client). A static, not a thread-local: a
 /// client dropped at thread exit would need tokio's thread-local context, already gone by then.
-static PG_SIDES: Mutex<Vec<((String, String), std::sync::Arc<PostgresStore>)>> =
-    Mutex::new(Vec::new());
+static PG_SIDES: Mutex<Vec<(PgKey, std::sync::Arc<PostgresStore>)>> = Mutex::new(Vec::new());
+
+/// `(connect URL, queue)`: what a section and the record accesses it serves are matched by.
+type PgKey = (String, String);
 
 fn side_store(
     key: &(String, String),

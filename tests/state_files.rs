@@ -544,6 +544,8 @@ fn sweep_files_and_worktrees_are_private_like_the_rest_of_the_home() {
     // The list is rows of tollgate.db (spec/store.md, "The sweep list"); no sweep.json.
     assert!(!home.join("sweep.json").exists(), "sweep.json");
     assert_eq!(mode(&home.join("tollgate.db")), 0o600, "tollgate.db");
+    let out = tollgate(&home, &["sweep"]);
+    assert!(out.status.success(), "{}", describe(&out));
     assert_eq!(mode(&home.join("sweep.lock")), 0o600, "sweep.lock");
 }
 

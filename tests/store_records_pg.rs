@@ -196,3 +196,88 @@ fn a_corrupt_record_file_is_refused_naming_it_and_nothing_is_imported() {
     assert_eq!(std::fs::read(&turn).expect("kept"), b"{\"version\":1,");
     assert!(home.join("tasks/old/task.json").is_file(), "nothing moved");
 }
+
+/// A record written inside a PostgreSQL section is read back inside it and commits with it; one
+/// written by a section that fails is rolled back with the section's queue change; an outcome
+/// recorded by an internal section is there afterwards (the record layer uses the section's own
+/// transaction, spec/store.md "Records in PostgreSQL").
+#[test]
+fn records_commit_and_roll_back_with_their_postgres_section() {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+    use tollgate::config::Durability;
+    use tollgate::home::Home;
+    use tollgate::queue::records::{register, RecordHome};
+    use tollgate::queue::{PostgresStore, PostgresUrl, Store, StoreError};
+    use tollgate::tasks::{self, TurnOutcome};
+
+    let Some(url) = server() else { return };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = Home::at(tmp.path());
+    let queue = unique_queue("section");
+    let parsed = PostgresUrl::parse(&url).expect("url");
+    let timeout = Duration::from_secs(10);
+    register(
+        &home,
+        RecordHome::Postgres {
+            url: parsed.clone(),
+            queue: queue.clone(),
+            durability: Durability::Fsync,
+        },
+        timeout,
+    );
+    let store = PostgresStore::new(parsed, queue.clone(), timeout, Durability::Fsync)
+        .for_home(home.clone());
+    let turn = store
+        .transact(|_| {
+            let turn = tasks::create_turn(
+                &home,
+                "t",
+                vec!["true".into()],
+                Some(tmp.path().to_path_buf()),
+                BTreeMap::new(),
+                false,
+                1,
+            )?;
+            assert!(
+                tasks::load_turn(&home, &turn.key)?.is_some(),
+                "read inside the section"
+            );
+            assert_eq!(rows(&url, &queue).0, 0, "not visible before the commit");
+            Ok::<_, StoreError>(turn)
+        })
+        .expect("section");
+    assert_eq!(rows(&url, &queue), (1, 0, 1));
+    assert!(!home.turn_file(&turn.key).exists(), "no record file");
+
+    let failed: Result<(), StoreError> = store.transact_internal(|q| {
+        q.next_queue_id += 100;
+        tasks::end_unrun(&home, &turn.key, TurnOutcome::Cancelled, 2)?;
+        Err(StoreError::Poisoned)
+    });
+    assert!(failed.is_err());
+    let back = tasks::load_turn(&home, &turn.key)
+        .expect("load")
+        .expect("record");
+    assert!(
+        !back.is_settled(),
+        "the failed section's write was rolled back"
+    );
+    assert!(
+        store.load().expect("load").next_queue_id < 100,
+        "and its queue change"
+    );
+
+    store
+        .transact_internal(|_| {
+            tasks::end_unrun(&home, &turn.key, TurnOutcome::Cancelled, 2)?;
+            Ok::<_, StoreError>(())
+        })
+        .expect("internal section");
+    let back = tasks::load_turn(&home, &turn.key)
+        .expect("load")
+        .expect("record");
+    assert_eq!(back.outcome, Some(TurnOutcome::Cancelled));
+    assert_eq!(rows(&url, &queue), (1, 1, 1));
+    assert_eq!(tasks::unfinished_turns(&home).expect("unfinished"), []);
+}

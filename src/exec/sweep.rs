@@ -652,6 +652,10 @@ fn worktree_at(path: &Path) -> Worktree {
 /// records. A live run (its identity still matches) is never touched. The kills and removals run
 /// outside any transaction (they may take a grace); `sweep.lock` keeps other sweepers out.
 pub fn sweep_dead_runs(home: &Path) -> Result<Vec<DeadRun>, SweepError> {
+    // The common case (every `run` and `reconcile` asks): no dead run, no lock taken, no file made.
+    if !list(home)?.runs.iter().any(run_is_gone) {
+        return Ok(Vec::new());
+    }
     let _sweeper = sweeper_lock(home, Duration::from_millis(SWEEP_LOCK_TIMEOUT_MILLIS))?;
     sweep_dead_runs_locked(home)
 }

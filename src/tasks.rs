@@ -413,7 +413,10 @@ pub fn parse_turn(path: &Path, bytes: &[u8], expected: &TurnKey) -> Result<TurnR
 
 /// Where a record in the database is named in errors: the database and the record's place.
 fn db_record_path(home: &Home, place: String) -> PathBuf {
-    PathBuf::from(format!("{} (record {place})", home.db_path().display()))
+    PathBuf::from(format!(
+        "{} (record {place})",
+        records::database_name(home).display()
+    ))
 }
 
 /// Runs `f` on `home`'s database ([`records::with_db`]), SQLite's errors naming the database.
@@ -421,11 +424,11 @@ fn db<T>(
     home: &Home,
     access: records::Access,
     changed: Option<PathBuf>,
-    f: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<T>,
+    f: impl FnOnce(&mut records::Db<'_>) -> Result<T, records::DbError>,
 ) -> Result<T, FileError> {
-    let path = home.db_path();
+    let path = records::database_name(home);
     records::with_db(home, access, changed, |conn| {
-        f(conn).map_err(|e| records::record_error(&path, e))
+        f(conn).map_err(|e| records::db_error(&path, e))
     })
 }
 
@@ -440,11 +443,9 @@ fn body<T: Serialize>(path: &Path, record: &T) -> Result<String, FileError> {
 pub fn load_task(home: &Home, task: &str) -> Result<Option<TaskRecord>, FileError> {
     if records::in_database(home) {
         let path = db_record_path(home, format!("tasks/{task}"));
-        return db(home, records::Access::Read, None, |c| {
-            records::task_body(c, task)
-        })?
-        .map(|text| parse_task(&path, text.as_bytes()))
-        .transpose();
+        return db(home, records::Access::Read, None, |c| c.task_body(task))?
+            .map(|text| parse_task(&path, text.as_bytes()))
+            .transpose();
     }
     let path = home.task_file(task);
     match fsutil::read_state_file(&path, "task record", fsutil::limits::TASK_BYTES)? {
@@ -459,7 +460,7 @@ pub fn turn_record_location(home: &Home, key: &TurnKey) -> String {
     if records::in_database(home) {
         format!(
             "{} (record turns/{}/{})",
-            home.db_path().display(),
+            records::database_name(home).display(),
             key.task,
             key.turn
         )
@@ -472,7 +473,7 @@ pub fn load_turn(home: &Home, key: &TurnKey) -> Result<Option<TurnRecord>, FileE
     if records::in_database(home) {
         let path = db_record_path(home, format!("turns/{}/{}", key.task, key.turn));
         return db(home, records::Access::Read, None, |c| {
-            records::turn_body(c, &key.task, key.turn)
+            c.turn_body(&key.task, key.turn)
         })?
         .map(|text| parse_turn(&path, text.as_bytes(), key))
         .transpose();
@@ -493,7 +494,7 @@ fn save_task(home: &Home, record: &TaskRecord) -> Result<(), FileError> {
     if records::in_database(home) {
         let text = body(&path, record)?;
         return db(home, records::Access::Write, None, |c| {
-            records::put_task(c, &record.name, record.next_turn, &text)
+            c.put_task(&record.name, record.next_turn, &text)
         });
     }
     fsutil::publish_json(&path, record)
@@ -530,7 +531,7 @@ fn write_turn(home: &Home, turn: &TurnRecord, create: bool) -> Result<(), FileEr
             records::Access::Write
         };
         let written = db(home, access, Some(home.turn_dir(&turn.key)), |c| {
-            records::put_turn(c, &row, create)
+            c.put_turn(&row, create)
         })?;
         if !written {
             return Err(FileError::Refused {
@@ -678,9 +679,7 @@ fn claim_turn_dir(home: &Home, task: &str, wanted: u32) -> Result<TurnKey, FileE
     }
     let mut highest = dir_turns(home, task)?.last().copied().unwrap_or(0);
     if records::in_database(home) {
-        let recorded = db(home, records::Access::Read, None, |c| {
-            records::turn_numbers(c, task)
-        })?;
+        let recorded = db(home, records::Access::Read, None, |c| c.turn_numbers(task))?;
         highest = highest.max(recorded.last().copied().unwrap_or(0));
     }
     let free = next_turn_after(home, task, highest.max(wanted))?;
@@ -709,7 +708,7 @@ fn has_db_record(home: &Home, key: &TurnKey) -> Result<bool, FileError> {
         return Ok(false);
     }
     Ok(db(home, records::Access::Read, None, |c| {
-        records::turn_body(c, &key.task, key.turn)
+        c.turn_body(&key.task, key.turn)
     })?
     .is_some())
 }
@@ -867,7 +866,7 @@ pub fn parked_strategies(
 /// Names of every task in the home, sorted.
 pub fn list_tasks(home: &Home) -> Result<Vec<String>, FileError> {
     if records::in_database(home) {
-        return db(home, records::Access::Read, None, records::task_names);
+        return db(home, records::Access::Read, None, |c| c.task_names());
     }
     let dir = home.tasks_dir();
     let entries = match std::fs::read_dir(&dir) {
@@ -889,9 +888,7 @@ pub fn list_tasks(home: &Home) -> Result<Vec<String>, FileError> {
 /// Turn numbers recorded for `task`, ascending.
 pub fn list_turns(home: &Home, task: &str) -> Result<Vec<u32>, FileError> {
     if records::in_database(home) {
-        return db(home, records::Access::Read, None, |c| {
-            records::turn_numbers(c, task)
-        });
+        return db(home, records::Access::Read, None, |c| c.turn_numbers(task));
     }
     dir_turns(home, task)
 }
@@ -901,7 +898,7 @@ pub fn list_turns(home: &Home, task: &str) -> Result<Vec<u32>, FileError> {
 /// not every turn ever recorded); on files every record is read.
 pub fn unfinished_turns(home: &Home) -> Result<Vec<TurnRecord>, FileError> {
     if records::in_database(home) {
-        let rows = db(home, records::Access::Read, None, records::unfinished)?;
+        let rows = db(home, records::Access::Read, None, |c| c.unfinished())?;
         return rows
             .into_iter()
             .map(|(task, turn, text)| {
@@ -931,7 +928,7 @@ pub fn turns_with_id(home: &Home, id: u64) -> Result<Option<Vec<TurnKey>>, FileE
         return Ok(None);
     }
     let rows = db(home, records::Access::Read, None, |c| {
-        records::turns_with_short_id(c, id)
+        c.turns_with_short_id(id)
     })?;
     Ok(Some(
         rows.into_iter()
@@ -944,7 +941,7 @@ pub fn turns_with_id(home: &Home, id: u64) -> Result<Option<Vec<TurnKey>>, FileE
 pub fn remove_turn(home: &Home, key: &TurnKey) -> Result<(), FileError> {
     if records::in_database(home) {
         db(home, records::Access::Write, None, |c| {
-            records::delete_turn(c, &key.task, key.turn)
+            c.delete_turn(&key.task, key.turn)
         })?;
     }
     let dir = home.turn_dir(key);

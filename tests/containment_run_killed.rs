@@ -198,7 +198,7 @@ fn run_killed_then_cleaned(force_subreaper: bool, cleaner: Cleaner) {
         "the dead run's worktrees are left: {}",
         worktrees.display()
     );
-    let list = tollgate::exec::sweep::load(&home.join("sweep.json")).unwrap();
+    let list = tollgate::exec::sweep::list(&home).unwrap();
     assert!(list.runs.iter().all(|r| r.run_id != run_id), "{list:?}");
     if let Some(base) = cgroup_available() {
         let left: Vec<_> = std::fs::read_dir(&base)

@@ -126,7 +126,7 @@ run = ["cat", "input.txt"]
     assert_eq!(report.listed.len(), 1);
     let listed = report.listed[0].clone();
     assert!(listed.join("input.txt").exists());
-    let list = exec::sweep::load(&home.join("sweep.json")).unwrap();
+    let list = exec::sweep::list(&home).unwrap();
     assert_eq!(list.entries.len(), 1);
     assert_eq!(list.entries[0].worktree.path, listed);
     assert_eq!(list.entries[0].item, "wedged");
@@ -139,13 +139,7 @@ run = ["cat", "input.txt"]
     let out = sweep_cli(&home);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(listed.exists());
-    assert_eq!(
-        exec::sweep::load(&home.join("sweep.json"))
-            .unwrap()
-            .entries
-            .len(),
-        1
-    );
+    assert_eq!(exec::sweep::list(&home).unwrap().entries.len(), 1);
 
     // Really kill it; once it is gone the sweep removes the worktree and clears the list.
     drop(guard);
@@ -154,8 +148,5 @@ run = ["cat", "input.txt"]
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("removed"));
     assert!(!listed.exists());
-    assert!(exec::sweep::load(&home.join("sweep.json"))
-        .unwrap()
-        .entries
-        .is_empty());
+    assert!(exec::sweep::list(&home).unwrap().entries.is_empty());
 }

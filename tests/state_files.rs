@@ -541,7 +541,11 @@ fn sweep_files_and_worktrees_are_private_like_the_rest_of_the_home() {
         },
     )
     .expect("list a worktree");
-    assert_eq!(mode(&home.join("sweep.json")), 0o600, "sweep.json");
+    // The list is rows of tollgate.db (spec/store.md, "The sweep list"); no sweep.json.
+    assert!(!home.join("sweep.json").exists(), "sweep.json");
+    assert_eq!(mode(&home.join("tollgate.db")), 0o600, "tollgate.db");
+    let out = tollgate(&home, &["sweep"]);
+    assert!(out.status.success(), "{}", describe(&out));
     assert_eq!(mode(&home.join("sweep.lock")), 0o600, "sweep.lock");
 }
 

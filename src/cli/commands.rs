@@ -876,7 +876,7 @@ pub fn reconcile(home: Option<PathBuf>, args: ReconcileArgs) -> Result<i32, CliE
     let report = reconcile_shell::reconcile(&rt, me()?)?;
     // What a SIGKILLed `tollgate run` left on this home is killed too (spec/execution.md, D8).
     // Only when a run ever recorded itself here: a home without a sweep list gains no file.
-    let dead_runs = if rt.home.root().join(crate::exec::sweep::SWEEP_FILE).exists() {
+    let dead_runs = if crate::exec::sweep::has_list(rt.home.root()) {
         crate::exec::sweep::sweep_dead_runs(rt.home.root()).map_err(|e| match e {
             e @ crate::exec::sweep::SweepError::Unreadable { .. } => CliError::Usage(e.to_string()),
             e => CliError::Environment(e.to_string()),

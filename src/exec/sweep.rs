@@ -1,28 +1,52 @@
-//! The durable sweep list (`<home>/sweep.json`): worktrees a run could not remove (an abandoned
-//! worker may still be inside, or the removal failed), and every run in progress with its
-//! containment unit, recorded before its first item starts. `tollgate sweep` (and the next
-//! `tollgate run` on the home) kills the unit of a run whose process is gone and removes its
-//! worktrees; a listed worktree is removed once no live process has its working directory inside
-//! it. Updates hold `<home>/sweep.lock` (flock) and publish atomically: temp file, fsync, rename,
-//! fsync of the directory.
+//! The durable sweep list: worktrees a run could not remove (an abandoned worker may still be
+//! inside, or the removal failed), and every run in progress with its containment unit, recorded
+//! before its first item starts. `tollgate sweep` (and the next `tollgate run` or `reconcile` on
+//! the home) kills the unit of a run whose process is gone and removes its worktrees; a listed
+//! worktree is removed once no live process has its working directory inside it.
 //!
-//! Format: version 2 adds `runs` (absent when empty). Version 1 files load unchanged (no runs);
-//! older tollgate versions read version 2 files too (they ignore `runs`, and rewrite without it).
+//! **Where it lives** (spec/store.md, "The sweep list"): two tables, `sweep_runs` and
+//! `sweep_entries`, in a SQLite database on this machine. For a home whose store is its
+//! `tollgate.db` that is `tollgate.db` (schema version 6); for any other home (a PostgreSQL store,
+//! the benchmark's file store) it is `<home>/sweep.db`, holding only these tables. The list is
+//! per machine on purpose: it names this machine's processes (pids, start times, cgroups) and
+//! worktree paths, which another host could neither observe nor remove, so it never goes to a
+//! shared database. Every change is one short write transaction committed with `synchronous =
+//! FULL` (a run's record is durable before its first item starts, as the file's fsync was).
+//!
+//! The slow part of a sweep (killing a unit with its grace, `git worktree remove`, the `/proc`
+//! walk) runs outside any transaction, so it never holds the home's write lock; sweepers are
+//! serialised with each other by `<home>/sweep.lock` (flock, bounded wait).
+//!
+//! **`sweep.json`** (the file of earlier versions; format version 2 adds `runs`) is imported by
+//! the first access that finds it, inside the same transaction as that access, then renamed
+//! `sweep.json.imported` (kept, never deleted). A corrupt one is refused naming it, and nothing
+//! is imported or moved. One that appears later (an older tollgate ran on the home) is imported
+//! the same way: its runs and worktrees are real leftovers to clean up, and the import is
+//! idempotent (rows are keyed by run id and by path).
 
 use super::worktree::{self, Worktree, WorktreeKind};
+use crate::config::Config;
 use crate::flock;
 use crate::fsutil::{self, FileError};
+use crate::home::Home;
 use crate::process::containment::{self, UnitIdentity};
 use crate::process::ProcLiveness;
 use crate::protocol::execution::{sweep_decision, SweepDecision};
 use crate::protocol::slots::{Liveness, Observation, ProcessIdentity};
+use crate::queue::{records, HomeStore, StoreError};
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::io;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+/// The sweep list of earlier versions, imported on first use.
 pub const SWEEP_FILE: &str = "sweep.json";
+/// The machine-local database of a home whose store is not `tollgate.db`.
+pub const SWEEP_DB: &str = "sweep.db";
+/// Serialises sweepers with each other (not the list's writes: those are transactions).
 const SWEEP_LOCK: &str = "sweep.lock";
 pub const SWEEP_FORMAT_VERSION: u32 = 2;
 /// The list's explicit bound; beyond it an addition is refused (and reported).
@@ -32,12 +56,30 @@ pub const MAX_SWEEP_RUNS: usize = 1_000;
 /// The longest SIGTERM-to-SIGKILL grace a sweep grants a dead run's unit, whatever its pack said.
 pub const MAX_SWEEP_GRACE_MILLIS: u64 = 30_000;
 
+/// The sweep tables: schema version 6 of `tollgate.db`, and the whole schema of `sweep.db`
+/// (`IF NOT EXISTS` so one text serves both). A row's body is its JSON document (the serde types
+/// below stay the one definition); the key columns make additions idempotent. Rowid order is
+/// insertion order, the order the file kept.
+pub(crate) const SCHEMA_V6: &str = "
+CREATE TABLE IF NOT EXISTS sweep_runs (
+    run_id TEXT NOT NULL UNIQUE,
+    body TEXT NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS sweep_entries (
+    path TEXT NOT NULL UNIQUE,
+    run_id TEXT NOT NULL,
+    body TEXT NOT NULL
+) STRICT;
+";
+
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
     #[error("SWEEP_IO: {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
     #[error("SWEEP_UNREADABLE: {path} cannot be parsed ({message}); it was left as it is")]
     Unreadable { path: PathBuf, message: String },
+    #[error("SWEEP_DATABASE: {path}: {detail}")]
+    Database { path: PathBuf, detail: String },
     #[error("SWEEP_FULL: {path} holds its limit of {MAX_SWEEP_ENTRIES} entries")]
     Full { path: PathBuf },
     #[error(
@@ -51,8 +93,8 @@ pub enum SweepError {
     LockTimeout { path: PathBuf, waited_millis: u64 },
 }
 
-/// The longest a sweep-list update waits for `sweep.lock` (held only for a read-modify-publish of
-/// a small file, so a holder that keeps it this long is stuck).
+/// The longest a sweeper waits for `sweep.lock` (held while a sweep kills and removes: a holder
+/// that keeps it this long is stuck).
 pub const SWEEP_LOCK_TIMEOUT_MILLIS: u64 = 10_000;
 
 /// A run in progress, recorded before its first item starts: enough for any later process to kill
@@ -82,6 +124,7 @@ pub struct SweepEntry {
     pub listed_at_millis: u64,
 }
 
+/// The list as a document: what `sweep.json` held, and what [`list`] returns.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SweepList {
     #[serde(default = "version")]
@@ -123,24 +166,378 @@ pub struct DeadRun {
     pub forgotten: bool,
 }
 
-fn with_lock<T>(
-    home: &Path,
-    f: impl FnOnce(&mut SweepList) -> Result<T, SweepError>,
-) -> Result<T, SweepError> {
-    with_lock_within(home, Duration::from_millis(SWEEP_LOCK_TIMEOUT_MILLIS), f)
+/// Which database holds a home's list, and how long a write waits for its lock.
+enum Location {
+    /// The home's `tollgate.db` (its store): opened through the store's own open, so the
+    /// migrations (and their imports) run as for any command.
+    HomeDatabase(Home, Duration),
+    /// `<home>/sweep.db`: a home whose store is elsewhere.
+    Local(PathBuf, Duration),
 }
 
-/// [`with_lock`], waiting at most `timeout` for `sweep.lock`.
-fn with_lock_within<T>(
+impl Location {
+    fn path(&self) -> PathBuf {
+        match self {
+            Location::HomeDatabase(home, _) => home.db_path(),
+            Location::Local(path, _) => path.clone(),
+        }
+    }
+}
+
+/// Where `home`'s list lives: its config's (or `TOLLGATE_STORE`'s) store decides. No IO but
+/// reading the config.
+fn locate(home: &Path) -> Result<Location, SweepError> {
+    let home = Home::at(home);
+    let config_path = home.config_path();
+    let config = Config::load(&config_path)
+        .map_err(|e| SweepError::Unreadable {
+            path: config_path.clone(),
+            message: e.to_string(),
+        })?
+        .unwrap_or_default();
+    let timeout = config.lock_timeout();
+    match HomeStore::for_home(&home, &config) {
+        HomeStore::Database(_) => Ok(Location::HomeDatabase(home, timeout)),
+        HomeStore::Misconfigured { setting, detail } => Err(SweepError::Unreadable {
+            path: setting.into(),
+            message: detail,
+        }),
+        HomeStore::File(_) | HomeStore::Postgres(_) => {
+            Ok(Location::Local(home.root().join(SWEEP_DB), timeout))
+        }
+    }
+}
+
+/// Whether `home` may have a sweep list (its database or an old file exists): `reconcile` sweeps
+/// only then, so a home that never ran `tollgate run` gains no file.
+pub fn has_list(home: &Path) -> bool {
+    home.join(SWEEP_FILE).exists()
+        || match locate(home) {
+            Ok(location) => location.path().exists(),
+            Err(_) => true,
+        }
+}
+
+/// A store error opening the home's database as a sweep error.
+fn store_err(error: StoreError) -> SweepError {
+    match error {
+        StoreError::Busy {
+            path,
+            waited_millis,
+        } => SweepError::LockTimeout {
+            path,
+            waited_millis: u64::try_from(waited_millis).unwrap_or(u64::MAX),
+        },
+        StoreError::File(e) => {
+            let path = match &e {
+                FileError::Io { path, .. }
+                | FileError::Corrupt { path, .. }
+                | FileError::NotRegular { path, .. }
+                | FileError::Refused { path, .. }
+                | FileError::TooLarge { path, .. } => path.clone(),
+            };
+            file_err(&path, e)
+        }
+        StoreError::Database { path, detail } => SweepError::Database { path, detail },
+        other => SweepError::Database {
+            path: PathBuf::from("tollgate.db"),
+            detail: other.to_string(),
+        },
+    }
+}
+
+/// SQLite's error on the list's database: a busy write lock is a lock timeout (nothing changed).
+fn sql_err(path: &Path, started: Instant, error: rusqlite::Error) -> SweepError {
+    match error.sqlite_error_code() {
+        Some(ErrorCode::DatabaseBusy) => SweepError::LockTimeout {
+            path: path.to_path_buf(),
+            waited_millis: crate::clock::duration_millis(started.elapsed()),
+        },
+        Some(ErrorCode::NotADatabase) => SweepError::Unreadable {
+            path: path.to_path_buf(),
+            message: error.to_string(),
+        },
+        _ => SweepError::Database {
+            path: path.to_path_buf(),
+            detail: error.to_string(),
+        },
+    }
+}
+
+/// Refuses anything but a regular file (or nothing) at `path`, before SQLite opens it: a FIFO
+/// would hang its reads, a symlink to `/dev/zero` would be written through.
+fn check_regular(path: &Path) -> Result<bool, SweepError> {
+    match fs::metadata(path) {
+        Ok(meta) if meta.is_file() => Ok(true),
+        Ok(meta) => Err(SweepError::Unreadable {
+            path: path.to_path_buf(),
+            message: format!(
+                "is {}, not a regular file",
+                fsutil::describe_type(meta.file_type())
+            ),
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(SweepError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        }),
+    }
+}
+
+/// Opens (creating 0600 if missing) `sweep.db` in WAL mode with the sweep tables.
+fn open_local(path: &Path, timeout: Duration) -> Result<Connection, SweepError> {
+    let exists = check_regular(path)?;
+    for suffix in ["-wal", "-shm"] {
+        let mut side = path.as_os_str().to_owned();
+        side.push(suffix);
+        check_regular(Path::new(&side))?;
+    }
+    if !exists {
+        match fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+        {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                check_regular(path)?;
+            }
+            Err(e) => {
+                return Err(SweepError::Io {
+                    path: path.to_path_buf(),
+                    source: e,
+                })
+            }
+        }
+    }
+    let started = Instant::now();
+    let err = |e| sql_err(path, started, e);
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(err)?;
+    conn.busy_timeout(timeout).map_err(err)?;
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "wal", |row| row.get(0))
+        .map_err(err)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(SweepError::Database {
+            path: path.to_path_buf(),
+            detail: format!("cannot switch to WAL mode (journal_mode is {mode:?})"),
+        });
+    }
+    conn.execute_batch(SCHEMA_V6).map_err(err)?;
+    Ok(conn)
+}
+
+/// Runs `f` inside one write transaction (`BEGIN IMMEDIATE`, committed with `synchronous =
+/// FULL`) on `home`'s list, importing `sweep.json` first if it is there. `Err` from `f` (or from
+/// the import) rolls everything back. `f` gets the connection and the database's path (for
+/// errors).
+fn with_list<T>(
     home: &Path,
-    timeout: Duration,
-    f: impl FnOnce(&mut SweepList) -> Result<T, SweepError>,
+    f: impl FnOnce(&Connection, &Path) -> Result<T, SweepError>,
 ) -> Result<T, SweepError> {
+    let location = locate(home)?;
+    let db = location.path();
+    let conn = match &location {
+        Location::HomeDatabase(home, timeout) => {
+            records::open_home_database(home, *timeout).map_err(store_err)?
+        }
+        Location::Local(path, timeout) => open_local(path, *timeout)?,
+    };
+    let started = Instant::now();
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(|e| sql_err(&db, started, e))?;
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .map_err(|e| sql_err(&db, started, e))?;
+    let result = import_file(&conn, home, &db).and_then(|imported| Ok((imported, f(&conn, &db)?)));
+    let (imported, value) = match result {
+        Ok(done) => done,
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(e);
+        }
+    };
+    if let Err(e) = conn.execute_batch("COMMIT") {
+        let _ = conn.execute_batch("ROLLBACK");
+        return Err(sql_err(&db, started, e));
+    }
+    if imported {
+        move_file_aside(home)?;
+    }
+    Ok(value)
+}
+
+/// Imports `<home>/sweep.json` into the tables (inside the caller's transaction); `Ok(true)` when
+/// there was one. A file that would not load is refused naming it.
+fn import_file(conn: &Connection, home: &Path, db: &Path) -> Result<bool, SweepError> {
+    let path = home.join(SWEEP_FILE);
+    let Some(bytes) = fsutil::read_state_file(&path, "sweep list", fsutil::limits::SWEEP_BYTES)
+        .map_err(|e| file_err(&path, e))?
+    else {
+        return Ok(false);
+    };
+    let list = parse(&path, &bytes)?;
+    for record in list.runs {
+        insert_run(conn, db, &record)?;
+    }
+    for entry in list.entries {
+        insert_entry(conn, db, &entry)?;
+    }
+    Ok(true)
+}
+
+/// Renames an imported `sweep.json` to `sweep.json.imported` (`.imported.<millis>` when that
+/// exists): kept, never deleted. Another process having moved it first is fine.
+fn move_file_aside(home: &Path) -> Result<(), SweepError> {
+    let from = home.join(SWEEP_FILE);
+    let mut to = home.join(format!("{SWEEP_FILE}.imported"));
+    if to.exists() {
+        to = home.join(format!(
+            "{SWEEP_FILE}.imported.{}",
+            crate::clock::now_millis()
+        ));
+    }
+    match fs::rename(&from, &to) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(SweepError::Io {
+            path: from,
+            source: e,
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn render<T: Serialize>(db: &Path, value: &T) -> Result<String, SweepError> {
+    serde_json::to_string(value).map_err(|e| SweepError::Database {
+        path: db.to_path_buf(),
+        detail: format!("cannot render a sweep row: {e}"),
+    })
+}
+
+fn db_err(db: &Path) -> impl Fn(rusqlite::Error) -> SweepError + '_ {
+    move |e| SweepError::Database {
+        path: db.to_path_buf(),
+        detail: e.to_string(),
+    }
+}
+
+fn count(conn: &Connection, db: &Path, table: &str) -> Result<usize, SweepError> {
+    let n: i64 = conn
+        .query_row(&format!("SELECT count(*) FROM {table}"), [], |row| {
+            row.get(0)
+        })
+        .map_err(db_err(db))?;
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// Inserts a run's record unless its id is there; refused at [`MAX_SWEEP_RUNS`].
+fn insert_run(conn: &Connection, db: &Path, record: &RunRecord) -> Result<(), SweepError> {
+    let known: Option<i64> = conn
+        .query_row(
+            "SELECT 1 FROM sweep_runs WHERE run_id = ?1",
+            [&record.run_id],
+            |row| row.get(0),
+        )
+        .optional()
+        .map_err(db_err(db))?;
+    if known.is_some() {
+        return Ok(());
+    }
+    if count(conn, db, "sweep_runs")? >= MAX_SWEEP_RUNS {
+        return Err(SweepError::RunsFull {
+            path: db.to_path_buf(),
+        });
+    }
+    conn.execute(
+        "INSERT INTO sweep_runs (run_id, body) VALUES (?1, ?2)",
+        [&record.run_id, &render(db, record)?],
+    )
+    .map_err(db_err(db))?;
+    Ok(())
+}
+
+/// Inserts a worktree's entry unless its path is there; refused at [`MAX_SWEEP_ENTRIES`].
+fn insert_entry(conn: &Connection, db: &Path, entry: &SweepEntry) -> Result<(), SweepError> {
+    let key = entry.worktree.path.to_string_lossy();
+    let known: Option<i64> = conn
+        .query_row(
+            "SELECT 1 FROM sweep_entries WHERE path = ?1",
+            [key.as_ref()],
+            |row| row.get(0),
+        )
+        .optional()
+        .map_err(db_err(db))?;
+    if known.is_some() {
+        return Ok(());
+    }
+    if count(conn, db, "sweep_entries")? >= MAX_SWEEP_ENTRIES {
+        return Err(SweepError::Full {
+            path: db.to_path_buf(),
+        });
+    }
+    conn.execute(
+        "INSERT INTO sweep_entries (path, run_id, body) VALUES (?1, ?2, ?3)",
+        [key.as_ref(), &entry.run_id, &render(db, entry)?],
+    )
+    .map_err(db_err(db))?;
+    Ok(())
+}
+
+/// Reads the list in insertion order; a row whose body does not parse is refused naming it.
+fn read_list(conn: &Connection, db: &Path) -> Result<SweepList, SweepError> {
+    fn rows<T: for<'de> Deserialize<'de>>(
+        conn: &Connection,
+        db: &Path,
+        sql: &str,
+        what: &str,
+    ) -> Result<Vec<T>, SweepError> {
+        let mut statement = conn.prepare(sql).map_err(db_err(db))?;
+        let found = statement
+            .query_map([], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+            })
+            .map_err(db_err(db))?;
+        let mut out = Vec::new();
+        for row in found {
+            let (key, body) = row.map_err(db_err(db))?;
+            let value = serde_json::from_str(&body).map_err(|e| SweepError::Unreadable {
+                path: PathBuf::from(format!("{} ({what} {key})", db.display())),
+                message: e.to_string(),
+            })?;
+            out.push(value);
+        }
+        Ok(out)
+    }
+    Ok(SweepList {
+        version: SWEEP_FORMAT_VERSION,
+        runs: rows(
+            conn,
+            db,
+            "SELECT run_id, body FROM sweep_runs ORDER BY rowid",
+            "sweep run",
+        )?,
+        entries: rows(
+            conn,
+            db,
+            "SELECT path, body FROM sweep_entries ORDER BY rowid",
+            "sweep entry",
+        )?,
+    })
+}
+
+/// The home's list as it stands (importing `sweep.json` if it is there).
+pub fn list(home: &Path) -> Result<SweepList, SweepError> {
+    with_list(home, read_list)
+}
+
+/// Takes `sweep.lock`, waiting at most `timeout`: sweepers one at a time.
+fn sweeper_lock(home: &Path, timeout: Duration) -> Result<nix::fcntl::Flock<fs::File>, SweepError> {
     let lock_path = home.join(SWEEP_LOCK);
     // 0600 like the rest of the home; a FIFO in its place is refused, not waited on.
     let file = fsutil::open_private_file(&lock_path, "sweep lock", false)
         .map_err(|e| file_err(&lock_path, e))?;
-    let _guard = flock::exclusive_within(file, timeout).map_err(|e| match e {
+    flock::exclusive_within(file, timeout).map_err(|e| match e {
         flock::WaitError::TimedOut { waited } => SweepError::LockTimeout {
             path: lock_path.clone(),
             waited_millis: crate::clock::duration_millis(waited),
@@ -149,16 +546,7 @@ fn with_lock_within<T>(
             path: lock_path.clone(),
             source: io::Error::from(errno),
         },
-    })?;
-    let path = home.join(SWEEP_FILE);
-    let mut list = load(&path)?;
-    let before = list.clone();
-    let out = f(&mut list)?;
-    if list != before {
-        list.version = SWEEP_FORMAT_VERSION;
-        publish(&path, &list)?;
-    }
-    Ok(out)
+    })
 }
 
 /// A file error as a sweep error: IO stays IO (exit 3); anything about the file's contents or
@@ -173,21 +561,7 @@ fn file_err(path: &Path, error: FileError) -> SweepError {
     }
 }
 
-/// Reads the list; a missing file is an empty list, an unparsable one is an error (and kept).
-pub fn load(path: &Path) -> Result<SweepList, SweepError> {
-    match fsutil::read_state_file(path, "sweep list", fsutil::limits::SWEEP_BYTES)
-        .map_err(|e| file_err(path, e))?
-    {
-        Some(bytes) => parse(path, &bytes),
-        None => Ok(SweepList {
-            version: SWEEP_FORMAT_VERSION,
-            entries: Vec::new(),
-            runs: Vec::new(),
-        }),
-    }
-}
-
-/// Parses a sweep list read from `path` (named in errors).
+/// Parses a sweep list read from `path` (named in errors): the format of `sweep.json`.
 pub fn parse(path: &Path, bytes: &[u8]) -> Result<SweepList, SweepError> {
     let unreadable = |message: String| SweepError::Unreadable {
         path: path.to_path_buf(),
@@ -203,51 +577,38 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<SweepList, SweepError> {
     Ok(list)
 }
 
-/// Publishes the list atomically and durably, 0600 like every file of the home.
-fn publish(path: &Path, list: &SweepList) -> Result<(), SweepError> {
-    fsutil::publish_json(path, list).map_err(|e| file_err(path, e))
-}
-
-/// Adds an entry (durably) under the lock.
+/// Lists a worktree (durably, before its run reports it abandoned).
 pub fn add(home: &Path, entry: SweepEntry) -> Result<(), SweepError> {
-    with_lock(home, |list| {
-        if list
-            .entries
-            .iter()
-            .any(|e| e.worktree.path == entry.worktree.path)
-        {
-            return Ok(());
-        }
-        if list.entries.len() >= MAX_SWEEP_ENTRIES {
-            return Err(SweepError::Full {
-                path: home.join(SWEEP_FILE),
-            });
-        }
-        list.entries.push(entry);
-        Ok(())
-    })
+    with_list(home, |conn, db| insert_entry(conn, db, &entry))
 }
 
-/// Records a run before its first item starts (durably, under the lock).
+/// Records a run before its first item starts (durably: committed with `synchronous = FULL`).
 pub fn record_run(home: &Path, record: RunRecord) -> Result<(), SweepError> {
-    with_lock(home, |list| {
-        if list.runs.iter().any(|r| r.run_id == record.run_id) {
-            return Ok(());
-        }
-        if list.runs.len() >= MAX_SWEEP_RUNS {
-            return Err(SweepError::RunsFull {
-                path: home.join(SWEEP_FILE),
-            });
-        }
-        list.runs.push(record);
-        Ok(())
-    })
+    with_list(home, |conn, db| insert_run(conn, db, &record))
 }
 
 /// Drops a finished run's record (its items have all settled and been released).
 pub fn forget_run(home: &Path, run_id: &str) -> Result<(), SweepError> {
-    with_lock(home, |list| {
-        list.runs.retain(|r| r.run_id != run_id);
+    with_list(home, |conn, db| {
+        conn.execute("DELETE FROM sweep_runs WHERE run_id = ?1", [run_id])
+            .map_err(db_err(db))?;
+        Ok(())
+    })
+}
+
+/// Drops the entries of `paths` (their worktrees were removed).
+fn forget_entries(home: &Path, paths: &[PathBuf]) -> Result<(), SweepError> {
+    if paths.is_empty() {
+        return Ok(());
+    }
+    with_list(home, |conn, db| {
+        for path in paths {
+            conn.execute(
+                "DELETE FROM sweep_entries WHERE path = ?1",
+                [path.to_string_lossy().as_ref()],
+            )
+            .map_err(db_err(db))?;
+        }
         Ok(())
     })
 }
@@ -288,21 +649,22 @@ fn worktree_at(path: &Path) -> Worktree {
 }
 
 /// Kills the units of recorded runs whose process is gone, then removes their worktrees and
-/// records. A live run (its identity still matches) is never touched. The kills happen outside
-/// the lock (they may take a grace); the removals under it.
+/// records. A live run (its identity still matches) is never touched. The kills and removals run
+/// outside any transaction (they may take a grace); `sweep.lock` keeps other sweepers out.
 pub fn sweep_dead_runs(home: &Path) -> Result<Vec<DeadRun>, SweepError> {
-    let dead: Vec<RunRecord> = with_lock(home, |list| {
-        Ok(list
-            .runs
-            .iter()
-            .filter(|r| run_is_gone(r))
-            .cloned()
-            .collect())
-    })?;
+    // The common case (every `run` and `reconcile` asks): no dead run, no lock taken, no file made.
+    if !list(home)?.runs.iter().any(run_is_gone) {
+        return Ok(Vec::new());
+    }
+    let _sweeper = sweeper_lock(home, Duration::from_millis(SWEEP_LOCK_TIMEOUT_MILLIS))?;
+    sweep_dead_runs_locked(home)
+}
+
+fn sweep_dead_runs_locked(home: &Path) -> Result<Vec<DeadRun>, SweepError> {
+    let dead: Vec<RunRecord> = list(home)?.runs.into_iter().filter(run_is_gone).collect();
     let mut out = Vec::with_capacity(dead.len());
     for record in dead {
-        let grace =
-            std::time::Duration::from_millis(record.grace_millis.min(MAX_SWEEP_GRACE_MILLIS));
+        let grace = Duration::from_millis(record.grace_millis.min(MAX_SWEEP_GRACE_MILLIS));
         let killed = containment::kill_unit(&record.unit, grace);
         let mut report = DeadRun {
             run_id: record.run_id.clone(),
@@ -312,29 +674,26 @@ pub fn sweep_dead_runs(home: &Path) -> Result<Vec<DeadRun>, SweepError> {
             ..DeadRun::default()
         };
         if report.survivors.is_empty() {
-            with_lock(home, |list| {
-                if let Ok(dir) = fs::read_dir(&record.worktree_root) {
-                    for entry in dir.flatten().take(MAX_SWEEP_ENTRIES) {
-                        let wt = worktree_at(&entry.path());
-                        if held_after_exits(&wt.path) {
-                            report
-                                .failed
-                                .push((wt.path, "a live process is inside".to_string()));
-                            continue;
-                        }
-                        match worktree::remove(&wt) {
-                            Ok(()) => report.removed.push(wt.path),
-                            Err(e) => report.failed.push((wt.path, e.to_string())),
-                        }
+            if let Ok(dir) = fs::read_dir(&record.worktree_root) {
+                for entry in dir.flatten().take(MAX_SWEEP_ENTRIES) {
+                    let wt = worktree_at(&entry.path());
+                    if held_after_exits(&wt.path) {
+                        report
+                            .failed
+                            .push((wt.path, "a live process is inside".to_string()));
+                        continue;
+                    }
+                    match worktree::remove(&wt) {
+                        Ok(()) => report.removed.push(wt.path),
+                        Err(e) => report.failed.push((wt.path, e.to_string())),
                     }
                 }
-                if report.failed.is_empty() {
-                    let _ = fs::remove_dir(&record.worktree_root);
-                    list.runs.retain(|r| r.run_id != record.run_id);
-                    report.forgotten = true;
-                }
-                Ok(())
-            })?;
+            }
+            if report.failed.is_empty() {
+                let _ = fs::remove_dir(&record.worktree_root);
+                forget_run(home, &record.run_id)?;
+                report.forgotten = true;
+            }
         }
         out.push(report);
     }
@@ -392,32 +751,33 @@ pub fn held_by_live_process(path: &Path) -> bool {
 /// Kills what dead runs left ([`sweep_dead_runs`]), then removes every listed worktree nothing
 /// holds any more; keeps the rest listed.
 pub fn sweep(home: &Path) -> Result<SweepReport, SweepError> {
-    let runs = sweep_dead_runs(home)?;
-    with_lock(home, |list| {
-        let mut report = SweepReport {
-            runs,
-            ..SweepReport::default()
-        };
-        let mut keep = Vec::with_capacity(list.entries.len());
-        for entry in list.entries.drain(..) {
-            let path = entry.worktree.path.clone();
-            match sweep_decision(held_by_live_process(&path)) {
-                SweepDecision::Keep => {
-                    report.kept.push(path);
-                    keep.push(entry);
+    sweep_within(home, Duration::from_millis(SWEEP_LOCK_TIMEOUT_MILLIS))
+}
+
+/// [`sweep`], waiting at most `timeout` for `sweep.lock`.
+fn sweep_within(home: &Path, timeout: Duration) -> Result<SweepReport, SweepError> {
+    let _sweeper = sweeper_lock(home, timeout)?;
+    let runs = sweep_dead_runs_locked(home)?;
+    let mut report = SweepReport {
+        runs,
+        ..SweepReport::default()
+    };
+    let mut removed = Vec::new();
+    for entry in list(home)?.entries {
+        let path = entry.worktree.path.clone();
+        match sweep_decision(held_by_live_process(&path)) {
+            SweepDecision::Keep => report.kept.push(path),
+            SweepDecision::Remove => match worktree::remove(&entry.worktree) {
+                Ok(()) => {
+                    report.removed.push(path.clone());
+                    removed.push(path);
                 }
-                SweepDecision::Remove => match worktree::remove(&entry.worktree) {
-                    Ok(()) => report.removed.push(path),
-                    Err(e) => {
-                        report.failed.push((path, e.to_string()));
-                        keep.push(entry);
-                    }
-                },
-            }
+                Err(e) => report.failed.push((path, e.to_string())),
+            },
         }
-        list.entries = keep;
-        Ok(report)
-    })
+    }
+    forget_entries(home, &removed)?;
+    Ok(report)
 }
 
 #[cfg(test)]
@@ -434,7 +794,7 @@ mod tests {
             flock::TryLock::Held(_) => panic!("a fresh lock file is free"),
         };
         let timeout = Duration::from_millis(40);
-        let err = with_lock_within(dir.path(), timeout, |_| Ok(())).unwrap_err();
+        let err = sweep_within(dir.path(), timeout).unwrap_err();
         let SweepError::LockTimeout {
             path,
             waited_millis,
@@ -445,25 +805,15 @@ mod tests {
         assert_eq!(path, &lock_path);
         assert!(*waited_millis >= 40, "{waited_millis}");
         assert!(err.to_string().contains("sweep.lock"), "{err}");
-        assert!(!dir.path().join(SWEEP_FILE).exists(), "nothing was changed");
+        let home = Home::at(dir.path());
+        assert!(!home.db_path().exists(), "nothing was changed");
         drop(held);
-        assert!(with_lock_within(dir.path(), timeout, |_| Ok(())).is_ok());
+        assert!(sweep_within(dir.path(), timeout).is_ok());
     }
 
-    #[test]
-    fn a_version_1_list_loads_with_no_runs_and_a_version_2_list_round_trips() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(SWEEP_FILE);
-        let v1 = r#"{"version":1,"entries":[{"path":"/h/worktrees/r/0-a","kind":"copy",
-            "pack_dir":"/h/worktrees/r/0-a","run_id":"r","run_pid":7,"item":"a",
-            "listed_at_millis":5}]}"#;
-        fs::write(&path, v1).unwrap();
-        let list = load(&path).unwrap();
-        assert_eq!(list.entries.len(), 1);
-        assert!(list.runs.is_empty());
-
-        let record = RunRecord {
-            run_id: "r2".into(),
+    fn record(run_id: &str) -> RunRecord {
+        RunRecord {
+            run_id: run_id.into(),
             run: ProcessIdentity {
                 pid: 9,
                 start_time_micros: 3,
@@ -471,27 +821,58 @@ mod tests {
             unit: UnitIdentity {
                 cgroup: None,
                 pgid: None,
-                marker: Marker::prefix("TOLLGATE_ITEM", "r2/"),
+                marker: Marker::prefix("TOLLGATE_ITEM", format!("{run_id}/")),
                 leader: None,
             },
-            worktree_root: "/h/worktrees/r2".into(),
+            worktree_root: format!("/h/worktrees/{run_id}").into(),
             grace_millis: 100,
             started_at_millis: 1,
-        };
-        record_run(dir.path(), record.clone()).unwrap();
-        let list = load(&path).unwrap();
-        assert_eq!(list.version, SWEEP_FORMAT_VERSION);
-        assert_eq!(list.entries.len(), 1, "the old entry is kept");
-        assert_eq!(list.runs, vec![record]);
-        // What a version-1 reader sees: `version` and `entries`, the rest ignored.
-        #[derive(Deserialize)]
-        struct V1 {
-            entries: Vec<serde_json::Value>,
         }
-        let old: V1 = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
-        assert_eq!(old.entries.len(), 1);
+    }
+
+    /// A version-1 `sweep.json` is imported by the first access (and moved aside); the list then
+    /// lives in `tollgate.db`, where runs are added and dropped.
+    #[test]
+    fn a_version_1_file_is_imported_and_runs_are_recorded_in_the_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(SWEEP_FILE);
+        let v1 = r#"{"version":1,"entries":[{"path":"/h/worktrees/r/0-a","kind":"copy",
+            "pack_dir":"/h/worktrees/r/0-a","run_id":"r","run_pid":7,"item":"a",
+            "listed_at_millis":5}]}"#;
+        fs::write(&path, v1).unwrap();
+        let list = list(dir.path()).unwrap();
+        assert_eq!(list.entries.len(), 1);
+        assert_eq!(list.entries[0].item, "a");
+        assert!(list.runs.is_empty());
+        assert!(!path.exists(), "moved aside");
+        assert!(dir.path().join("sweep.json.imported").is_file());
+        assert!(Home::at(dir.path()).db_path().is_file());
+
+        let r2 = record("r2");
+        record_run(dir.path(), r2.clone()).unwrap();
+        record_run(dir.path(), r2.clone()).unwrap();
+        let back = super::list(dir.path()).unwrap();
+        assert_eq!(back.entries.len(), 1, "the imported entry is kept");
+        assert_eq!(back.runs, vec![r2], "recorded once");
         forget_run(dir.path(), "r2").unwrap();
-        assert!(load(&path).unwrap().runs.is_empty());
+        assert!(super::list(dir.path()).unwrap().runs.is_empty());
+    }
+
+    /// The runs' bound holds in the table as it held in the file.
+    #[test]
+    fn the_run_bound_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        with_list(dir.path(), |conn, db| {
+            for n in 0..MAX_SWEEP_RUNS {
+                insert_run(conn, db, &record(&format!("r{n}")))?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        let err = record_run(dir.path(), record("one-more")).unwrap_err();
+        assert!(matches!(err, SweepError::RunsFull { .. }), "{err}");
+        assert!(err.to_string().contains("tollgate.db"), "{err}");
+        assert_eq!(super::list(dir.path()).unwrap().runs.len(), MAX_SWEEP_RUNS);
     }
 
     #[test]
@@ -562,6 +943,6 @@ mod tests {
             record_run(dir.path(), record).unwrap();
         }
         assert!(sweep_dead_runs(dir.path()).unwrap().is_empty());
-        assert_eq!(load(&dir.path().join(SWEEP_FILE)).unwrap().runs.len(), 2);
+        assert_eq!(list(dir.path()).unwrap().runs.len(), 2);
     }
 }

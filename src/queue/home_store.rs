@@ -42,14 +42,18 @@ impl HomeStore {
         };
         let in_database = store.as_deref().is_none_or(|s| s == "sqlite")
             && std::env::var_os(FILE_STORE_ENV).is_none_or(|v| v != "1");
-        // The records follow the queue into the database only there (spec/store.md, "Records").
-        super::records::register(home, in_database, config.lock_timeout());
+        // The records follow the queue into its database (spec/store.md, "Records").
+        let records = if in_database {
+            super::records::RecordHome::Sqlite
+        } else {
+            super::records::RecordHome::Files
+        };
+        super::records::register(home, records, config.lock_timeout());
         if let Some(url) = store.filter(|s| s != "sqlite") {
             return match PostgresUrl::parse(&url) {
                 Ok(url) => {
-                    // Each home its own queue unless the URL names one: task and turn records
-                    // are still files in the home, so two homes must not share a queue yet.
-                    // The canonical path, so `--home h`, `--home ./h` and `--home /abs/h` are
+                    // Each home its own queue unless the URL names one (the records are in the
+                    // queue's tables, so homes naming one queue share them). The canonical path, so `--home h`, `--home ./h` and `--home /abs/h` are
                     // one queue (the home exists by the time a command uses its store).
                     let queue = url.queue.clone().unwrap_or_else(|| {
                         std::fs::canonicalize(home.root())
@@ -58,12 +62,19 @@ impl HomeStore {
                             .display()
                             .to_string()
                     });
-                    HomeStore::Postgres(Box::new(PostgresStore::new(
-                        url,
-                        queue,
+                    super::records::register(
+                        home,
+                        super::records::RecordHome::Postgres {
+                            url: url.clone(),
+                            queue: queue.clone(),
+                            durability: config.durability,
+                        },
                         config.lock_timeout(),
-                        config.durability,
-                    )))
+                    );
+                    HomeStore::Postgres(Box::new(
+                        PostgresStore::new(url, queue, config.lock_timeout(), config.durability)
+                            .for_home(home.clone()),
+                    ))
                 }
                 Err(detail) => HomeStore::Misconfigured { setting, detail },
             };

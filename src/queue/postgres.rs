@@ -22,7 +22,7 @@ use crate::protocol::slots::{
     QUEUE_FORMAT_VERSION,
 };
 use postgres::error::SqlState;
-use postgres::{Client, NoTls, Row, Transaction};
+use postgres::{Client, GenericClient, NoTls, Row};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
@@ -32,11 +32,11 @@ mod lease;
 pub use lease::{LeaseSnapshot, LEASE_LOCK};
 
 /// The newest schema this tollgate writes in a PostgreSQL database.
-pub const POSTGRES_SCHEMA_VERSION: i32 = 4;
+pub const POSTGRES_SCHEMA_VERSION: i32 = 5;
 
 /// The first key of every advisory lock tollgate takes (`pg_advisory_xact_lock(int4, int4)`):
 /// "tg" in ASCII, so tollgate's locks do not collide with another application's single-key ones.
-const LOCK_NAMESPACE: i32 = 0x7467;
+pub(crate) const LOCK_NAMESPACE: i32 = 0x7467;
 /// The second key of the migration lock; a queue's lock uses `hashtext(queue)`, which may be
 /// any int4: a collision only serialises two queues' sections with each other (and with a
 /// migration), never breaks one.
@@ -137,6 +137,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (2, "scheduling: row priorities and the pause set", SCHEMA_V2),
     (3, "dependencies of queue rows", SCHEMA_V3),
     (4, "the fleet's leases", lease::SCHEMA_V4_LEASES),
+    (5, "task and turn records", super::records::PG_SCHEMA_V5),
 ];
 
 /// A `store` URL split into what the client connects with and the queue it names.
@@ -239,6 +240,9 @@ pub struct PostgresStore {
     lock_timeout: Duration,
     durability: Durability,
     lock: PostgresLock,
+    /// The home whose task and turn records this queue holds: its record files of an earlier
+    /// version are imported on the first connection (spec/store.md, "PostgreSQL").
+    home: Option<crate::home::Home>,
     client: Mutex<Option<Client>>,
 }
 
@@ -267,8 +271,20 @@ impl PostgresStore {
             lock_timeout,
             durability,
             lock: PostgresLock::Advisory,
+            home: None,
             client: Mutex::new(None),
         }
+    }
+
+    /// The same store holding `home`'s task and turn records (importing its record files).
+    pub fn for_home(mut self, home: crate::home::Home) -> Self {
+        self.home = Some(home);
+        self
+    }
+
+    /// The `store` URL and the queue: what the record layer keys this store's records by.
+    pub(crate) fn record_key(&self) -> (String, String) {
+        (self.url.connect.clone(), self.queue.clone())
     }
 
     /// The same store serialising its sections by `lock` (for the measurement).
@@ -286,11 +302,11 @@ impl PostgresStore {
         &self.url.redacted
     }
 
-    fn name(&self) -> PathBuf {
+    pub(crate) fn name(&self) -> PathBuf {
         PathBuf::from(format!("{} (queue {:?})", self.url.redacted, self.queue))
     }
 
-    fn error(&self, error: postgres::Error) -> StoreError {
+    pub(crate) fn error(&self, error: postgres::Error) -> StoreError {
         StoreError::Database {
             path: self.name(),
             detail: describe(&error),
@@ -299,7 +315,7 @@ impl PostgresStore {
 
     /// The open connection, connecting (and migrating) on first use. A connection that broke is
     /// dropped so the next call connects again.
-    fn client(&self) -> Result<MutexGuard<'_, Option<Client>>, StoreError> {
+    pub(crate) fn client(&self) -> Result<MutexGuard<'_, Option<Client>>, StoreError> {
         let mut guard = self.client.lock().unwrap_or_else(|e| e.into_inner());
         if guard.as_ref().is_some_and(|c| c.is_closed()) {
             *guard = None;
@@ -318,6 +334,9 @@ impl PostgresStore {
                 detail: format!("cannot connect: {}", describe(&e)),
             })?;
             self.migrate(&mut client)?;
+            if let Some(home) = &self.home {
+                super::records::pg_import_records(self, &mut client, home)?;
+            }
             *guard = Some(client);
         }
         Ok(guard)
@@ -376,7 +395,7 @@ impl PostgresStore {
         tx.commit().map_err(|e| self.error(e))
     }
 
-    fn set_lock_timeout(&self, tx: &mut Transaction<'_>) -> Result<(), StoreError> {
+    fn set_lock_timeout(&self, tx: &mut impl GenericClient) -> Result<(), StoreError> {
         // SET takes no parameters; the value is a number this process formatted.
         let millis = self.lock_timeout.as_millis().clamp(1, i32::MAX as u128);
         tx.batch_execute(&format!("SET LOCAL lock_timeout = {millis}"))
@@ -384,7 +403,7 @@ impl PostgresStore {
     }
 
     /// [`StoreError::Busy`] when the lock stayed taken for all of `lock_timeout`.
-    fn busy_or(&self, started: Instant, error: postgres::Error) -> StoreError {
+    pub(crate) fn busy_or(&self, started: Instant, error: postgres::Error) -> StoreError {
         if error.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) {
             StoreError::Busy {
                 path: self.name(),
@@ -402,7 +421,7 @@ impl PostgresStore {
 }
 
 /// The server's message (with its detail) rather than the client's terse "db error".
-fn describe(error: &postgres::Error) -> String {
+pub(crate) fn describe(error: &postgres::Error) -> String {
     match error.as_db_error() {
         Some(db) => match db.detail() {
             Some(detail) => format!("{}: {detail}", db.message()),
@@ -439,37 +458,43 @@ impl Store for PostgresStore {
         E: From<StoreError>,
     {
         let mut guard = self.client()?;
-        let Some(client) = guard.as_mut() else {
-            unreachable!("client() connected");
-        };
         // Only what this process is about to promise may be left to the server's WAL writer,
         // and only when the home said so: a lost internal commit would hide a live process.
         let durable = !(commit == Commit::Promise && self.durability == Durability::Os);
         let started = Instant::now();
-        let mut tx = client.transaction().map_err(|e| self.error(e))?;
-        self.set_lock_timeout(&mut tx)?;
-        let sync = if durable { "on" } else { "off" };
-        tx.batch_execute(&format!("SET LOCAL synchronous_commit = {sync}"))
+        // The client is lent to the record layer for the section (records::PgSection): task and
+        // turn records written by `change` commit with it. Dropping `section` (an `Err`, a
+        // panic) rolls the transaction back and puts the client back.
+        let Some(section) = super::records::PgSection::lend(&mut guard, self.record_key()) else {
+            unreachable!("client() connected, and the client is back outside a section");
+        };
+        section
+            .with(|c| c.batch_execute("BEGIN"))
             .map_err(|e| self.error(e))?;
-        match self.lock {
-            PostgresLock::Advisory => tx
-                .execute(
-                    "SELECT pg_advisory_xact_lock($1, hashtext($2))",
-                    &[&LOCK_NAMESPACE, &self.queue],
-                )
-                .map(drop),
-            PostgresLock::Row => tx
-                .execute(
-                    "SELECT 1 FROM queue_meta WHERE queue = $1 FOR UPDATE",
-                    &[&self.queue],
-                )
-                .map(drop),
-        }
-        .map_err(|e| self.busy_or(started, e))?;
+        section.with(|c| self.set_lock_timeout(c))?;
+        let sync = if durable { "on" } else { "off" };
+        section
+            .with(|c| c.batch_execute(&format!("SET LOCAL synchronous_commit = {sync}")))
+            .map_err(|e| self.error(e))?;
+        section
+            .with(|c| match self.lock {
+                PostgresLock::Advisory => c
+                    .execute(
+                        "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+                        &[&LOCK_NAMESPACE, &self.queue],
+                    )
+                    .map(drop),
+                PostgresLock::Row => c
+                    .execute(
+                        "SELECT 1 FROM queue_meta WHERE queue = $1 FOR UPDATE",
+                        &[&self.queue],
+                    )
+                    .map(drop),
+            })
+            .map_err(|e| self.busy_or(started, e))?;
         // The lock is held from here: what is read now is what the section changes.
-        let original = self.read_queue(&mut tx)?;
+        let original = section.with(|c| self.read_queue(c))?;
         let mut state = original.clone();
-        // On an `Err` (or a panic) the transaction is dropped, which rolls it back.
         let result = change(&mut state)?;
         if state != original {
             check_queue(&state).map_err(|detail| StoreError::Unpublishable {
@@ -477,9 +502,21 @@ impl Store for PostgresStore {
                 detail,
             })?;
             fail::fail_point!("queue::before_publish");
-            write_changes(&mut tx, &self.queue, &original, &state).map_err(|e| self.error(e))?;
+            section
+                .with(|c| write_changes(c, &self.queue, &original, &state))
+                .map_err(|e| self.error(e))?;
         }
-        tx.commit().map_err(|e| self.error(e))?;
+        // A section that recorded a turn's outcome is synced whatever its class (as in SQLite:
+        // `wait` and `status` tell it, reconcile trusts it).
+        if !durable && section.outcome_recorded() {
+            section
+                .with(|c| c.batch_execute("SET LOCAL synchronous_commit = on"))
+                .map_err(|e| self.error(e))?;
+        }
+        section
+            .with(|c| c.batch_execute("COMMIT"))
+            .map_err(|e| self.error(e))?;
+        section.committed();
         Ok(result)
     }
 }
@@ -487,7 +524,7 @@ impl Store for PostgresStore {
 impl PostgresStore {
     /// Reads this queue's rows into the document the core takes, refusing what the file
     /// store's loader would refuse.
-    fn read_queue(&self, tx: &mut Transaction<'_>) -> Result<QueueState, StoreError> {
+    fn read_queue(&self, tx: &mut impl GenericClient) -> Result<QueueState, StoreError> {
         let corrupt = |detail: String| {
             StoreError::File(FileError::Corrupt {
                 path: self.name(),
@@ -747,7 +784,7 @@ fn entry_from_row(row: &Row) -> Result<Result<QueueEntry, String>, postgres::Err
 
 /// Rewrites the dependencies of the entries whose list changed (or that left).
 fn write_dependencies(
-    tx: &mut Transaction<'_>,
+    tx: &mut impl GenericClient,
     queue: &String,
     old_by_id: &HashMap<u64, &QueueEntry>,
     new_by_id: &HashMap<u64, &QueueEntry>,
@@ -792,7 +829,7 @@ fn write_dependencies(
 /// does: the meta row if it changed, the entries removed, added or changed (by `queue_id`), and
 /// the runner and work lists whole when either changed.
 fn write_changes(
-    tx: &mut Transaction<'_>,
+    tx: &mut impl GenericClient,
     queue: &String,
     old: &QueueState,
     new: &QueueState,

@@ -1,4 +1,5 @@
-//! Task and turn records in the home's database (schema version 4, spec/store.md "Records").
+//! Task and turn records in the home's database (SQLite schema version 4, PostgreSQL version 5;
+//! spec/store.md "Records", "Records in PostgreSQL").
 //!
 //! **Why the open transaction is lent to the record layer instead of passed to it.** Every
 //! record function keeps its `&Home` signature ([`crate::tasks`]): about 40 call sites in 14
@@ -13,15 +14,18 @@
 //! on a per-thread side connection (`synchronous = NORMAL`: the writes made outside sections are
 //! the runner's internal ones, spec/store.md).
 //!
-//! Which homes keep their records here: a home whose store is the database. The store registers
-//! that choice when it is built ([`register`]); a process that never built a store for the home
-//! (a test reading records) finds the database by its file.
+//! Which homes keep their records here: a home whose store is its `tollgate.db`, and (schema
+//! version 5 of that database, [`PG_SCHEMA_V5`]) a home whose store is PostgreSQL, whose
+//! sections lend their client the same way ([`PgSection`]). The store registers that choice when
+//! it is built ([`register`]); a process that never built a store for the home (a test reading
+//! records) finds it by the home's config, or the database by its file.
 //!
 //! The watchers of turns (`submit --wait`, `logs -f`, serve's watcher) wait on inotify events of
 //! the turn's folder. A record in the database makes no event there, so after the commit that
 //! wrote a turn's record its folder gets one: [`TURN_CHANGED_FILE`] is opened and closed
 //! (`IN_CLOSE_WRITE`, no data and no sync).
 
+use super::postgres::{PostgresStore, PostgresUrl};
 use crate::fsutil::FileError;
 use crate::home::Home;
 use rusqlite::Connection;
@@ -56,37 +60,87 @@ thread_local! {
     static SIDE: RefCell<Option<(PathBuf, Connection)>> = const { RefCell::new(None) };
 }
 
-/// `(home root, records in the database, lock_timeout)` as the homes' stores were built.
-static HOMES: Mutex<Vec<(PathBuf, bool, Duration)>> = Mutex::new(Vec::new());
+/// Where a home's task and turn records live, as its store was built.
+#[derive(Clone, Debug)]
+pub enum RecordHome {
+    /// Files in `tasks/` (the benchmark's file store).
+    Files,
+    /// The home's `tollgate.db`.
+    Sqlite,
+    /// The PostgreSQL database of the home's store, in its queue (schema version 5).
+    Postgres {
+        url: PostgresUrl,
+        queue: String,
+        durability: crate::config::Durability,
+    },
+}
 
-/// Records the store choice for `home` (called when its store is built): `database` when the
-/// store is the home's `tollgate.db`, false for the file store and PostgreSQL (whose records stay
-/// files for now).
-pub fn register(home: &Home, database: bool, lock_timeout: Duration) {
+/// `(home root, where its records are, lock_timeout)` as the homes' stores were built.
+static HOMES: Mutex<Vec<(PathBuf, RecordHome, Duration)>> = Mutex::new(Vec::new());
+
+/// Records the store choice for `home` (called when its store is built).
+pub fn register(home: &Home, records: RecordHome, lock_timeout: Duration) {
     let mut homes = HOMES.lock().unwrap_or_else(|e| e.into_inner());
     let root = home.root().to_path_buf();
     homes.retain(|(r, ..)| r != &root);
     if homes.len() >= MAX_REGISTERED_HOMES {
         homes.remove(0);
     }
-    homes.push((root, database, lock_timeout));
+    homes.push((root, records, lock_timeout));
 }
 
-/// Whether `home` keeps its records in the database, and the lock timeout to open it with.
-fn choice(home: &Home) -> Option<Duration> {
+fn registered(home: &Home) -> Option<(RecordHome, Duration)> {
     let homes = HOMES.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, database, timeout)) = homes.iter().find(|(r, ..)| r == home.root()) {
-        return database.then_some(*timeout);
-    }
-    drop(homes);
-    let file_store = std::env::var_os(crate::queue::FILE_STORE_ENV).is_some_and(|v| v == "1");
-    (!file_store && home.db_path().is_file())
-        .then(|| crate::config::Config::default().lock_timeout())
+    homes
+        .iter()
+        .find(|(r, ..)| r == home.root())
+        .map(|(_, records, timeout)| (records.clone(), *timeout))
 }
 
-/// Whether `home`'s records are kept in its database (else: files in `tasks/`).
+/// Where `home` keeps its records, and the lock timeout to open its database with. A home no
+/// store was built for in this process (a test reading records): a PostgreSQL home by its config
+/// (or `TOLLGATE_STORE`), else the database when its file exists.
+fn choice(home: &Home) -> (RecordHome, Duration) {
+    if let Some(found) = registered(home) {
+        return found;
+    }
+    let config = crate::config::Config::load(&home.config_path())
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let env = std::env::var(crate::queue::STORE_ENV).ok();
+    let store = env.filter(|v| !v.is_empty()).or(config.store.clone());
+    if store.as_deref().is_some_and(PostgresUrl::is_postgres) {
+        // Building the store registers its choice.
+        let _ = crate::queue::HomeStore::for_home(home, &config);
+        if let Some(found) = registered(home) {
+            return found;
+        }
+    }
+    let file_store = std::env::var_os(crate::queue::FILE_STORE_ENV).is_some_and(|v| v == "1");
+    let records = if !file_store && home.db_path().is_file() {
+        RecordHome::Sqlite
+    } else {
+        RecordHome::Files
+    };
+    (records, config.lock_timeout())
+}
+
+/// Whether `home`'s records are kept in its database (SQLite or PostgreSQL; else: files in
+/// `tasks/`).
 pub fn in_database(home: &Home) -> bool {
-    choice(home).is_some()
+    !matches!(choice(home).0, RecordHome::Files)
+}
+
+/// The database holding `home`'s records, as messages name it: `tollgate.db`'s path, or the
+/// PostgreSQL URL (password redacted) and the queue.
+pub fn database_name(home: &Home) -> PathBuf {
+    match choice(home).0 {
+        RecordHome::Postgres { url, queue, .. } => {
+            PathBuf::from(format!("{} (queue {queue:?})", url.redacted))
+        }
+        _ => home.db_path(),
+    }
 }
 
 /// A section lending its connection to the record layer; dropping it takes the connection back
@@ -187,6 +241,15 @@ fn store_error(error: crate::queue::StoreError) -> FileError {
     }
 }
 
+/// The home's `tollgate.db` opened as every command opens it (checks, migrations, imports), for
+/// the sweep list (src/exec/sweep.rs), whose tables are part of its schema.
+pub(crate) fn open_home_database(
+    home: &Home,
+    lock_timeout: Duration,
+) -> Result<Connection, crate::queue::StoreError> {
+    super::sqlite::open_for_records(home, lock_timeout)
+}
+
 /// How a record access uses the database.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Access {
@@ -203,6 +266,28 @@ pub(crate) enum Access {
 /// turn folder to signal after the commit. `Err` from `f` rolls the short transaction back.
 pub(crate) fn with_db<T>(
     home: &Home,
+    access: Access,
+    changed: Option<PathBuf>,
+    f: impl FnOnce(&mut Db<'_>) -> Result<T, FileError>,
+) -> Result<T, FileError> {
+    match choice(home) {
+        (
+            RecordHome::Postgres {
+                url,
+                queue,
+                durability,
+            },
+            timeout,
+        ) => with_postgres(home, (url, queue, durability, timeout), access, changed, f),
+        (_, timeout) => with_sqlite(home, timeout, access, changed, |conn| {
+            f(&mut Db::Sqlite(conn))
+        }),
+    }
+}
+
+fn with_sqlite<T>(
+    home: &Home,
+    timeout: Duration,
     access: Access,
     changed: Option<PathBuf>,
     f: impl FnOnce(&Connection) -> Result<T, FileError>,
@@ -226,7 +311,6 @@ pub(crate) fn with_db<T>(
         return result;
     }
     let f = f.take().expect("not taken");
-    let timeout = choice(home).unwrap_or_else(|| crate::config::Config::default().lock_timeout());
     let result = SIDE.with_borrow_mut(|side| {
         if side.as_ref().is_none_or(|(path, _)| path != &db) {
             let conn = super::sqlite::open_for_records(home, timeout).map_err(store_error)?;
@@ -404,6 +488,521 @@ pub(crate) fn delete_turn(conn: &Connection, task: &str, turn: u32) -> rusqlite:
     Ok(())
 }
 
+/// A record error from either database.
+#[derive(Debug)]
+pub(crate) enum DbError {
+    Sqlite(rusqlite::Error),
+    Postgres(postgres::Error),
+    /// A value in a row out of its type's range (a corrupt row).
+    Range(String),
+}
+
+impl From<rusqlite::Error> for DbError {
+    fn from(e: rusqlite::Error) -> Self {
+        DbError::Sqlite(e)
+    }
+}
+
+impl From<postgres::Error> for DbError {
+    fn from(e: postgres::Error) -> Self {
+        DbError::Postgres(e)
+    }
+}
+
+/// A record error as a file error naming the database `db`; a full disk is ENOSPC either way, so
+/// the result writer's retry ([`crate::tasks::retry_while_disk_full`]) sees it.
+pub(crate) fn db_error(db: &Path, error: DbError) -> FileError {
+    match error {
+        DbError::Sqlite(e) => record_error(db, e),
+        DbError::Postgres(e) => {
+            let source = if e.code() == Some(&postgres::error::SqlState::DISK_FULL) {
+                io::Error::from_raw_os_error(libc::ENOSPC)
+            } else {
+                io::Error::other(super::postgres::describe(&e))
+            };
+            FileError::io(db, source)
+        }
+        DbError::Range(detail) => FileError::Corrupt {
+            path: db.to_path_buf(),
+            format: "tollgate record table",
+            detail,
+        },
+    }
+}
+
+/// The record tables of one home, in either database: what [`with_db`] hands its closure.
+pub(crate) enum Db<'a> {
+    Sqlite(&'a Connection),
+    /// The client (inside the section's transaction, or a short one of its own) and the queue.
+    Postgres(&'a mut postgres::Client, &'a str),
+}
+
+fn pg_turn(value: i64) -> Result<u32, DbError> {
+    u32::try_from(value).map_err(|_| DbError::Range(format!("turn {value} is out of range")))
+}
+
+impl Db<'_> {
+    pub(crate) fn task_body(&mut self, name: &str) -> Result<Option<String>, DbError> {
+        match self {
+            Db::Sqlite(c) => Ok(task_body(c, name)?),
+            Db::Postgres(c, queue) => Ok(c
+                .query_opt(
+                    "SELECT body FROM tasks WHERE queue = $1 AND name = $2",
+                    &[queue, &name],
+                )?
+                .map(|row| row.try_get(0))
+                .transpose()?),
+        }
+    }
+
+    pub(crate) fn put_task(
+        &mut self,
+        name: &str,
+        next_turn: u32,
+        body: &str,
+    ) -> Result<(), DbError> {
+        match self {
+            Db::Sqlite(c) => Ok(put_task(c, name, next_turn, body)?),
+            Db::Postgres(c, queue) => {
+                c.execute(
+                    "INSERT INTO tasks (queue, name, next_turn, body) VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (queue, name) DO UPDATE SET next_turn = EXCLUDED.next_turn,
+                        body = EXCLUDED.body",
+                    &[queue, &name, &i64::from(next_turn), &body],
+                )?;
+                Ok(())
+            }
+        }
+    }
+
+    pub(crate) fn turn_body(&mut self, task: &str, turn: u32) -> Result<Option<String>, DbError> {
+        match self {
+            Db::Sqlite(c) => Ok(turn_body(c, task, turn)?),
+            Db::Postgres(c, queue) => Ok(c
+                .query_opt(
+                    "SELECT body FROM turns WHERE queue = $1 AND task = $2 AND turn = $3",
+                    &[queue, &task, &i64::from(turn)],
+                )?
+                .map(|row| row.try_get(0))
+                .transpose()?),
+        }
+    }
+
+    /// [`put_turn`]: `create` refuses (`Ok(false)`) a turn number that is taken.
+    pub(crate) fn put_turn(&mut self, row: &TurnRow<'_>, create: bool) -> Result<bool, DbError> {
+        match self {
+            Db::Sqlite(c) => Ok(put_turn(c, row, create)?),
+            Db::Postgres(c, queue) => Ok(pg_put_turn(*c, queue, row, create)? == 1),
+        }
+    }
+
+    pub(crate) fn task_names(&mut self) -> Result<Vec<String>, DbError> {
+        match self {
+            Db::Sqlite(c) => Ok(task_names(c)?),
+            Db::Postgres(c, queue) => c
+                .query(
+                    "SELECT name FROM tasks WHERE queue = $1 ORDER BY name COLLATE \"C\"",
+                    &[queue],
+                )?
+                .iter()
+                .map(|row| Ok(row.try_get(0)?))
+                .collect(),
+        }
+    }
+
+    pub(crate) fn turn_numbers(&mut self, task: &str) -> Result<Vec<u32>, DbError> {
+        match self {
+            Db::Sqlite(c) => Ok(turn_numbers(c, task)?),
+            Db::Postgres(c, queue) => c
+                .query(
+                    "SELECT turn FROM turns WHERE queue = $1 AND task = $2 ORDER BY turn",
+                    &[queue, &task],
+                )?
+                .iter()
+                .map(|row| pg_turn(row.try_get(0)?))
+                .collect(),
+        }
+    }
+
+    /// `(task, turn, body)` of every turn without an outcome, from the partial index.
+    pub(crate) fn unfinished(&mut self) -> Result<Vec<(String, u32, String)>, DbError> {
+        match self {
+            Db::Sqlite(c) => Ok(unfinished(c)?),
+            Db::Postgres(c, queue) => c
+                .query(
+                    "SELECT task, turn, body FROM turns WHERE queue = $1 AND NOT settled
+                     ORDER BY task COLLATE \"C\", turn",
+                    &[queue],
+                )?
+                .iter()
+                .map(|row| Ok((row.try_get(0)?, pg_turn(row.try_get(1)?)?, row.try_get(2)?)))
+                .collect(),
+        }
+    }
+
+    pub(crate) fn turns_with_short_id(&mut self, id: u64) -> Result<Vec<(String, u32)>, DbError> {
+        match self {
+            Db::Sqlite(c) => Ok(turns_with_short_id(c, id)?),
+            Db::Postgres(c, queue) => c
+                .query(
+                    "SELECT task, turn FROM turns WHERE queue = $1 AND short_id = $2
+                     ORDER BY task COLLATE \"C\", turn",
+                    &[queue, &(id as i64)],
+                )?
+                .iter()
+                .map(|row| Ok((row.try_get(0)?, pg_turn(row.try_get(1)?)?)))
+                .collect(),
+        }
+    }
+
+    pub(crate) fn delete_turn(&mut self, task: &str, turn: u32) -> Result<(), DbError> {
+        match self {
+            Db::Sqlite(c) => Ok(delete_turn(c, task, turn)?),
+            Db::Postgres(c, queue) => {
+                c.execute(
+                    "DELETE FROM turns WHERE queue = $1 AND task = $2 AND turn = $3",
+                    &[queue, &task, &i64::from(turn)],
+                )?;
+                Ok(())
+            }
+        }
+    }
+}
+
+fn pg_put_turn(
+    c: &mut impl postgres::GenericClient,
+    queue: &str,
+    row: &TurnRow<'_>,
+    create: bool,
+) -> Result<u64, postgres::Error> {
+    let sql = if create {
+        "INSERT INTO turns (queue, task, turn, short_id, settled, ended_at_millis, body)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (queue, task, turn) DO NOTHING"
+    } else {
+        "INSERT INTO turns (queue, task, turn, short_id, settled, ended_at_millis, body)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
+         ON CONFLICT (queue, task, turn) DO UPDATE SET short_id = EXCLUDED.short_id,
+            settled = EXCLUDED.settled, ended_at_millis = EXCLUDED.ended_at_millis,
+            body = EXCLUDED.body"
+    };
+    c.execute(
+        sql,
+        &[
+            &queue,
+            &row.task,
+            &i64::from(row.turn),
+            &row.short_id.map(|id| id as i64),
+            &row.settled,
+            &row.ended_at_millis.map(|at| at as i64),
+            &row.body,
+        ],
+    )
+}
+
+/// PostgreSQL's version 5: SQLite's version 4 record tables with the `queue` column (every
+/// queue its own records; two homes may share a queue from here on, spec/store.md), and
+/// `record_imports`, one row per `(queue, home)` whose record files were imported.
+pub(crate) const PG_SCHEMA_V5: &str = "
+CREATE TABLE tasks (
+    queue TEXT NOT NULL,
+    name TEXT NOT NULL,
+    next_turn BIGINT NOT NULL CHECK (next_turn >= 1),
+    body TEXT NOT NULL,
+    PRIMARY KEY (queue, name)
+);
+CREATE TABLE turns (
+    queue TEXT NOT NULL,
+    task TEXT NOT NULL,
+    turn BIGINT NOT NULL CHECK (turn >= 1),
+    short_id BIGINT,
+    settled BOOLEAN NOT NULL,
+    ended_at_millis BIGINT,
+    body TEXT NOT NULL,
+    PRIMARY KEY (queue, task, turn)
+);
+CREATE INDEX turns_by_short_id ON turns (queue, short_id) WHERE short_id IS NOT NULL;
+CREATE INDEX turns_unfinished ON turns (queue, task, turn) WHERE NOT settled;
+CREATE TABLE record_imports (
+    queue TEXT NOT NULL,
+    home TEXT NOT NULL,
+    imported_at_millis BIGINT NOT NULL,
+    moved_aside BOOLEAN NOT NULL,
+    PRIMARY KEY (queue, home)
+);
+";
+
+/// A PostgreSQL section's client while its closure runs, like [`Lent`] for SQLite.
+struct PgLent {
+    /// `(connect URL, queue)`: the record accesses this section serves.
+    key: (String, String),
+    client: postgres::Client,
+    changed_dirs: Vec<PathBuf>,
+    outcome_recorded: bool,
+    committed: bool,
+}
+
+thread_local! {
+    static PG_ACTIVE: RefCell<Option<PgLent>> = const { RefCell::new(None) };
+}
+
+/// The side stores for record accesses outside a section, one per `(URL, queue)`, shared by the
+/// process's threads (each store serialises its own client). A static, not a thread-local: a
+/// client dropped at thread exit would need tokio's thread-local context, already gone by then.
+static PG_SIDES: Mutex<Vec<(PgKey, std::sync::Arc<PostgresStore>)>> = Mutex::new(Vec::new());
+
+/// `(connect URL, queue)`: what a section and the record accesses it serves are matched by.
+type PgKey = (String, String);
+
+fn side_store(
+    key: &(String, String),
+    home: &Home,
+    (url, queue, durability, timeout): &PgTarget,
+) -> std::sync::Arc<PostgresStore> {
+    let mut sides = PG_SIDES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, store)) = sides.iter().find(|(k, _)| k == key) {
+        return store.clone();
+    }
+    if sides.len() >= MAX_REGISTERED_HOMES {
+        sides.remove(0);
+    }
+    let store = std::sync::Arc::new(
+        PostgresStore::new(url.clone(), queue.clone(), *timeout, *durability)
+            .for_home(home.clone()),
+    );
+    sides.push((key.clone(), store.clone()));
+    store
+}
+
+/// A PostgreSQL section lending its client to the record layer ([`Section`] for SQLite).
+pub(crate) struct PgSection<'a> {
+    slot: &'a mut Option<postgres::Client>,
+}
+
+impl<'a> PgSection<'a> {
+    pub(crate) fn lend(
+        slot: &'a mut Option<postgres::Client>,
+        key: (String, String),
+    ) -> Option<Self> {
+        let client = slot.take()?;
+        PG_ACTIVE.with_borrow_mut(|active| {
+            *active = Some(PgLent {
+                key,
+                client,
+                changed_dirs: Vec::new(),
+                outcome_recorded: false,
+                committed: false,
+            })
+        });
+        Some(PgSection { slot })
+    }
+
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&mut postgres::Client) -> T) -> T {
+        PG_ACTIVE.with_borrow_mut(|active| match active {
+            Some(lent) => f(&mut lent.client),
+            None => unreachable!("a PgSection's client is lent until it drops"),
+        })
+    }
+
+    pub(crate) fn outcome_recorded(&self) -> bool {
+        PG_ACTIVE.with_borrow(|active| active.as_ref().is_some_and(|lent| lent.outcome_recorded))
+    }
+
+    /// Takes the client back after its `COMMIT` and signals the turn folders it changed.
+    pub(crate) fn committed(self) {
+        let dirs = PG_ACTIVE.with_borrow_mut(|active| match active.as_mut() {
+            Some(lent) => {
+                lent.committed = true;
+                std::mem::take(&mut lent.changed_dirs)
+            }
+            None => Vec::new(),
+        });
+        drop(self);
+        signal_changed(&dirs);
+    }
+}
+
+impl Drop for PgSection<'_> {
+    fn drop(&mut self) {
+        if let Some(mut lent) = PG_ACTIVE.with_borrow_mut(Option::take) {
+            if !lent.committed {
+                let _ = lent.client.batch_execute("ROLLBACK");
+            }
+            *self.slot = Some(lent.client);
+        }
+    }
+}
+
+type PgTarget = (PostgresUrl, String, crate::config::Durability, Duration);
+
+/// [`with_db`] for a PostgreSQL home: the section's client when one of its queue is in progress
+/// on this thread, else the thread's side client: a read in autocommit, a write in a short
+/// transaction that first takes the queue's lock (as SQLite's `BEGIN IMMEDIATE` does), committed
+/// with `synchronous_commit = on` (spec/store.md, "PostgreSQL": no internal commit may be lost
+/// while processes live on).
+fn with_postgres<T>(
+    home: &Home,
+    target: PgTarget,
+    access: Access,
+    changed: Option<PathBuf>,
+    f: impl FnOnce(&mut Db<'_>) -> Result<T, FileError>,
+) -> Result<T, FileError> {
+    let key = (target.0.connect.clone(), target.1.clone());
+    let queue = target.1.clone();
+    let mut f = Some(f);
+    let in_section = PG_ACTIVE.with_borrow_mut(|active| match active {
+        Some(lent) if lent.key == key => {
+            lent.outcome_recorded |= access == Access::Outcome;
+            if let Some(dir) = &changed {
+                if !lent.changed_dirs.contains(dir) {
+                    lent.changed_dirs.push(dir.clone());
+                }
+            }
+            let f = f.take().expect("taken once");
+            Some(f(&mut Db::Postgres(&mut lent.client, &queue)))
+        }
+        _ => None,
+    });
+    if let Some(result) = in_section {
+        return result;
+    }
+    let f = f.take().expect("not taken");
+    let store = side_store(&key, home, &target);
+    let (_, queue, _, timeout) = target;
+    let result = (|| {
+        let name = store.name();
+        let mut guard = store.client().map_err(store_error)?;
+        let Some(client) = guard.as_mut() else {
+            unreachable!("client() connected");
+        };
+        let pg = |e: postgres::Error| db_error(&name, DbError::Postgres(e));
+        if access == Access::Read {
+            return f(&mut Db::Postgres(client, &queue));
+        }
+        let millis = timeout.as_millis().clamp(1, i32::MAX as u128);
+        client
+            .batch_execute(&format!(
+                "BEGIN; SET LOCAL lock_timeout = {millis}; SET LOCAL synchronous_commit = on"
+            ))
+            .map_err(pg)?;
+        let locked = client
+            .execute(
+                "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+                &[&super::postgres::LOCK_NAMESPACE, &queue],
+            )
+            .map_err(pg);
+        let result = locked.and_then(|_| f(&mut Db::Postgres(client, &queue)));
+        match result {
+            Ok(value) => match client.batch_execute("COMMIT") {
+                Ok(()) => Ok(value),
+                Err(e) => {
+                    let _ = client.batch_execute("ROLLBACK");
+                    Err(pg(e))
+                }
+            },
+            Err(e) => {
+                let _ = client.batch_execute("ROLLBACK");
+                Err(e)
+            }
+        }
+    })();
+    if result.is_ok() {
+        if let Some(dir) = changed {
+            signal_changed(&[dir]);
+        }
+    }
+    result
+}
+
+/// Imports `home`'s record files (an earlier version's, or a PostgreSQL home's before schema
+/// version 5) into `store`'s queue on its first connection, in one transaction holding the
+/// queue's lock, then renames each file `*.imported` and records that (finished by a later first
+/// connection if a crash came in between). A file that would not load is refused with its path:
+/// nothing imported, nothing moved.
+pub(crate) fn pg_import_records(
+    store: &PostgresStore,
+    client: &mut postgres::Client,
+    home: &Home,
+) -> Result<(), crate::queue::StoreError> {
+    let home_key = std::fs::canonicalize(home.root())
+        .unwrap_or_else(|_| home.root().to_path_buf())
+        .display()
+        .to_string();
+    let queue = store.queue().to_string();
+    let started = std::time::Instant::now();
+    let mut tx = client.transaction().map_err(|e| store.error(e))?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+        &[&super::postgres::LOCK_NAMESPACE, &queue],
+    )
+    .map_err(|e| store.busy_or(started, e))?;
+    let state: Option<bool> = tx
+        .query_opt(
+            "SELECT moved_aside FROM record_imports WHERE queue = $1 AND home = $2",
+            &[&queue, &home_key],
+        )
+        .map_err(|e| store.error(e))?
+        .map(|row| row.try_get(0))
+        .transpose()
+        .map_err(|e| store.error(e))?;
+    if state == Some(true) {
+        return tx.commit().map_err(|e| store.error(e));
+    }
+    if state.is_none() {
+        let old = super::sqlite::read_old_records(home)?;
+        let json = |e: serde_json::Error| crate::queue::StoreError::Database {
+            path: store.name(),
+            detail: format!("cannot render a record: {e}"),
+        };
+        for task in &old.tasks {
+            let body = serde_json::to_string(task).map_err(json)?;
+            tx.execute(
+                "INSERT INTO tasks (queue, name, next_turn, body) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (queue, name) DO NOTHING",
+                &[&queue, &task.name, &i64::from(task.next_turn), &body],
+            )
+            .map_err(|e| store.error(e))?;
+        }
+        for turn in &old.turns {
+            let body = serde_json::to_string(turn).map_err(json)?;
+            let row = TurnRow {
+                task: &turn.key.task,
+                turn: turn.key.turn,
+                short_id: turn.id,
+                settled: turn.is_settled(),
+                ended_at_millis: turn.ended_at_millis,
+                body: &body,
+            };
+            pg_put_turn(&mut tx, &queue, &row, true).map_err(|e| store.error(e))?;
+        }
+        let nothing = old.tasks.is_empty() && old.turns.is_empty();
+        tx.execute(
+            "INSERT INTO record_imports (queue, home, imported_at_millis, moved_aside)
+             VALUES ($1, $2, $3, $4)",
+            &[
+                &queue,
+                &home_key,
+                &(crate::clock::now_millis() as i64),
+                &nothing,
+            ],
+        )
+        .map_err(|e| store.error(e))?;
+        tx.commit().map_err(|e| store.error(e))?;
+        if nothing {
+            return Ok(());
+        }
+    } else {
+        tx.commit().map_err(|e| store.error(e))?;
+    }
+    super::sqlite::move_record_files_aside(home)?;
+    client
+        .execute(
+            "UPDATE record_imports SET moved_aside = true WHERE queue = $1 AND home = $2",
+            &[&queue, &home_key],
+        )
+        .map_err(|e| store.error(e))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use crate::config::Durability;
@@ -420,7 +1019,7 @@ mod tests {
     fn records_commit_and_roll_back_with_their_section() {
         let dir = tempfile::tempdir().expect("tempdir");
         let home = Home::at(dir.path());
-        super::register(&home, true, Duration::from_secs(10));
+        super::register(&home, super::RecordHome::Sqlite, Duration::from_secs(10));
         let store = SqliteStore::new(home.clone(), Duration::from_secs(10), Durability::Fsync);
         let turn = store
             .transact(|_| {

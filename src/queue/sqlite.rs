@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 /// The newest schema this tollgate writes; a database whose `schema_migrations` names a newer
 /// one is refused (it was written by a newer tollgate).
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// The schema's migrations in order: `(version, what it does, SQL)`. Each runs once, inside the
 /// write transaction that records it in `schema_migrations`.
@@ -39,6 +39,7 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
     (2, "scheduling: row priorities and the pause set", SCHEMA_V2),
     (3, "dependencies of queue rows", SCHEMA_V3),
     (4, "task and turn records", records::SCHEMA_V4),
+    (6, "the sweep list", crate::exec::sweep::SCHEMA_V6),
 ];
 
 /// Version 3: a row's dependencies (`submit --after`), in their own table so rows without any
@@ -478,12 +479,12 @@ pub(crate) fn open_for_records(
 /// version 4): every `tasks/<task>/task.json` and `tasks/<task>/turns/<n>/turn.json`, checked as
 /// strictly as the file loader checks them. The first file that would not load is an error
 /// naming it (nothing is imported).
-struct OldRecords {
-    tasks: Vec<crate::tasks::TaskRecord>,
-    turns: Vec<crate::tasks::TurnRecord>,
+pub(super) struct OldRecords {
+    pub(super) tasks: Vec<crate::tasks::TaskRecord>,
+    pub(super) turns: Vec<crate::tasks::TurnRecord>,
 }
 
-fn read_old_records(home: &Home) -> Result<OldRecords, StoreError> {
+pub(super) fn read_old_records(home: &Home) -> Result<OldRecords, StoreError> {
     let mut old = OldRecords {
         tasks: Vec::new(),
         turns: Vec::new(),
@@ -586,6 +587,18 @@ fn move_records_aside(home: &Home, conn: &Connection, path: &Path) -> Result<(),
     if pending != Some(true) {
         return Ok(());
     }
+    move_record_files_aside(home)?;
+    conn.execute(
+        "UPDATE imports SET moved_aside = 1 WHERE source = 'records'",
+        [],
+    )
+    .map_err(|e| sql_error(path, e))?;
+    Ok(())
+}
+
+/// Renames every `task.json` and `turn.json` of `home` to `*.imported` (kept, never deleted);
+/// also used by the PostgreSQL store's import of a home's record files.
+pub(super) fn move_record_files_aside(home: &Home) -> Result<(), StoreError> {
     let aside = |file: PathBuf| -> Result<(), StoreError> {
         if file.is_file() {
             let mut to = file.as_os_str().to_owned();
@@ -608,11 +621,6 @@ fn move_records_aside(home: &Home, conn: &Connection, path: &Path) -> Result<(),
             }
         }
     }
-    conn.execute(
-        "UPDATE imports SET moved_aside = 1 WHERE source = 'records'",
-        [],
-    )
-    .map_err(|e| sql_error(path, e))?;
     Ok(())
 }
 

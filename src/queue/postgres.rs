@@ -29,7 +29,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod lease;
-pub use lease::{LeaseSnapshot, LEASE_LOCK};
+pub use lease::{FleetContext, LeaseSnapshot, LEASE_LOCK};
 
 /// The newest schema this tollgate writes in a PostgreSQL database.
 pub const POSTGRES_SCHEMA_VERSION: i32 = 4;
@@ -240,6 +240,8 @@ pub struct PostgresStore {
     durability: Durability,
     lock: PostgresLock,
     client: Mutex<Option<Client>>,
+    /// Set on a home's store: every section reads the leases (spec/fleet.md).
+    fleet: Option<FleetContext>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -268,6 +270,7 @@ impl PostgresStore {
             durability,
             lock: PostgresLock::Advisory,
             client: Mutex::new(None),
+            fleet: None,
         }
     }
 
@@ -467,10 +470,14 @@ impl Store for PostgresStore {
         }
         .map_err(|e| self.busy_or(started, e))?;
         // The lock is held from here: what is read now is what the section changes.
+        let fleet = self.fleet_begin(&mut tx)?;
         let original = self.read_queue(&mut tx)?;
         let mut state = original.clone();
         // On an `Err` (or a panic) the transaction is dropped, which rolls it back.
-        let result = change(&mut state)?;
+        let view = fleet.as_ref().map(|f| f.view.clone());
+        let (result, fleet_after) = crate::fleet::in_section(view, || change(&mut state));
+        let result = result?;
+        self.fleet_end(&mut tx, fleet, fleet_after)?;
         if state != original {
             check_queue(&state).map_err(|detail| StoreError::Unpublishable {
                 path: self.name(),

@@ -9,6 +9,7 @@
 //! ever compared with another's: every expiry is the database clock plus a lease duration.
 
 use super::{PostgresStore, LOCK_NAMESPACE};
+use crate::fleet::FleetView;
 use crate::protocol::fleet::{
     self, FleetError, FleetIdentity, HostId, Lease, LeaseTable, LeaseTiming, RenewOutcome,
     MAX_LEASES,
@@ -48,7 +49,100 @@ impl LeaseSnapshot {
     }
 }
 
+/// A home's store on a fleet: this host and its lease numbers. With it, every queue section
+/// reads the leases in its own transaction ([`crate::fleet`], "The section's view").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FleetContext {
+    pub host: HostId,
+    pub timing: LeaseTiming,
+}
+
+/// The lease table a queue section read, and the view it hands to the section (expired leases
+/// already swept).
+pub(super) struct FleetSection {
+    original: LeaseTable,
+    pub(super) view: FleetView,
+}
+
 impl PostgresStore {
+    /// The same store on a fleet: each section takes the lease lock after the queue's and sees
+    /// the leases ([`crate::fleet::FleetView`]).
+    pub fn with_fleet(mut self, fleet: FleetContext) -> Self {
+        self.fleet = Some(fleet);
+        self
+    }
+
+    /// This store's host and lease numbers, if it is a home's store on a fleet.
+    pub fn fleet(&self) -> Option<&FleetContext> {
+        self.fleet.as_ref()
+    }
+
+    /// The same store on a connection of its own (opened on first use): the runner's lease
+    /// renewer, which must not wait behind the runner's own sections, nor they behind it.
+    pub fn on_own_connection(&self) -> PostgresStore {
+        PostgresStore {
+            url: self.url.clone(),
+            queue: self.queue.clone(),
+            lock_timeout: self.lock_timeout,
+            durability: self.durability,
+            lock: self.lock,
+            client: std::sync::Mutex::new(None),
+            fleet: self.fleet.clone(),
+        }
+    }
+
+    /// In a queue section, right after the queue's lock: takes the lease lock (always after a
+    /// queue's, never before, so the two cannot deadlock), reads the database clock after it and
+    /// the lease table, and sweeps the expired leases (`fleet::sweep_expired`, F3). `None` when
+    /// this store is not on a fleet.
+    pub(super) fn fleet_begin(
+        &self,
+        tx: &mut Transaction<'_>,
+    ) -> Result<Option<FleetSection>, StoreError> {
+        let Some(fleet) = &self.fleet else {
+            return Ok(None);
+        };
+        let started = Instant::now();
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1, $2)",
+            &[&LOCK_NAMESPACE, &LEASE_LOCK],
+        )
+        .map_err(|e| self.busy_or(started, e))?;
+        let now_db_millis = db_now_millis(tx).map_err(|e| self.error(e))?;
+        let original = self.read_leases(tx)?;
+        let mut leases = original.clone();
+        fleet::sweep_expired(&mut leases, now_db_millis);
+        Ok(Some(FleetSection {
+            original,
+            view: FleetView {
+                host: fleet.host.clone(),
+                timing: fleet.timing,
+                leases,
+                now_db_millis,
+            },
+        }))
+    }
+
+    /// Before a queue section commits: writes the leases it changed (the sweep, an acquisition,
+    /// a renewal, a release), with a synchronous commit: a lost lease commit could let another
+    /// host think a live process dead.
+    pub(super) fn fleet_end(
+        &self,
+        tx: &mut Transaction<'_>,
+        section: Option<FleetSection>,
+        after: Option<FleetView>,
+    ) -> Result<(), StoreError> {
+        let (Some(section), Some(after)) = (section, after) else {
+            return Ok(());
+        };
+        if after.leases != section.original {
+            tx.batch_execute("SET LOCAL synchronous_commit = on")
+                .map_err(|e| self.error(e))?;
+            write_leases(tx, &section.original, &after.leases).map_err(|e| self.error(e))?;
+        }
+        Ok(())
+    }
+
     /// Runs `step` on the lease table in one transaction under the fleet's lease lock, with the
     /// database clock read after the lock; writes back only the rows `step` changed. An `Err`
     /// from `step` rolls everything back.

@@ -171,6 +171,17 @@ pub fn renew_own(me: ProcessIdentity) -> Option<RenewOutcome> {
     })
 }
 
+/// In a fleet section, `me`'s lease ([`fleet::acquire`]); `None` outside one.
+pub fn acquire_own(me: ProcessIdentity) -> Option<Result<(), FleetError>> {
+    with_view(|view| {
+        let me = FleetIdentity {
+            host: view.host.clone(),
+            process: me,
+        };
+        fleet::acquire(&mut view.leases, &me, view.now_db_millis, &view.timing).map(drop)
+    })
+}
+
 /// The host of the fleet section running on this thread, if any.
 pub fn section_host() -> Option<HostId> {
     with_view(|view| view.host.clone())

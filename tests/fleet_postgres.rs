@@ -407,6 +407,15 @@ fn two_homes_with_distinct_host_settings_share_one_database_and_a_bad_host_is_re
         let out = common::tollgate(home, &["submit", "--wait", "--task", "fleet", "--", "true"]);
         assert!(out.status.success(), "{}", common::describe(&out));
     }
+    // `hosts` is a fleet's: on a SQLite home it is refused naming the setting.
+    let sqlite = common::init_home(&tmp.path().join("sqlite"), 1);
+    let out = common::tollgate(&sqlite, &["hosts"]);
+    assert!(!out.status.success(), "{}", common::describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("tollgate.toml"),
+        "{}",
+        common::describe(&out)
+    );
     // A host name that could not be a key is refused naming the file and the key; nothing runs.
     let config = homes[0].join("tollgate.toml");
     let text = std::fs::read_to_string(&config).expect("config");
@@ -647,6 +656,17 @@ fn another_host_steals_a_killed_runners_slot_only_after_its_lease_expired() {
     run_ok(as_host(&home, &b, None, &["reconcile"]));
     assert_eq!(turn_of(&home, &b, "other").0, "parked");
     assert!(running(work));
+    // `tollgate hosts` on b lists host a with its one live executor, on the database clock.
+    let out = run_ok(as_host(&home, &b, None, &["hosts", "--json"]));
+    let view: serde_json::Value = serde_json::from_slice(&out.stdout).expect("hosts json");
+    assert_eq!(view["version"], 1, "{view}");
+    assert_eq!(view["this_host"], b.as_str(), "{view}");
+    let listed = view["hosts"]
+        .as_array()
+        .and_then(|h| h.iter().find(|h| h["host"] == a.as_str()).cloned())
+        .unwrap_or_else(|| panic!("host a is not listed: {view}"));
+    assert_eq!(listed["live_executors"], 1, "{view}");
+    assert!(listed["expires_in_millis"].as_i64().unwrap() > 0, "{view}");
 
     // SIGKILL a's runner: no renewal ever again (its command dies with it).
     nix::sys::signal::kill(
@@ -689,4 +709,50 @@ fn another_host_steals_a_killed_runners_slot_only_after_its_lease_expired() {
         None,
         "the expired lease was swept"
     );
+}
+
+#[test]
+fn an_attached_submitter_holds_a_lease_while_its_turn_runs_and_releases_it_when_it_ends() {
+    let Some(url) = server() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let home = fleet_home(tmp.path(), &url);
+    let direct = store(&url, "lease-witness");
+    let a = unique("attached-a");
+    let pid_file = tmp.path().join("work.pid");
+    let script = format!("echo $$ > {}; exec sleep 600", pid_file.display());
+    let mut submitter = as_host(
+        &home,
+        &a,
+        None,
+        &[
+            "submit", "--attach", "--task", "att", "--", "sh", "-c", &script,
+        ],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    poll(Duration::from_secs(15), "the attached work starts", || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|t| t.trim().parse::<u32>().is_ok())
+    });
+    // The submitter is its turn's executor: other hosts see it through its lease.
+    let (lease, now_db) = runner_lease(&direct, &a, submitter.id());
+    assert!(
+        lease.is_some_and(|e| now_db <= e),
+        "no live lease of the attached submitter"
+    );
+    let work: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(work as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    submitter.wait().unwrap();
+    // Its finishing section gave the lease back.
+    assert_eq!(runner_lease(&direct, &a, submitter.id()).0, None);
+    assert_eq!(queue_rows(&home, &a), 0);
 }

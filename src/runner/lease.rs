@@ -46,6 +46,15 @@ pub fn renew_at_take_over(me: ProcessIdentity) -> Result<(), DispatchError> {
     }
 }
 
+/// In an attached start section on a fleet: the submitter becomes its turn's executor, so it
+/// takes its lease in the same transaction (spec/fleet.md, `acquire`); refused (the table is
+/// full), the section is rolled back. Nothing on one host.
+pub fn acquire_own(me: ProcessIdentity) -> Result<(), DispatchError> {
+    crate::fleet::acquire_own(me)
+        .unwrap_or(Ok(()))
+        .map_err(DispatchError::from)
+}
+
 /// A runner's lease while its command runs; dropping it ends the renewals without fencing.
 pub struct RunnerLease {
     keeper: LeaseKeeper,

@@ -423,7 +423,7 @@ pub fn submit_attached<L: Liveness, S: Store>(
     // On a fleet: its lease (taken by the section) renewed, self-fencing (spec/fleet.md).
     let lease = runner::lease::start_if_fleet(rt, &turn.key, me, work, None, sent)?;
     let execution = runner::run_work(rt, &turn, me, work, true);
-    lease.map(runner::lease::RunnerLease::stop);
+    drop(lease); // the work is dead: the renewals end, no fence any more
     let mut turn = turn;
     execution.record(&mut turn, tasks::now_millis());
     runner::record_and_start_next(rt, &turn, me)?;

@@ -85,7 +85,7 @@ pub fn run_worker<L: Liveness, S: Store>(
     // On a fleet: renewals, and self-fencing if they fail (spec/fleet.md, F1).
     let lease = lease::start_if_fleet(rt, key, me, work, cgroup.clone(), take_over_sent)?;
     let execution = run_work_in(rt, &turn, me, work, cgroup, false);
-    lease.map(lease::RunnerLease::stop);
+    drop(lease); // the work is dead: the renewals end, no fence any more
     execution.record(&mut turn, tasks::now_millis());
     let outcome = execution.outcome;
     let next = record_and_start_next(rt, &turn, me)?;

@@ -182,6 +182,32 @@ pub fn acquire_own(me: ProcessIdentity) -> Option<Result<(), FleetError>> {
     })
 }
 
+/// The lease table now, for a report (`status`): its own read, not the queue snapshot's (no step
+/// decides on it). `None` on one host, or when the leases cannot be read (logged: the report
+/// then shows no hosts).
+pub fn leases_for_report<S: crate::queue::Store>(store: &S) -> Option<LeaseTable> {
+    let fleet = store.lease_renewer()?;
+    match fleet.leases() {
+        Ok(snapshot) => Some(snapshot.table),
+        Err(e) => {
+            tracing::warn!("cannot read the fleet's leases: {e}");
+            None
+        }
+    }
+}
+
+/// The host of the lease naming `identity`, if one does (several hosts' processes with one pid
+/// and start time: their names, comma-separated).
+pub fn host_of(leases: Option<&LeaseTable>, identity: &ProcessIdentity) -> Option<String> {
+    let hosts: Vec<&str> = leases?
+        .leases
+        .iter()
+        .filter(|l| &l.holder.process == identity)
+        .map(|l| l.holder.host.as_str())
+        .collect();
+    (!hosts.is_empty()).then(|| hosts.join(","))
+}
+
 /// The host of the fleet section running on this thread, if any.
 pub fn section_host() -> Option<HostId> {
     with_view(|view| view.host.clone())

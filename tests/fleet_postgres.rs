@@ -667,6 +667,14 @@ fn another_host_steals_a_killed_runners_slot_only_after_its_lease_expired() {
         .unwrap_or_else(|| panic!("host a is not listed: {view}"));
     assert_eq!(listed["live_executors"], 1, "{view}");
     assert!(listed["expires_in_millis"].as_i64().unwrap() > 0, "{view}");
+    // `status --json` names the host of each executor (an additive field).
+    let out = run_ok(as_host(&home, &b, None, &["status", "--json"]));
+    let view: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status json");
+    let executor = view["runners"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["identity"]["pid"] == runner).cloned())
+        .unwrap_or_else(|| panic!("a's runner is not listed: {view}"));
+    assert_eq!(executor["host"], a.as_str(), "{view}");
 
     // SIGKILL a's runner: no renewal ever again (its command dies with it).
     nix::sys::signal::kill(

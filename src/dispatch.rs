@@ -18,6 +18,9 @@ pub enum DispatchError {
     Spawn(#[from] SpawnError),
     #[error(transparent)]
     File(#[from] FileError),
+    /// A lease step refused a section of a fleet (spec/fleet.md); nothing was published.
+    #[error(transparent)]
+    Fleet(#[from] crate::protocol::fleet::FleetError),
     #[error("unknown task {task:?}: no such task in {home} (`tollgate status` lists the tasks)")]
     UnknownTask { task: String, home: String },
     #[error("{context}: {source}")]

@@ -14,9 +14,7 @@
 use crate::dispatch::DispatchError;
 use crate::process::work::WorkKill;
 use crate::process::RunnerSpawner;
-use crate::protocol::slots::steps::{
-    handoff_publish_first, handoff_publish_second, spawn_failed, Handoff,
-};
+use crate::protocol::slots::steps::{handoff_publish_second, spawn_failed, Handoff};
 use crate::protocol::slots::{ProcessIdentity, SlotError, WorkRecord};
 use crate::queue::Store;
 
@@ -57,8 +55,9 @@ pub fn hand_off<S: Store>(
         }
     };
     fail::fail_point!("dispatch::after_spawn");
+    // On a fleet the same section takes the child's lease (F4, `crate::fleet::publish_first`).
     let bound = match store.transact_internal(|state| {
-        Ok::<_, DispatchError>(handoff_publish_first(state, handoff, child))
+        crate::fleet::publish_first(state, handoff, child).map_err(DispatchError::from)
     })? {
         Ok(bound) => bound,
         Err(fenced) => {

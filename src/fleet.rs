@@ -1,9 +1,230 @@
-//! The shell's side of the fleet (spec/fleet.md): what this host is called. The lease steps
-//! themselves are pure (`tollgate_core::fleet`).
+//! The shell's side of the fleet (spec/fleet.md): what this host is called, and the lease table a
+//! queue section of a PostgreSQL home sees. The lease steps themselves are pure
+//! (`tollgate_core::fleet`).
+//!
+//! **The section's view.** On a PostgreSQL home every queue section also takes the fleet's lease
+//! lock and reads the lease table and the database clock inside its transaction
+//! (`src/queue/postgres/lease.rs`); for the length of the section's closure that view is this
+//! thread's [`FleetView`]. Through it, and only inside a section:
+//! - [`crate::process::ProcLiveness`] answers as [`LeaseLiveness`] (another host's executor is
+//!   live while its lease is unexpired on the database clock; this host's through `/proc`), so
+//!   every slot step of the shell runs with the fleet's liveness without a new type through every
+//!   caller;
+//! - the handoff's first publish takes the child's lease ([`publish_first`], `F4`), the runner's
+//!   take-over renews its own first ([`renew_own`]) and its finish releases it
+//!   ([`release_own`]); the store writes the changed leases back in the same transaction.
+//!
+//! Outside a section, and on SQLite homes, there is no view and everything is as on one host.
 
 use crate::config::Config;
-use crate::protocol::fleet::{FleetError, HostId, LeaseTiming};
+use crate::protocol::fleet::{
+    self, FleetError, FleetIdentity, HostId, LeaseLiveness, LeaseTable, LeaseTiming, RenewOutcome,
+};
+use crate::protocol::slots::steps::{self, BoundHandoff, Fenced, Handoff};
+use crate::protocol::slots::{Liveness, Observation, ProcessIdentity, QueueState, WorkRecord};
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
+
+/// What a queue section of a PostgreSQL home knows of the fleet: this host, the lease numbers,
+/// and the lease table with the database clock, read under the lease lock in the section's own
+/// transaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FleetView {
+    pub host: HostId,
+    pub timing: LeaseTiming,
+    pub leases: LeaseTable,
+    pub now_db_millis: u64,
+}
+
+thread_local! {
+    /// The view of the section running on this thread, if any (see the module docs).
+    static SECTION: RefCell<Option<FleetView>> = const { RefCell::new(None) };
+}
+
+/// Runs `section` with `view` as this thread's fleet view and returns the view as the section
+/// left it (its lease changes, for the store to write back). `None`: a section without leases.
+/// The previous view is restored even if `section` panics.
+pub fn in_section<R>(
+    view: Option<FleetView>,
+    section: impl FnOnce() -> R,
+) -> (R, Option<FleetView>) {
+    struct Restore(Option<FleetView>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            SECTION.with(|s| *s.borrow_mut() = previous);
+        }
+    }
+    let restore = Restore(SECTION.with(|s| s.replace(view)));
+    let result = section();
+    let view = SECTION.with(|s| s.borrow_mut().take());
+    drop(restore);
+    (result, view)
+}
+
+fn with_view<R>(f: impl FnOnce(&mut FleetView) -> R) -> Option<R> {
+    SECTION.with(|s| s.borrow_mut().as_mut().map(f))
+}
+
+/// This host's own observers, as [`LeaseLiveness`] takes them.
+struct Here {
+    observe: fn(&ProcessIdentity) -> Observation,
+    observe_work: fn(&WorkRecord) -> Observation,
+}
+
+impl Liveness for Here {
+    fn observe(&self, identity: &ProcessIdentity) -> Observation {
+        (self.observe)(identity)
+    }
+    fn observe_work(&self, work: &WorkRecord) -> Observation {
+        (self.observe_work)(work)
+    }
+}
+
+/// This host's observers as a [`LeaseLiveness`] over `view`'s leases with no local process at
+/// all: `Matching` exactly when the remote lease speaks for the process. The local observers run
+/// outside the view's borrow (they observe processes themselves, through [`observe`]).
+fn remote_only(view: &FleetView) -> LeaseLiveness<'_, Here> {
+    const NOBODY: Here = Here {
+        observe: |_| Observation::Gone,
+        observe_work: |_| Observation::Gone,
+    };
+    LeaseLiveness {
+        host: &view.host,
+        leases: &view.leases,
+        now_db_millis: view.now_db_millis,
+        local: &NOBODY,
+    }
+}
+
+fn remote_says_live(ask: impl FnOnce(&LeaseLiveness<'_, Here>) -> Observation) -> bool {
+    SECTION.with(|s| {
+        s.borrow()
+            .as_ref()
+            .is_some_and(|view| ask(&remote_only(view)) == Observation::Matching)
+    })
+}
+
+/// Liveness of `identity`: inside a fleet section [`LeaseLiveness`] over the section's leases
+/// (another host's process is live while its lease is unexpired), with this host's observer
+/// `local` for the rest; elsewhere `local` alone.
+pub fn observe(
+    identity: &ProcessIdentity,
+    local: fn(&ProcessIdentity) -> Observation,
+) -> Observation {
+    if remote_says_live(|fleet| fleet.observe(identity)) {
+        return Observation::Matching;
+    }
+    local(identity)
+}
+
+/// [`observe`] for a work: its runner's unexpired lease on another host stands for it.
+pub fn observe_work(work: &WorkRecord, local: fn(&WorkRecord) -> Observation) -> Observation {
+    if remote_says_live(|fleet| fleet.observe_work(work)) {
+        return Observation::Matching;
+    }
+    local(work)
+}
+
+/// The handoff's first publish: in a fleet section [`fleet::handoff_publish_first_leased`] (the
+/// child's lease in the same transaction, `F4`), else [`steps::handoff_publish_first`]. `Err`:
+/// the lease was refused and the section must be rolled back.
+pub fn publish_first(
+    state: &mut QueueState,
+    handoff: Handoff,
+    child: ProcessIdentity,
+) -> Result<Result<BoundHandoff, Fenced>, FleetError> {
+    let mut handoff = Some(handoff);
+    let leased = with_view(|view| {
+        let Some(handoff) = handoff.take() else {
+            unreachable!("taken once");
+        };
+        let child = FleetIdentity {
+            host: view.host.clone(),
+            process: child,
+        };
+        fleet::handoff_publish_first_leased(
+            state,
+            &mut view.leases,
+            handoff,
+            &child,
+            view.now_db_millis,
+            &view.timing,
+        )
+    });
+    match (leased, handoff) {
+        (Some(result), _) => result,
+        (None, Some(handoff)) => Ok(steps::handoff_publish_first(state, handoff, child)),
+        (None, None) => unreachable!("the handoff is used once"),
+    }
+}
+
+/// In a fleet section, renews `me`'s own lease ([`fleet::renew`]); `None` outside one (no lease
+/// to keep). The runner's take-over starts with it: `Lost` means it must not take over.
+pub fn renew_own(me: ProcessIdentity) -> Option<RenewOutcome> {
+    with_view(|view| {
+        let me = FleetIdentity {
+            host: view.host.clone(),
+            process: me,
+        };
+        fleet::renew(&mut view.leases, &me, &me, view.now_db_millis, &view.timing)
+    })
+}
+
+/// In a fleet section, `me`'s lease ([`fleet::acquire`]); `None` outside one.
+pub fn acquire_own(me: ProcessIdentity) -> Option<Result<(), FleetError>> {
+    with_view(|view| {
+        let me = FleetIdentity {
+            host: view.host.clone(),
+            process: me,
+        };
+        fleet::acquire(&mut view.leases, &me, view.now_db_millis, &view.timing).map(drop)
+    })
+}
+
+/// The lease table now, for a report (`status`): its own read, not the queue snapshot's (no step
+/// decides on it). `None` on one host, or when the leases cannot be read (logged: the report
+/// then shows no hosts).
+pub fn leases_for_report<S: crate::queue::Store>(store: &S) -> Option<LeaseTable> {
+    let fleet = store.lease_renewer()?;
+    match fleet.leases() {
+        Ok(snapshot) => Some(snapshot.table),
+        Err(e) => {
+            tracing::warn!("cannot read the fleet's leases: {e}");
+            None
+        }
+    }
+}
+
+/// The host of the lease naming `identity`, if one does (several hosts' processes with one pid
+/// and start time: their names, comma-separated).
+pub fn host_of(leases: Option<&LeaseTable>, identity: &ProcessIdentity) -> Option<String> {
+    let hosts: Vec<&str> = leases?
+        .leases
+        .iter()
+        .filter(|l| &l.holder.process == identity)
+        .map(|l| l.holder.host.as_str())
+        .collect();
+    (!hosts.is_empty()).then(|| hosts.join(","))
+}
+
+/// The host of the fleet section running on this thread, if any.
+pub fn section_host() -> Option<HostId> {
+    with_view(|view| view.host.clone())
+}
+
+/// In a fleet section, releases `me`'s lease ([`fleet::release`]): its finishing section, or a
+/// take-over that was refused. Whether there was one.
+pub fn release_own(me: ProcessIdentity) -> bool {
+    with_view(|view| {
+        let me = FleetIdentity {
+            host: view.host.clone(),
+            process: me,
+        };
+        fleet::release(&mut view.leases, &me)
+    })
+    .unwrap_or(false)
+}
 
 /// Shortens the lease numbers (tests, demos): `TOLLGATE_LEASE_MILLIS=<lease duration in ms>`
 /// scales the defaults of [`LeaseTiming::DEFAULT`] (30 s lease, 5 s renewals, 2 s margin, 3 s
@@ -60,8 +281,18 @@ pub fn host_from_files(machine_id: &Path, boot_id: &Path) -> Result<HostId, Host
     })
 }
 
-/// This home's host: its `host` setting, or [`default_host`].
+/// Overrides the `host` setting for one command (and the runners it starts, which inherit it):
+/// several "hosts" on one machine sharing one home, as the fleet tests run them.
+pub const HOST_ENV: &str = "TOLLGATE_HOST";
+
+/// This home's host: [`HOST_ENV`], else its `host` setting, else [`default_host`].
 pub fn host_for(config: &Config) -> Result<HostId, HostNameError> {
+    if let Some(name) = std::env::var(HOST_ENV).ok().filter(|v| !v.is_empty()) {
+        return HostId::new(name).map_err(|source| HostNameError::Invalid {
+            path: PathBuf::from(HOST_ENV),
+            source,
+        });
+    }
     match &config.host {
         // Validated when the config was loaded; validated again for configs built in code.
         Some(name) => HostId::new(name.as_str()).map_err(|source| HostNameError::Invalid {
@@ -70,6 +301,14 @@ pub fn host_for(config: &Config) -> Result<HostId, HostNameError> {
         }),
         None => default_host(),
     }
+}
+
+/// A PostgreSQL home's fleet context: its host ([`host_for`]) and the lease numbers
+/// ([`lease_timing`]); the error names what is at fault.
+pub fn context_for(config: &Config) -> Result<crate::queue::FleetContext, String> {
+    let host = host_for(config).map_err(|e| e.to_string())?;
+    let timing = lease_timing().map_err(|e| e.to_string())?;
+    Ok(crate::queue::FleetContext { host, timing })
 }
 
 /// The lease numbers: [`LeaseTiming::DEFAULT`], or scaled by [`LEASE_MILLIS_ENV`].

@@ -75,6 +75,10 @@ pub struct RunnerView {
     pub identity: ProcessIdentity,
     pub observed: &'static str,
     pub attached: bool,
+    /// On a fleet (a PostgreSQL home): the host whose lease names this executor (absent on one
+    /// host, or when no lease names it: it is about to leave, or its lease was swept).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -352,10 +356,12 @@ pub fn status_with<L: Liveness>(
             }
         })
         .collect();
+    let leases = crate::fleet::leases_for_report(&rt.store);
     let runners = queue
         .runners
         .iter()
         .map(|r| RunnerView {
+            host: crate::fleet::host_of(leases.as_ref(), &r.identity),
             task: r.key.task.clone(),
             turn: r.key.turn,
             identity: r.identity,

@@ -381,7 +381,9 @@ pub fn submit_attached<L: Liveness, S: Store>(
     // submitter waits in the foreground and tries the section again with the same turn.
     let mut created: Option<(TurnRecord, Strategy)> = None;
     let mut told = false;
-    let (turn, effect) = loop {
+    let (turn, effect, sent) = loop {
+        // When the section was sent: the attached executor's first fence base on a fleet.
+        let sent = crate::fleet::boottime_millis();
         let (turn, strategy, effect) = attached_section(rt, me, &request, &task, &created)?;
         match effect {
             AttachedEffect::Wait { running } => {
@@ -404,7 +406,7 @@ pub fn submit_attached<L: Liveness, S: Store>(
                 created = Some((turn, strategy));
                 std::thread::sleep(std::time::Duration::from_millis(ATTACHED_POLL_MILLIS));
             }
-            effect => break (turn, effect),
+            effect => break (turn, effect, sent),
         }
     };
     let work = match effect {
@@ -418,7 +420,10 @@ pub fn submit_attached<L: Liveness, S: Store>(
         }
         AttachedEffect::Wait { .. } => unreachable!("the loop above only ends on Run or Dropped"),
     };
+    // On a fleet: its lease (taken by the section) renewed, self-fencing (spec/fleet.md).
+    let lease = runner::lease::start_if_fleet(rt, &turn.key, me, work, None, sent)?;
     let execution = runner::run_work(rt, &turn, me, work, true);
+    drop(lease); // the work is dead: the renewals end, no fence any more
     let mut turn = turn;
     execution.record(&mut turn, tasks::now_millis());
     runner::record_and_start_next(rt, &turn, me)?;
@@ -463,6 +468,7 @@ fn attached_section<L: Liveness, S: Store>(
         )?;
         match &effect {
             AttachedEffect::Run { .. } => {
+                crate::runner::lease::acquire_own(me)?;
                 turn.id = state.row(&turn.key).map(|r| r.queue_id);
                 turn.started_at_millis = Some(now);
                 turn.runner = Some(me);

@@ -230,6 +230,11 @@ impl Proxy {
             stream.shut();
         }
     }
+
+    /// The partition heals: connections made from now on pass again.
+    fn heal(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
 }
 
 fn pipe(mut from: Box<dyn Stream>, mut to: Box<dyn Stream>) {
@@ -402,6 +407,15 @@ fn two_homes_with_distinct_host_settings_share_one_database_and_a_bad_host_is_re
         let out = common::tollgate(home, &["submit", "--wait", "--task", "fleet", "--", "true"]);
         assert!(out.status.success(), "{}", common::describe(&out));
     }
+    // `hosts` is a fleet's: on a SQLite home it is refused naming the setting.
+    let sqlite = common::init_home(&tmp.path().join("sqlite"), 1);
+    let out = common::tollgate(&sqlite, &["hosts"]);
+    assert!(!out.status.success(), "{}", common::describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("tollgate.toml"),
+        "{}",
+        common::describe(&out)
+    );
     // A host name that could not be a key is refused naming the file and the key; nothing runs.
     let config = homes[0].join("tollgate.toml");
     let text = std::fs::read_to_string(&config).expect("config");
@@ -416,4 +430,337 @@ fn two_homes_with_distinct_host_settings_share_one_database_and_a_bad_host_is_re
         "{}",
         common::describe(&out)
     );
+}
+
+/// The lease numbers of the runner tests (`TOLLGATE_LEASE_MILLIS`): a 10 s lease, so a runner
+/// fences 8.2 s after its last confirmed send and the earliest steal comes 1.8 s after that,
+/// time enough for the test to look at the other host before the expiry on a loaded machine.
+const RUNNER_LEASE_MILLIS: &str = "10000";
+
+/// `tollgate --home HOME ARGS` as host `host` (`TOLLGATE_HOST`), through `store` if given
+/// (`TOLLGATE_STORE`, e.g. the proxied URL); the runners it starts inherit both.
+fn as_host(home: &std::path::Path, host: &str, store: Option<&str>, args: &[&str]) -> Command {
+    let mut command = Command::new(common::BIN);
+    command
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .env("TOLLGATE_HOST", host)
+        .env("TOLLGATE_LEASE_MILLIS", RUNNER_LEASE_MILLIS)
+        .stdin(std::process::Stdio::null());
+    match store {
+        Some(url) => command.env("TOLLGATE_STORE", url),
+        None => command.env_remove("TOLLGATE_STORE"),
+    };
+    command
+}
+
+fn run_ok(mut command: Command) -> std::process::Output {
+    let out = command.output().expect("run tollgate");
+    assert!(out.status.success(), "{}", common::describe(&out));
+    out
+}
+
+/// A home of one worker slot on the test server: "hosts" are commands run with distinct
+/// `TOLLGATE_HOST`s on this home (one queue, one set of records, as on a shared filesystem).
+fn fleet_home(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
+    let home = common::init_home(dir, 1);
+    let config = home.join("tollgate.toml");
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str(&format!("store = {url:?}\n"));
+    std::fs::write(&config, text).expect("write config");
+    home
+}
+
+/// The turn's command: the first run writes its pid to `DIR/work.pid` and sleeps (until killed);
+/// a second run of the same turn (the other host's, after the steal) ends at once.
+fn sleeper(dir: &std::path::Path) -> String {
+    let d = dir.display();
+    format!(
+        "if [ -e {d}/ran ]; then exit 0; fi; : > {d}/ran; echo $$ > {d}/work.pid; exec sleep 600"
+    )
+}
+
+/// Whether `pid` is a running (not zombie) process.
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next());
+        !matches!(state, Some('Z' | 'X') | None)
+    })
+}
+
+fn parent_of(pid: u32) -> u32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the work's stat");
+    let (_, rest) = stat.rsplit_once(") ").expect("a stat line");
+    rest.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// The state of task `task`'s latest turn and when it started (ms since the epoch), from
+/// `status --json` as host `host`.
+fn turn_of(home: &std::path::Path, host: &str, task: &str) -> (String, Option<u64>) {
+    let out = run_ok(as_host(home, host, None, &["status", "--json"]));
+    let view: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status json");
+    let turn = view["tasks"]
+        .as_array()
+        .and_then(|tasks| tasks.iter().find(|t| t["name"] == task))
+        .and_then(|t| t["turns"].as_array()?.first().cloned())
+        .unwrap_or_else(|| panic!("no turn of {task}: {view}"));
+    (
+        turn["state"].as_str().unwrap_or("?").to_string(),
+        turn["started_at_millis"].as_u64(),
+    )
+}
+
+fn queue_rows(home: &std::path::Path, host: &str) -> usize {
+    let out = run_ok(as_host(home, host, None, &["status", "--json"]));
+    let view: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status json");
+    view["rows"].as_array().map_or(0, Vec::len)
+}
+
+/// The lease of the runner `pid` of host `host`, and the database clock it was read at.
+fn runner_lease(store: &PostgresStore, host: &str, pid: u32) -> (Option<u64>, u64) {
+    let snapshot = store.leases().unwrap();
+    let lease = snapshot
+        .table
+        .leases
+        .iter()
+        .find(|l| l.holder.host.as_str() == host && l.holder.process.pid == pid)
+        .map(|l| l.expires_at_db_millis);
+    (lease, snapshot.now_db_millis)
+}
+
+/// Starts a turn as host `host` and returns (work pid, runner pid) once its command runs.
+fn start_sleeper(
+    home: &std::path::Path,
+    dir: &std::path::Path,
+    host: &str,
+    store: Option<&str>,
+) -> (u32, u32) {
+    let script = sleeper(dir);
+    run_ok(as_host(
+        home,
+        host,
+        store,
+        &["submit", "--task", "held", "--", "sh", "-c", &script],
+    ));
+    let pid_file = dir.join("work.pid");
+    poll(Duration::from_secs(15), "the work starts", || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|t| t.trim().parse::<u32>().is_ok())
+    });
+    let work: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    (work, parent_of(work))
+}
+
+#[test]
+fn a_runner_cut_off_from_the_database_kills_its_work_and_exits_before_another_host_takes_its_slot()
+{
+    let Some(url) = server() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let home = fleet_home(tmp.path(), &url);
+    let proxy = Proxy::start(Upstream::of(&url));
+    let proxied = through(&url, &proxy);
+    let direct = store(&url, "lease-witness");
+    let (a, b) = (unique("cut-a"), unique("cut-b"));
+
+    // Host a's turn runs, its runner's connection going through the proxy.
+    let (work, runner) = start_sleeper(&home, tmp.path(), &a, Some(&proxied));
+    let (lease, _) = runner_lease(&direct, &a, runner);
+    assert!(lease.is_some(), "the runner of host a holds a lease");
+
+    let cut_at = Instant::now();
+    proxy.cut();
+    poll(
+        Duration::from_secs(15),
+        "the cut runner kills its work",
+        || !running(work),
+    );
+    // Its work is dead before its lease expired on the database clock: nobody could steal yet.
+    let (lease, now_db) = runner_lease(&direct, &a, runner);
+    let expiry = lease.expect("the lease is still there: nothing stole it");
+    assert!(
+        now_db <= expiry,
+        "the work died after the lease expired ({now_db} > {expiry})"
+    );
+    poll(Duration::from_secs(5), "the fenced runner exits", || {
+        !running(runner)
+    });
+    eprintln!(
+        "work dead {:?} after the cut, {} ms before the expiry",
+        cut_at.elapsed(),
+        expiry - now_db
+    );
+
+    // Host b, meanwhile: the lease is unexpired, so the slot is still a's; b's turn waits.
+    run_ok(as_host(
+        &home,
+        &b,
+        None,
+        &["submit", "--task", "other", "--", "true"],
+    ));
+    run_ok(as_host(&home, &b, None, &["reconcile"]));
+    assert_eq!(turn_of(&home, &b, "other").0, "parked");
+    let (lease, now_db) = runner_lease(&direct, &a, runner);
+    assert!(
+        lease.is_some_and(|e| now_db <= e),
+        "the test looked too late: the lease expired before host b's submit was checked"
+    );
+
+    // After the expiry, host b's reconcile takes the slot: a's turn runs again (and ends at once),
+    // then b's.
+    poll(Duration::from_secs(20), "host b drains the queue", || {
+        run_ok(as_host(&home, &b, None, &["reconcile"]));
+        queue_rows(&home, &b) == 0
+    });
+    let (state, started) = turn_of(&home, &b, "other");
+    assert_eq!(state, "completed");
+    // One machine, one clock: the database's and the turn's times are comparable here.
+    assert!(
+        started.expect("started") >= expiry,
+        "b started before a's lease expired"
+    );
+
+    // The partition heals: host a runs turns again, and everything drains.
+    proxy.heal();
+    run_ok(as_host(
+        &home,
+        &a,
+        Some(&proxied),
+        &["submit", "--wait", "--task", "healed", "--", "true"],
+    ));
+    assert_eq!(turn_of(&home, &a, "healed").0, "completed");
+    assert_eq!(queue_rows(&home, &a), 0);
+}
+
+#[test]
+fn another_host_steals_a_killed_runners_slot_only_after_its_lease_expired() {
+    let Some(url) = server() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let home = fleet_home(tmp.path(), &url);
+    let direct = store(&url, "lease-witness");
+    let (a, b) = (unique("kill-a"), unique("kill-b"));
+    let (work, runner) = start_sleeper(&home, tmp.path(), &a, None);
+
+    // While a's runner lives, b's reconcile leaves its slot alone.
+    run_ok(as_host(
+        &home,
+        &b,
+        None,
+        &["submit", "--task", "other", "--", "true"],
+    ));
+    run_ok(as_host(&home, &b, None, &["reconcile"]));
+    assert_eq!(turn_of(&home, &b, "other").0, "parked");
+    assert!(running(work));
+    // `tollgate hosts` on b lists host a with its one live executor, on the database clock.
+    let out = run_ok(as_host(&home, &b, None, &["hosts", "--json"]));
+    let view: serde_json::Value = serde_json::from_slice(&out.stdout).expect("hosts json");
+    assert_eq!(view["version"], 1, "{view}");
+    assert_eq!(view["this_host"], b.as_str(), "{view}");
+    let listed = view["hosts"]
+        .as_array()
+        .and_then(|h| h.iter().find(|h| h["host"] == a.as_str()).cloned())
+        .unwrap_or_else(|| panic!("host a is not listed: {view}"));
+    assert_eq!(listed["live_executors"], 1, "{view}");
+    assert!(listed["expires_in_millis"].as_i64().unwrap() > 0, "{view}");
+    // `status --json` names the host of each executor (an additive field).
+    let out = run_ok(as_host(&home, &b, None, &["status", "--json"]));
+    let view: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status json");
+    let executor = view["runners"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["identity"]["pid"] == runner).cloned())
+        .unwrap_or_else(|| panic!("a's runner is not listed: {view}"));
+    assert_eq!(executor["host"], a.as_str(), "{view}");
+
+    // SIGKILL a's runner: no renewal ever again (its command dies with it).
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(runner as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    poll(Duration::from_secs(5), "the runner is dead", || {
+        !running(runner)
+    });
+    let (lease, _) = runner_lease(&direct, &a, runner);
+    let expiry = lease.expect("the dead runner's lease is still there");
+    // Dead in this machine's /proc, but b is another host: only the lease speaks for a's
+    // runner, and it has not expired, so b does not steal.
+    run_ok(as_host(&home, &b, None, &["reconcile"]));
+    assert_eq!(turn_of(&home, &b, "other").0, "parked");
+    let (lease, now_db) = runner_lease(&direct, &a, runner);
+    assert!(
+        lease.is_some_and(|e| now_db <= e),
+        "the test looked too late: the lease expired before host b's reconcile was checked"
+    );
+
+    poll(
+        Duration::from_secs(20),
+        "host b steals the slot after the expiry",
+        || {
+            run_ok(as_host(&home, &b, None, &["reconcile"]));
+            queue_rows(&home, &b) == 0
+        },
+    );
+    let (state, started) = turn_of(&home, &b, "other");
+    assert_eq!(state, "completed");
+    // One machine, one clock: the database's and the turn's times are comparable here.
+    assert!(
+        started.expect("started") >= expiry,
+        "b started before a's lease expired"
+    );
+    assert_eq!(
+        runner_lease(&direct, &a, runner).0,
+        None,
+        "the expired lease was swept"
+    );
+}
+
+#[test]
+fn an_attached_submitter_holds_a_lease_while_its_turn_runs_and_releases_it_when_it_ends() {
+    let Some(url) = server() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let home = fleet_home(tmp.path(), &url);
+    let direct = store(&url, "lease-witness");
+    let a = unique("attached-a");
+    let pid_file = tmp.path().join("work.pid");
+    let script = format!("echo $$ > {}; exec sleep 600", pid_file.display());
+    let mut submitter = as_host(
+        &home,
+        &a,
+        None,
+        &[
+            "submit", "--attach", "--task", "att", "--", "sh", "-c", &script,
+        ],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    poll(Duration::from_secs(15), "the attached work starts", || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|t| t.trim().parse::<u32>().is_ok())
+    });
+    // The submitter is its turn's executor: other hosts see it through its lease.
+    let (lease, now_db) = runner_lease(&direct, &a, submitter.id());
+    assert!(
+        lease.is_some_and(|e| now_db <= e),
+        "no live lease of the attached submitter"
+    );
+    let work: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(work as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    submitter.wait().unwrap();
+    // Its finishing section gave the lease back.
+    assert_eq!(runner_lease(&direct, &a, submitter.id()).0, None);
+    assert_eq!(queue_rows(&home, &a), 0);
 }

@@ -12,7 +12,8 @@
 //! Every function here is pure: the shell (one database transaction per step) and the fleet model
 //! (`model/src/fleet.rs`) drive the same code.
 
-use crate::slots::{Liveness, Observation, ProcessIdentity, WorkRecord};
+use crate::slots::steps::{self, BoundHandoff, Fenced, Handoff};
+use crate::slots::{Liveness, Observation, ProcessIdentity, QueueState, WorkRecord};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -410,6 +411,30 @@ pub fn sweep_expired(table: &mut LeaseTable, now_db_millis: u64) -> Vec<FleetIde
         .collect();
     table.leases.retain(|l| !l.is_expired(now_db_millis));
     expired
+}
+
+/// The handoff's first publish on a fleet (`F4`): [`steps::handoff_publish_first`] and, in the
+/// same transaction, the child's lease ([`acquire`]). From this publish on the slot protocol
+/// counts the child as the row's executor, so every other host must see it live through its
+/// lease before it has even started; a lease taken only at the take-over leaves a window in which
+/// another host counts the slot free (the model's tooth `ChildLeaseAtTakeOver`). A fenced publish
+/// takes no lease. `Err` (the table is full, or a stale lease of a process with the child's
+/// identity is left): the caller must roll the whole section back, so nothing is published.
+/// The shell (`src/fleet.rs`) and the fleet model both call this.
+pub fn handoff_publish_first_leased(
+    queue: &mut QueueState,
+    leases: &mut LeaseTable,
+    handoff: Handoff,
+    child: &FleetIdentity,
+    now_db_millis: u64,
+    timing: &LeaseTiming,
+) -> Result<Result<BoundHandoff, Fenced>, FleetError> {
+    let bound = match steps::handoff_publish_first(queue, handoff, child.process) {
+        Ok(bound) => bound,
+        Err(fenced) => return Ok(Err(fenced)),
+    };
+    acquire(leases, child, now_db_millis, timing)?;
+    Ok(Ok(bound))
 }
 
 /// Liveness fleet-wide, as seen from host `host` inside one database transaction at

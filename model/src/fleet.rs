@@ -460,17 +460,31 @@ impl FleetModel {
             fence_base_local_millis: spawned_at,
             message: None,
         });
-        if let Ok(bound) = steps::handoff_publish_first(&mut st.queue, handoff, child) {
-            if self.cfg.variant != FleetVariant::ChildLeaseAtTakeOver {
-                // A fresh child holds no lease yet; a full table refuses the section in
-                // production (nothing published), which the model's bounds never reach.
-                let _ = fleet::acquire(
-                    &mut st.leases,
-                    &Self::fleet_id(host, child),
-                    st.now_db_millis,
-                    &self.cfg.timing,
-                );
+        let bound = if self.cfg.variant == FleetVariant::ChildLeaseAtTakeOver {
+            steps::handoff_publish_first(&mut st.queue, handoff, child).ok()
+        } else {
+            // The production step (F4): the publish and the child's lease in one transaction. A
+            // full table refuses the whole section in production (nothing published), which
+            // the model's bounds never reach; a fenced publish takes no lease.
+            let mut queue = st.queue.clone();
+            let mut leases = st.leases.clone();
+            match fleet::handoff_publish_first_leased(
+                &mut queue,
+                &mut leases,
+                handoff,
+                &Self::fleet_id(host, child),
+                st.now_db_millis,
+                &self.cfg.timing,
+            ) {
+                Ok(published) => {
+                    st.queue = queue;
+                    st.leases = leases;
+                    published.ok()
+                }
+                Err(_) => None,
             }
+        };
+        if let Some(bound) = bound {
             // A fenced second publish leaves the decision to the child's take-over.
             let _ = steps::handoff_publish_second(&mut st.queue, bound);
         }

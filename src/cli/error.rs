@@ -90,6 +90,7 @@ impl From<DispatchError> for CliError {
             DispatchError::File(e) => e.into(),
             DispatchError::UnknownTask { .. } => CliError::Usage(error.to_string()),
             DispatchError::Spawn(e) => CliError::Environment(e.to_string()),
+            DispatchError::Fleet(e) => CliError::Environment(e.to_string()),
             DispatchError::Io { ref source, .. }
                 if source.kind() == std::io::ErrorKind::InvalidInput =>
             {

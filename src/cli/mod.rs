@@ -6,6 +6,7 @@ mod deps;
 pub mod docs;
 mod doctor;
 mod error;
+mod hosts;
 mod lifecycle;
 mod sched;
 #[cfg(feature = "serve")]
@@ -103,6 +104,8 @@ pub enum Command {
     Reconcile(ReconcileArgs),
     /// Check the home's database: SQLite's integrity check and the queue's structure.
     Doctor(doctor::DoctorArgs),
+    /// List a fleet's hosts (PostgreSQL store): live executors and lease age, by the database clock.
+    Hosts(hosts::HostsArgs),
     /// Run a pack: every item with its deadline, under the run ceiling, rows by lane.
     Run(run::RunArgs),
     /// Kill what dead runs left running; remove listed worktrees no live process holds any more.
@@ -467,6 +470,7 @@ pub fn main() -> i32 {
         Command::Clean(args) => lifecycle::clean(home, args),
         Command::Reconcile(args) => commands::reconcile(home, args),
         Command::Doctor(args) => doctor::doctor(home, args),
+        Command::Hosts(args) => hosts::hosts(home, args),
         #[cfg(feature = "serve")]
         Command::Serve(args) => serve::serve(home, args),
         #[cfg(feature = "serve")]

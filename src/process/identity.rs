@@ -42,22 +42,28 @@ pub fn self_identity() -> io::Result<ProcessIdentity> {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ProcLiveness;
 
+/// Inside a queue section of a PostgreSQL home, a process of another host is observed through
+/// its lease ([`crate::fleet::observe`]); everything else through this host's `/proc`.
 impl Liveness for ProcLiveness {
     fn observe(&self, identity: &ProcessIdentity) -> Observation {
-        match read_stat(identity.pid) {
-            Read::Missing => Observation::Gone,
-            Read::Unreadable => Observation::Ambiguous,
-            Read::Found(stat) if !stat.is_alive() => Observation::Gone,
-            Read::Found(stat) if micros(stat.start_ticks) == identity.start_time_micros => {
-                Observation::Matching
-            }
-            Read::Found(_) => Observation::Gone,
-        }
+        crate::fleet::observe(identity, observe_here)
     }
 
     /// Scans `/proc` for the work's marker and its process group (see [`super::work`]).
     fn observe_work(&self, work: &WorkRecord) -> Observation {
-        super::work::observe_work(work)
+        crate::fleet::observe_work(work, super::work::observe_work)
+    }
+}
+
+fn observe_here(identity: &ProcessIdentity) -> Observation {
+    match read_stat(identity.pid) {
+        Read::Missing => Observation::Gone,
+        Read::Unreadable => Observation::Ambiguous,
+        Read::Found(stat) if !stat.is_alive() => Observation::Gone,
+        Read::Found(stat) if micros(stat.start_ticks) == identity.start_time_micros => {
+            Observation::Matching
+        }
+        Read::Found(_) => Observation::Gone,
     }
 }
 

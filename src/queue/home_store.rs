@@ -71,10 +71,14 @@ impl HomeStore {
                         },
                         config.lock_timeout(),
                     );
-                    HomeStore::Postgres(Box::new(
+                    let store =
                         PostgresStore::new(url, queue, config.lock_timeout(), config.durability)
-                            .for_home(home.clone()),
-                    ))
+                            .for_home(home.clone());
+                    // Every section sees the fleet's leases (spec/fleet.md).
+                    match crate::fleet::context_for(config) {
+                        Ok(fleet) => HomeStore::Postgres(Box::new(store.with_fleet(fleet))),
+                        Err(detail) => HomeStore::Misconfigured { setting, detail },
+                    }
                 }
                 Err(detail) => HomeStore::Misconfigured { setting, detail },
             };
@@ -147,6 +151,15 @@ impl Store for HomeStore {
             HomeStore::Misconfigured { setting, detail } => {
                 Err(misconfigured(setting, detail).into())
             }
+        }
+    }
+
+    fn lease_renewer(&self) -> Option<PostgresStore> {
+        match self {
+            HomeStore::Postgres(store) if store.fleet().is_some() => {
+                Some(store.on_own_connection())
+            }
+            _ => None,
         }
     }
 }

@@ -10,7 +10,9 @@ mod store;
 
 pub use home_store::{HomeStore, FILE_STORE_ENV, STORE_ENV};
 pub use lock::{LockError, QueueLock};
-pub use postgres::{redact, PostgresLock, PostgresStore, PostgresUrl, POSTGRES_SCHEMA_VERSION};
+pub use postgres::{
+    redact, FleetContext, PostgresLock, PostgresStore, PostgresUrl, POSTGRES_SCHEMA_VERSION,
+};
 pub use postgres::{LeaseSnapshot, LEASE_LOCK};
 pub use sqlite::{check_database, DoctorReport, SqliteStore, SCHEMA_VERSION};
 pub use store::{parse_queue, Commit, MemoryStore, QueueStore, Store, StoreError};

@@ -29,7 +29,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod lease;
-pub use lease::{LeaseSnapshot, LEASE_LOCK};
+pub use lease::{FleetContext, LeaseSnapshot, LEASE_LOCK};
 
 /// The newest schema this tollgate writes in a PostgreSQL database.
 pub const POSTGRES_SCHEMA_VERSION: i32 = 5;
@@ -244,6 +244,8 @@ pub struct PostgresStore {
     /// version are imported on the first connection (spec/store.md, "PostgreSQL").
     home: Option<crate::home::Home>,
     client: Mutex<Option<Client>>,
+    /// Set on a home's store: every section reads the leases (spec/fleet.md).
+    fleet: Option<FleetContext>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -273,6 +275,7 @@ impl PostgresStore {
             lock: PostgresLock::Advisory,
             home: None,
             client: Mutex::new(None),
+            fleet: None,
         }
     }
 
@@ -493,9 +496,14 @@ impl Store for PostgresStore {
             })
             .map_err(|e| self.busy_or(started, e))?;
         // The lock is held from here: what is read now is what the section changes.
+        let fleet = section.with(|c| self.fleet_begin(c))?;
         let original = section.with(|c| self.read_queue(c))?;
         let mut state = original.clone();
-        let result = change(&mut state)?;
+        // On an `Err` (or a panic) `section` is dropped, which rolls the transaction back.
+        let view = fleet.as_ref().map(|f| f.view.clone());
+        let (result, fleet_after) = crate::fleet::in_section(view, || change(&mut state));
+        let result = result?;
+        section.with(|c| self.fleet_end(c, fleet, fleet_after))?;
         if state != original {
             check_queue(&state).map_err(|detail| StoreError::Unpublishable {
                 path: self.name(),

@@ -53,6 +53,12 @@ pub trait Store {
         self.transact_as(Commit::Promise, change)
     }
 
+    /// On a fleet (a PostgreSQL home): the same store on a connection of its own, for the
+    /// runner's lease renewals (`src/runner/lease.rs`). `None`: one host, no leases.
+    fn lease_renewer(&self) -> Option<super::PostgresStore> {
+        None
+    }
+
     /// [`Store::transact_as`] with [`Commit::Internal`]: a transition a power loss may undo.
     fn transact_internal<R, E>(
         &self,

@@ -9,12 +9,133 @@
 //! `NotOwner`, the watchdog calls the fence action once (the runner's: kill the work's unit, then
 //! exit) before the lease can have expired on the database clock (F1).
 
+use crate::dispatch::DispatchError;
 use crate::fleet::boottime_millis;
-use crate::protocol::fleet::{LeaseTiming, RenewOutcome};
+use crate::process::work;
+use crate::protocol::fleet::{FleetIdentity, LeaseTiming, RenewOutcome};
+use crate::protocol::slots::{Liveness, ProcessIdentity, TurnKey, WorkId, WorkRecord};
+use crate::queue::Store;
+use crate::runtime::Runtime;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+/// The exit code of a runner that fenced itself (its lease could not be renewed in time): its
+/// work was killed and nothing was recorded; the row is left to reconcile (spec/fleet.md).
+pub const FENCED_EXIT_CODE: i32 = 75;
+
+/// The first thing of the runner's take-over section on a fleet: renew the lease the handoff's
+/// first publish took for it ([`crate::fleet::renew_own`]). A lease that is gone or expired (the
+/// runner took longer than a lease to start, or another host already stole it) refuses the
+/// take-over, nothing published, and the runner exits. Nothing on one host.
+pub fn renew_at_take_over(me: ProcessIdentity) -> Result<(), DispatchError> {
+    match crate::fleet::renew_own(me) {
+        None | Some(RenewOutcome::Renewed { .. }) => Ok(()),
+        Some(RenewOutcome::Lost | RenewOutcome::NotOwner) => {
+            Err(crate::protocol::fleet::FleetError::Unknown {
+                holder: FleetIdentity {
+                    host: crate::fleet::section_host()
+                        .unwrap_or_else(|| unreachable!("renew_own answered, so a section runs")),
+                    process: me,
+                },
+            }
+            .into())
+        }
+    }
+}
+
+/// In an attached start section on a fleet: the submitter becomes its turn's executor, so it
+/// takes its lease in the same transaction (spec/fleet.md, `acquire`); refused (the table is
+/// full), the section is rolled back. Nothing on one host.
+pub fn acquire_own(me: ProcessIdentity) -> Result<(), DispatchError> {
+    crate::fleet::acquire_own(me)
+        .unwrap_or(Ok(()))
+        .map_err(DispatchError::from)
+}
+
+/// A runner's lease while its command runs; dropping it ends the renewals without fencing.
+pub struct RunnerLease {
+    keeper: LeaseKeeper,
+}
+
+impl RunnerLease {
+    /// Ends the renewals (the work is dead: the runner killed what was left of it).
+    pub fn stop(self) {
+        self.keeper.stop();
+    }
+}
+
+/// On a fleet (a PostgreSQL home, [`Store::lease_renewer`]), starts the runner's lease keeper
+/// before its command starts: it renews `me`'s lease on a connection of its own, and when no
+/// renewal is confirmed by the fence deadline (measured from `take_over_sent_at_local_millis`,
+/// when the take-over that renewed the lease was sent, then from each confirmed renewal's send)
+/// or the database says the lease is lost, it kills the turn's work (the containment unit of
+/// `work`: its marker and `cgroup`) and exits this process with [`FENCED_EXIT_CODE`], recording
+/// nothing. `None` on one host.
+pub fn start_if_fleet<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    key: &TurnKey,
+    me: ProcessIdentity,
+    work: WorkId,
+    cgroup: Option<PathBuf>,
+    take_over_sent_at_local_millis: u64,
+) -> Result<Option<RunnerLease>, DispatchError> {
+    let Some(renewer) = rt.store.lease_renewer() else {
+        return Ok(None);
+    };
+    let Some(fleet) = renewer.fleet().cloned() else {
+        return Ok(None);
+    };
+    let timing = fleet.timing;
+    let holder = FleetIdentity {
+        host: fleet.host,
+        process: me,
+    };
+    let record = WorkRecord {
+        key: key.clone(),
+        id: work,
+        runner: me,
+        leader: None,
+        cgroup: cgroup.map(|d| d.display().to_string()),
+    };
+    let key = key.clone();
+    let keeper = LeaseKeeper::start(
+        timing,
+        take_over_sent_at_local_millis,
+        move || {
+            renewer
+                .renew_lease(&holder, &timing)
+                .map_err(|e| e.to_string())
+        },
+        move |reason| fence_and_exit(&key, &record, &timing, &reason),
+    )
+    .map_err(|e| DispatchError::io("starting the lease threads", e))?;
+    Ok(Some(RunnerLease { keeper }))
+}
+
+/// The runner's fence action: kill the work's unit within the kill budget (its marker finds
+/// every process of it, the cgroup too where there is one), then exit at once without touching
+/// the queue. The command's first process also dies with this process (`PR_SET_PDEATHSIG`),
+/// which covers a command spawned while the kill ran.
+fn fence_and_exit(key: &TurnKey, record: &WorkRecord, timing: &LeaseTiming, reason: &FenceReason) {
+    let grace =
+        Duration::from_millis((timing.kill_budget_millis / 2).min(work::WORK_TERM_GRACE_MILLIS));
+    let killed = work::kill_unit(&work::unit_of(record), grace);
+    if !killed.is_complete() {
+        tracing::error!(
+            "{key}: self-fencing: {} process(es) of work {} survived the kill: {:?}",
+            killed.remaining.len(),
+            record.id,
+            killed.remaining
+        );
+    }
+    eprintln!(
+        "tollgate runner {key}: fenced itself ({reason:?}): its lease could not be renewed in          time, so its work was killed and nothing was recorded; another host may run the turn          again once the lease has expired"
+    );
+    std::process::exit(FENCED_EXIT_CODE);
+}
 
 /// Renewal reports in flight between the two threads: the renewer waits a whole interval between
 /// sends, so more than a few pending means the watchdog is gone.

@@ -57,6 +57,7 @@ pub fn run_worker<L: Liveness, S: Store>(
     tracing::debug!("{key}: containment {containment:?} ({reason:?})");
     let cgroup = work::cgroup_for(&containment, WorkId::from_token(token));
     let cgroup_text = cgroup.as_ref().map(|d| d.display().to_string());
+    let take_over_sent = crate::fleet::boottime_millis();
     let (effect, turn) = take_over_in(rt, key, token, me, cgroup_text.as_deref())?;
     let work = match effect {
         TakeOverEffect::Refused { holder } => return Ok(WorkerOutcome::Refused { holder }),
@@ -81,7 +82,10 @@ pub fn run_worker<L: Liveness, S: Store>(
     turn.started_at_millis = Some(tasks::now_millis());
     turn.runner = Some(me);
     tasks::save_turn(&rt.home, &turn)?;
+    // On a fleet: renewals, and self-fencing if they fail (spec/fleet.md, F1).
+    let lease = lease::start_if_fleet(rt, key, me, work, cgroup.clone(), take_over_sent)?;
     let execution = run_work_in(rt, &turn, me, work, cgroup, false);
+    drop(lease); // the work is dead: the renewals end, no fence any more
     execution.record(&mut turn, tasks::now_millis());
     let outcome = execution.outcome;
     let next = record_and_start_next(rt, &turn, me)?;
@@ -129,6 +133,8 @@ pub fn take_over_in<L: Liveness, S: Store>(
     cgroup: Option<&str>,
 ) -> Result<(TakeOverEffect, TurnRecord), DispatchError> {
     rt.store.transact_internal(|state| {
+        // On a fleet the take-over first renews the lease its handoff took (F4); lost: exit.
+        crate::runner::lease::renew_at_take_over(me)?;
         let turn = tasks::load_turn(&rt.home, key)?
             .ok_or_else(|| SlotError::UnknownRow { key: key.clone() })?;
         let effect = steps::runner_take_over(
@@ -142,6 +148,9 @@ pub fn take_over_in<L: Liveness, S: Store>(
                 liveness: &rt.liveness,
             },
         )?;
+        if matches!(effect, TakeOverEffect::Refused { .. }) {
+            crate::fleet::release_own(me);
+        }
         Ok::<_, DispatchError>((effect, turn))
     })
 }
@@ -260,6 +269,7 @@ fn finish_section<L: Liveness, S: Store>(
             None if queued => crate::deps::departed_on_disk(rt, state, key, me)?,
             None => crate::deps::AfterDeparture::default(),
         };
+        crate::fleet::release_own(me);
         let strategies = rt.strategies_for(state)?;
         let next = steps::runner_finish(
             state,

@@ -9,13 +9,14 @@
 //! ever compared with another's: every expiry is the database clock plus a lease duration.
 
 use super::{PostgresStore, LOCK_NAMESPACE};
+use crate::fleet::FleetView;
 use crate::protocol::fleet::{
     self, FleetError, FleetIdentity, HostId, Lease, LeaseTable, LeaseTiming, RenewOutcome,
     MAX_LEASES,
 };
 use crate::protocol::slots::ProcessIdentity;
 use crate::queue::StoreError;
-use postgres::Transaction;
+use postgres::GenericClient;
 use std::time::Instant;
 
 /// The second key of the fleet's lease lock (the migration lock is 0; a queue's lock is
@@ -48,7 +49,102 @@ impl LeaseSnapshot {
     }
 }
 
+/// A home's store on a fleet: this host and its lease numbers. With it, every queue section
+/// reads the leases in its own transaction ([`crate::fleet`], "The section's view").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FleetContext {
+    pub host: HostId,
+    pub timing: LeaseTiming,
+}
+
+/// The lease table a queue section read, and the view it hands to the section (expired leases
+/// already swept).
+pub(super) struct FleetSection {
+    original: LeaseTable,
+    pub(super) view: FleetView,
+}
+
 impl PostgresStore {
+    /// The same store on a fleet: each section takes the lease lock after the queue's and sees
+    /// the leases ([`crate::fleet::FleetView`]).
+    pub fn with_fleet(mut self, fleet: FleetContext) -> Self {
+        self.fleet = Some(fleet);
+        self
+    }
+
+    /// This store's host and lease numbers, if it is a home's store on a fleet.
+    pub fn fleet(&self) -> Option<&FleetContext> {
+        self.fleet.as_ref()
+    }
+
+    /// The same store on a connection of its own (opened on first use): the runner's lease
+    /// renewer, which must not wait behind the runner's own sections, nor they behind it.
+    pub fn on_own_connection(&self) -> PostgresStore {
+        PostgresStore {
+            url: self.url.clone(),
+            queue: self.queue.clone(),
+            lock_timeout: self.lock_timeout,
+            durability: self.durability,
+            lock: self.lock,
+            // Leases only: no records to import or lend on this connection.
+            home: None,
+            client: std::sync::Mutex::new(None),
+            fleet: self.fleet.clone(),
+        }
+    }
+
+    /// In a queue section, right after the queue's lock: takes the lease lock (always after a
+    /// queue's, never before, so the two cannot deadlock), reads the database clock after it and
+    /// the lease table, and sweeps the expired leases (`fleet::sweep_expired`, F3). `None` when
+    /// this store is not on a fleet.
+    pub(super) fn fleet_begin(
+        &self,
+        tx: &mut impl GenericClient,
+    ) -> Result<Option<FleetSection>, StoreError> {
+        let Some(fleet) = &self.fleet else {
+            return Ok(None);
+        };
+        let started = Instant::now();
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1, $2)",
+            &[&LOCK_NAMESPACE, &LEASE_LOCK],
+        )
+        .map_err(|e| self.busy_or(started, e))?;
+        let now_db_millis = db_now_millis(tx).map_err(|e| self.error(e))?;
+        let original = self.read_leases(tx)?;
+        let mut leases = original.clone();
+        fleet::sweep_expired(&mut leases, now_db_millis);
+        Ok(Some(FleetSection {
+            original,
+            view: FleetView {
+                host: fleet.host.clone(),
+                timing: fleet.timing,
+                leases,
+                now_db_millis,
+            },
+        }))
+    }
+
+    /// Before a queue section commits: writes the leases it changed (the sweep, an acquisition,
+    /// a renewal, a release), with a synchronous commit: a lost lease commit could let another
+    /// host think a live process dead.
+    pub(super) fn fleet_end(
+        &self,
+        tx: &mut impl GenericClient,
+        section: Option<FleetSection>,
+        after: Option<FleetView>,
+    ) -> Result<(), StoreError> {
+        let (Some(section), Some(after)) = (section, after) else {
+            return Ok(());
+        };
+        if after.leases != section.original {
+            tx.batch_execute("SET LOCAL synchronous_commit = on")
+                .map_err(|e| self.error(e))?;
+            write_leases(tx, &section.original, &after.leases).map_err(|e| self.error(e))?;
+        }
+        Ok(())
+    }
+
     /// Runs `step` on the lease table in one transaction under the fleet's lease lock, with the
     /// database clock read after the lock; writes back only the rows `step` changed. An `Err`
     /// from `step` rolls everything back.
@@ -137,7 +233,7 @@ impl PostgresStore {
         .map(|r| r.unwrap_or_else(|_| unreachable!("reading refuses nothing")))
     }
 
-    fn read_leases(&self, tx: &mut Transaction<'_>) -> Result<LeaseTable, StoreError> {
+    fn read_leases(&self, tx: &mut impl GenericClient) -> Result<LeaseTable, StoreError> {
         // One more than the limit: a table over it is refused rather than read in part.
         let rows = tx
             .query(
@@ -184,7 +280,7 @@ impl PostgresStore {
 
 /// The database clock, in milliseconds since the epoch, at this statement (not the
 /// transaction's start).
-fn db_now_millis(tx: &mut Transaction<'_>) -> Result<u64, postgres::Error> {
+fn db_now_millis(tx: &mut impl GenericClient) -> Result<u64, postgres::Error> {
     let millis: i64 = tx
         .query_one(
             "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
@@ -195,7 +291,7 @@ fn db_now_millis(tx: &mut Transaction<'_>) -> Result<u64, postgres::Error> {
 }
 
 fn write_leases(
-    tx: &mut Transaction<'_>,
+    tx: &mut impl GenericClient,
     original: &LeaseTable,
     table: &LeaseTable,
 ) -> Result<(), postgres::Error> {

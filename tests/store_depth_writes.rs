@@ -10,7 +10,7 @@ use tollgate::home::Home;
 use tollgate::protocol::slots::{
     enqueue, park, AfterRule, Dependency, ProcessIdentity, QueueState, TurnKey,
 };
-use tollgate::queue::{SqliteStore, Store, StoreError};
+use tollgate::queue::{SqliteStore, StoreError};
 
 const DEPTH: u32 = 2_000;
 

@@ -3,7 +3,7 @@
 //! every start of a parked row (a finishing runner, reconcile) asks [`may_start`].
 
 use super::admission::{Arrival, Scope, Strategy};
-use super::slots::{QueueEntry, QueueState, RowState, TurnKey};
+use super::slots::{QueueEntry, QueueLookup, QueueState, RowState, TurnKey};
 
 /// What a new turn of a task does, decided from the task's rows under the queue lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,7 +60,8 @@ fn is_active(entry: &QueueEntry) -> bool {
     !matches!(entry.state, RowState::Parked)
 }
 
-/// Rows of `task` that are running or being started.
+/// Rows of `task` that are running or being started: one scan, for a decision that asks once
+/// (a decision that asks per parked row uses [`QueueLookup::running_in_scope`]).
 pub fn running_in_scope(state: &QueueState, task: &str) -> usize {
     state
         .entries
@@ -148,15 +149,21 @@ pub fn may_start(
 
 /// The start filter of [`crate::slots::steps::runner_finish`] and
 /// [`crate::slots::steps::reconcile`]: each parked row may start when its task's strategy
-/// (default: one at a time) allows it at `now_millis`.
+/// (default: one at a time) allows it at `now_millis`. It answers [`crate::slots::dependencies_met`]
+/// and [`may_start`] from the decision's [`QueueLookup`] (the same answers, in O(1) per row;
+/// tests/store_depth_lookup.rs checks them against the scans).
 pub fn start_filter(
     strategies: &std::collections::BTreeMap<String, Strategy>,
     now_millis: u64,
-) -> impl Fn(&QueueState, &QueueEntry) -> bool + '_ {
-    move |state, entry| {
+) -> impl Fn(&QueueLookup<'_>, &QueueEntry) -> bool + '_ {
+    move |lookup, entry| {
         let strategy = strategies.get(&entry.key.task).copied().unwrap_or_default();
         // R1: a row whose dependencies are still queued never starts.
-        crate::slots::dependencies_met(state, entry)
-            && may_start(state, entry, strategy, now_millis)
+        entry.after.iter().all(|d| !lookup.has_row(&d.key))
+            && strategy.may_start(
+                lookup.running_in_scope(&entry.key.task),
+                entry.ready_at_millis,
+                now_millis,
+            )
     }
 }

@@ -29,8 +29,9 @@ pub use occupancy::{
 };
 pub use order::{held_back, start_candidates, HeldBack, PauseScope, PauseSet, MAX_PAUSED_TASKS};
 pub use queue::{
-    enqueue, validate_task_name, EnqueueOutcome, QueueEntry, QueueState, RowState, RunnerRecord,
-    RunnerSlotReservation, TurnKey, MAX_QUEUE_ROWS, MAX_TASK_NAME_BYTES, QUEUE_FORMAT_VERSION,
+    enqueue, validate_task_name, EnqueueOutcome, QueueEntry, QueueLookup, QueueState, RowState,
+    RunnerRecord, RunnerSlotReservation, TurnKey, MAX_QUEUE_ROWS, MAX_TASK_NAME_BYTES,
+    QUEUE_FORMAT_VERSION,
 };
 pub use reconcile::{reconcile_step, reconcile_step_with, ReconcileStep};
 pub use reserve::{

@@ -21,7 +21,6 @@ use crate::protocol::slots::{
 use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
-use std::collections::HashMap;
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -811,6 +810,8 @@ fn read_queue(conn: &Connection, path: &Path) -> Result<QueueState, StoreError> 
         state.entries.push(entry);
     }
     drop(query);
+    // Already in order unless ids passed 2^63 (see [`int`]); the sort is then linear.
+    state.entries.sort_by_key(|e| e.queue_id);
     read_dependencies(conn, &mut state).map_err(sql)?;
     let mut runners = conn
         .prepare_cached("SELECT task, turn, pid, start_micros, attached FROM runners ORDER BY pos")
@@ -860,8 +861,6 @@ fn read_queue(conn: &Connection, path: &Path) -> Result<QueueState, StoreError> 
             cgroup,
         });
     }
-    // Already in order unless ids passed 2^63 (see [`int`]); the sort is then linear.
-    state.entries.sort_by_key(|e| e.queue_id);
     check_queue(&state).map_err(corrupt)?;
     Ok(state)
 }
@@ -950,14 +949,10 @@ fn entry_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<QueueEntry
     }))
 }
 
-/// Attaches the `entry_dependencies` rows to their entries (spec/store.md, version 3).
+/// Attaches the `entry_dependencies` rows to their entries (spec/store.md, version 3), found by
+/// a binary search of the entries, which are in `queue_id` order by now (no map of the queue is
+/// built for the few rows that have dependencies).
 fn read_dependencies(conn: &Connection, state: &mut QueueState) -> rusqlite::Result<()> {
-    let index: HashMap<u64, usize> = state
-        .entries
-        .iter()
-        .enumerate()
-        .map(|(i, e)| (e.queue_id, i))
-        .collect();
     let mut rows = conn.prepare_cached(
         "SELECT queue_id, task, turn, rule FROM entry_dependencies ORDER BY queue_id, pos",
     )?;
@@ -969,7 +964,10 @@ fn read_dependencies(conn: &Connection, state: &mut QueueState) -> rusqlite::Res
             _ => AfterRule::Ended,
         };
         // A dependency of a row that is gone would be a leftover; the row's removal deletes them.
-        if let Some(&i) = index.get(&queue_id) {
+        if let Ok(i) = state
+            .entries
+            .binary_search_by_key(&queue_id, |e| e.queue_id)
+        {
             state.entries[i].after.push(Dependency {
                 key: TurnKey::new(row.get::<_, String>(1)?, row.get(2)?),
                 rule,
@@ -979,50 +977,91 @@ fn read_dependencies(conn: &Connection, state: &mut QueueState) -> rusqlite::Res
     Ok(())
 }
 
-/// Rewrites the dependencies of the entries whose list changed (or that left).
+/// Rewrites the dependencies of the entry `queue_id` as `after` (none: the row left or lost them).
 fn write_dependencies(
     tx: &Connection,
-    old_by_id: &HashMap<u64, &QueueEntry>,
-    new_by_id: &HashMap<u64, &QueueEntry>,
+    queue_id: u64,
+    after: &[Dependency],
 ) -> rusqlite::Result<()> {
-    let after = |map: &HashMap<u64, &QueueEntry>, id: &u64| -> Vec<Dependency> {
-        map.get(id).map_or_else(Vec::new, |e| e.after.clone())
-    };
-    let changed: Vec<u64> = old_by_id
-        .keys()
-        .chain(new_by_id.keys())
-        .filter(|id| after(old_by_id, id) != after(new_by_id, id))
-        .copied()
-        .collect();
-    if changed.is_empty() {
-        return Ok(());
-    }
-    let mut delete = tx.prepare_cached("DELETE FROM entry_dependencies WHERE queue_id = ?1")?;
+    tx.prepare_cached("DELETE FROM entry_dependencies WHERE queue_id = ?1")?
+        .execute([int(queue_id)])?;
     let mut insert = tx.prepare_cached(
         "INSERT INTO entry_dependencies (queue_id, pos, task, turn, rule) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;
-    for id in changed {
-        delete.execute([int(id)])?;
-        for (pos, dependency) in after(new_by_id, &id).iter().enumerate() {
-            let rule = match dependency.rule {
-                AfterRule::Ended => "ended",
-                AfterRule::Succeeded => "succeeded",
-            };
-            insert.execute(params![
-                int(id),
-                pos,
-                dependency.key.task,
-                dependency.key.turn,
-                rule
-            ])?;
-        }
+    for (pos, dependency) in after.iter().enumerate() {
+        let rule = match dependency.rule {
+            AfterRule::Ended => "ended",
+            AfterRule::Succeeded => "succeeded",
+        };
+        insert.execute(params![
+            int(queue_id),
+            pos,
+            dependency.key.task,
+            dependency.key.turn,
+            rule
+        ])?;
     }
+    Ok(())
+}
+
+/// Deletes the row of an entry that left, with its dependencies.
+fn remove_entry(tx: &Connection, entry: &QueueEntry) -> rusqlite::Result<()> {
+    tx.prepare_cached("DELETE FROM entries WHERE queue_id = ?1")?
+        .execute([int(entry.queue_id)])?;
+    if !entry.after.is_empty() {
+        write_dependencies(tx, entry.queue_id, &[])?;
+    }
+    Ok(())
+}
+
+/// Writes one entry's row (added or changed).
+fn upsert_entry(tx: &Connection, entry: &QueueEntry) -> rusqlite::Result<()> {
+    let mut upsert = tx.prepare_cached(
+        "INSERT OR REPLACE INTO entries (queue_id, task, turn, enqueued_at_millis, ready_at_millis,
+            state, owner_pid, owner_start_micros, enqueue_owner_pid, enqueue_owner_start_micros,
+            reservation_token, reserver_pid, reserver_start_micros, child_pid, child_start_micros,
+            cancel_requested, priority)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+    )?;
+    let (state, owner, enqueue_owner) = match &entry.state {
+        RowState::Waiting {
+            enqueue_owner,
+            owner,
+        } => ("waiting", Some(owner), Some(enqueue_owner)),
+        RowState::Dispatching { dispatch_owner } => ("dispatching", Some(dispatch_owner), None),
+        RowState::Parked => ("parked", None, None),
+    };
+    let reservation = entry.slot_reservation.as_ref();
+    let child = reservation.and_then(|r| r.child.as_ref());
+    upsert.execute(params![
+        int(entry.queue_id),
+        entry.key.task,
+        entry.key.turn,
+        int(entry.enqueued_at_millis),
+        int(entry.ready_at_millis),
+        state,
+        owner.map(|o| o.pid),
+        owner.map(|o| int(o.start_time_micros)),
+        enqueue_owner.map(|o| o.pid),
+        enqueue_owner.map(|o| int(o.start_time_micros)),
+        reservation.map(|r| r.token.to_string()),
+        reservation.map(|r| r.reserver.pid),
+        reservation.map(|r| int(r.reserver.start_time_micros)),
+        child.map(|c| c.pid),
+        child.map(|c| int(c.start_time_micros)),
+        entry.cancel_requested,
+        entry.priority,
+    ])?;
     Ok(())
 }
 
 /// Writes what differs between `old` (what the tables hold) and `new`: the meta row if its
 /// fields changed, the entries that were removed, added or changed (by `queue_id`), and the
 /// runner and work lists whole when either changed (each is bounded by the slots in use).
+///
+/// The entries are compared in one merge walk over both lists, which are in `queue_id` order
+/// (the loader sorts `old`; `new` passed the structure check, which requires it): no map of the
+/// queue is built, and only the rows that changed are written (issue 12).
 fn write_changes(tx: &Connection, old: &QueueState, new: &QueueState) -> rusqlite::Result<()> {
     if old.version != new.version || old.next_queue_id != new.next_queue_id {
         tx.prepare_cached("UPDATE queue_meta SET version = ?1, next_queue_id = ?2 WHERE id = 1")?
@@ -1037,58 +1076,41 @@ fn write_changes(tx: &Connection, old: &QueueState, new: &QueueState) -> rusqlit
             insert.execute([task])?;
         }
     }
-    let new_by_id: HashMap<u64, &QueueEntry> =
-        new.entries.iter().map(|e| (e.queue_id, e)).collect();
-    let old_by_id: HashMap<u64, &QueueEntry> =
-        old.entries.iter().map(|e| (e.queue_id, e)).collect();
-    let mut delete = tx.prepare_cached("DELETE FROM entries WHERE queue_id = ?1")?;
-    for entry in &old.entries {
-        if !new_by_id.contains_key(&entry.queue_id) {
-            delete.execute([int(entry.queue_id)])?;
+    if old.entries != new.entries {
+        let (mut olds, mut news) = (old.entries.iter().peekable(), new.entries.iter().peekable());
+        loop {
+            match (olds.peek(), news.peek()) {
+                (None, None) => break,
+                (Some(o), Some(n)) if o.queue_id == n.queue_id => {
+                    if o != n {
+                        upsert_entry(tx, n)?;
+                        if o.after != n.after {
+                            write_dependencies(tx, n.queue_id, &n.after)?;
+                        }
+                    }
+                    olds.next();
+                    news.next();
+                }
+                // A row of `old` before the next of `new` (or after the last): it left.
+                (Some(o), None) => {
+                    remove_entry(tx, o)?;
+                    olds.next();
+                }
+                (Some(o), Some(n)) if o.queue_id < n.queue_id => {
+                    remove_entry(tx, o)?;
+                    olds.next();
+                }
+                // A row of `new` not in `old`: added.
+                (_, Some(n)) => {
+                    upsert_entry(tx, n)?;
+                    if !n.after.is_empty() {
+                        write_dependencies(tx, n.queue_id, &n.after)?;
+                    }
+                    news.next();
+                }
+            }
         }
     }
-    let mut upsert = tx.prepare_cached(
-        "INSERT OR REPLACE INTO entries (queue_id, task, turn, enqueued_at_millis, ready_at_millis,
-            state, owner_pid, owner_start_micros, enqueue_owner_pid, enqueue_owner_start_micros,
-            reservation_token, reserver_pid, reserver_start_micros, child_pid, child_start_micros,
-            cancel_requested, priority)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
-    )?;
-    for entry in &new.entries {
-        if old_by_id.get(&entry.queue_id) == Some(&entry) {
-            continue;
-        }
-        let (state, owner, enqueue_owner) = match &entry.state {
-            RowState::Waiting {
-                enqueue_owner,
-                owner,
-            } => ("waiting", Some(owner), Some(enqueue_owner)),
-            RowState::Dispatching { dispatch_owner } => ("dispatching", Some(dispatch_owner), None),
-            RowState::Parked => ("parked", None, None),
-        };
-        let reservation = entry.slot_reservation.as_ref();
-        let child = reservation.and_then(|r| r.child.as_ref());
-        upsert.execute(params![
-            int(entry.queue_id),
-            entry.key.task,
-            entry.key.turn,
-            int(entry.enqueued_at_millis),
-            int(entry.ready_at_millis),
-            state,
-            owner.map(|o| o.pid),
-            owner.map(|o| int(o.start_time_micros)),
-            enqueue_owner.map(|o| o.pid),
-            enqueue_owner.map(|o| int(o.start_time_micros)),
-            reservation.map(|r| r.token.to_string()),
-            reservation.map(|r| r.reserver.pid),
-            reservation.map(|r| int(r.reserver.start_time_micros)),
-            child.map(|c| c.pid),
-            child.map(|c| int(c.start_time_micros)),
-            entry.cancel_requested,
-            entry.priority,
-        ])?;
-    }
-    write_dependencies(tx, &old_by_id, &new_by_id)?;
     if old.runners != new.runners {
         tx.execute("DELETE FROM runners", [])?;
         let mut insert = tx.prepare_cached(

@@ -6,7 +6,7 @@
 //! [`held_back`] before it reserves. The pause set lives in the queue state, so the section
 //! that decides a start also sees the pause under the same lock.
 
-use super::{QueueEntry, QueueState, RowState, SlotError, TurnKey};
+use super::{QueueEntry, QueueLookup, QueueState, RowState, SlotError, TurnKey};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
@@ -65,17 +65,22 @@ pub fn held_back(
 /// accepted by `eligible` (the task's strategy, the time), highest `priority` first and FIFO
 /// (`queue_id`) among equal priorities. A row that holds a slot is never among them, so a
 /// priority never reorders a row that already started.
+///
+/// `eligible` is asked about every parked row against one [`QueueLookup`] of `state`, built once
+/// here, so its per-row questions (the task's active rows, a dependency's row) cost O(1) and the
+/// whole decision O(rows log rows), not O(rows²) (issue 12).
 pub fn start_candidates(
     state: &QueueState,
-    eligible: &impl Fn(&QueueState, &QueueEntry) -> bool,
+    eligible: &impl Fn(&QueueLookup<'_>, &QueueEntry) -> bool,
 ) -> Vec<TurnKey> {
+    let lookup = QueueLookup::new(state);
     let mut rows: Vec<&QueueEntry> = state
         .entries
         .iter()
         .filter(|e| {
             matches!(e.state, RowState::Parked)
                 && !state.paused.holds(&e.key.task)
-                && eligible(state, e)
+                && eligible(&lookup, e)
         })
         .collect();
     // Stable sort on a total key: priority descending, then queue_id ascending.
@@ -145,7 +150,7 @@ mod tests {
         state
     }
 
-    fn every(_: &QueueState, _: &QueueEntry) -> bool {
+    fn every(_: &QueueLookup<'_>, _: &QueueEntry) -> bool {
         true
     }
 

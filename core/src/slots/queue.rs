@@ -3,6 +3,8 @@
 use super::order::PauseSet;
 use super::{ProcessIdentity, SlotError, SlotToken, WorkRecord};
 use serde::{Deserialize, Serialize};
+use std::cell::OnceCell;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 /// Version written into `queue.json`; older documents (missing fields) still load.
@@ -266,6 +268,68 @@ impl QueueState {
             ));
         }
         Ok(())
+    }
+}
+
+/// A read-only view of a queue for one start decision, whose per-row questions are answered
+/// from indexes built once for the whole decision (issue 12: a start-next asks "how many rows of
+/// this task are active?" and "is this dependency still queued?" for every parked row, which as
+/// scans made a decision quadratic in the queue's rows).
+///
+/// The indexes are derived from the state it borrows, which cannot change while the view lives,
+/// so they can never go stale; the state itself (its equality, hash and serialisation) carries
+/// nothing new, and the models' state counts are unchanged. Dereferences to the [`QueueState`].
+#[derive(Debug)]
+pub struct QueueLookup<'a> {
+    state: &'a QueueState,
+    /// Task → its rows that are not parked (running or being started): one pass over the rows,
+    /// holding only the active ones (bounded by the slots in use, not by the queue).
+    active_by_task: HashMap<&'a str, usize>,
+    /// Every row's turn, built on the first dependency question only (most rows have none).
+    keys: OnceCell<HashSet<&'a TurnKey>>,
+}
+
+impl<'a> QueueLookup<'a> {
+    /// Indexes `state` for one decision: O(rows), once.
+    pub fn new(state: &'a QueueState) -> Self {
+        let mut active_by_task: HashMap<&'a str, usize> = HashMap::new();
+        for entry in &state.entries {
+            if !matches!(entry.state, RowState::Parked) {
+                *active_by_task.entry(entry.key.task.as_str()).or_insert(0) += 1;
+            }
+        }
+        QueueLookup {
+            state,
+            active_by_task,
+            keys: OnceCell::new(),
+        }
+    }
+
+    /// The state this view indexes.
+    pub fn state(&self) -> &'a QueueState {
+        self.state
+    }
+
+    /// Rows of `task` that are running or being started: what
+    /// [`crate::scopes::running_in_scope`] scans for, in O(1).
+    pub fn running_in_scope(&self, task: &str) -> usize {
+        self.active_by_task.get(task).copied().unwrap_or(0)
+    }
+
+    /// Whether `key` has a row ([`QueueState::row`]`(key).is_some()`), in O(1) after the first
+    /// call's O(rows).
+    pub fn has_row(&self, key: &TurnKey) -> bool {
+        self.keys
+            .get_or_init(|| self.state.entries.iter().map(|e| &e.key).collect())
+            .contains(key)
+    }
+}
+
+impl std::ops::Deref for QueueLookup<'_> {
+    type Target = QueueState;
+
+    fn deref(&self) -> &QueueState {
+        self.state
     }
 }
 

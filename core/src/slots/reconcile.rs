@@ -124,12 +124,20 @@ pub(crate) fn reconcile_step_general(
     fresh_token: SlotToken,
     liveness: &impl Liveness,
     is_settled: &impl Fn(&TurnKey) -> bool,
-    eligible: &impl Fn(&QueueState, &QueueEntry) -> bool,
+    eligible: &impl Fn(&super::QueueLookup<'_>, &QueueEntry) -> bool,
     orphans: Orphans<'_>,
 ) -> Result<ReconcileStep, SlotError> {
     // S9. A turn that has its record but no row (the shell lists such never-started turns) is
     //     enqueued and parked, one per step; it then starts like any parked row.
-    if let Some(key) = orphans.keys.iter().find(|k| state.row(k).is_none()) {
+    //     (One index of the rows for all the candidates: a pass lists every never-started turn.)
+    let orphan = match orphans.keys {
+        [] => None,
+        keys => {
+            let lookup = super::QueueLookup::new(state);
+            keys.iter().find(|k| !lookup.has_row(k))
+        }
+    };
+    if let Some(key) = orphan {
         let key = key.clone();
         enqueue(state, &key, reconciler, orphans.now_millis)?;
         park(state, &key)?;

@@ -298,7 +298,7 @@ pub fn start_next_parked(
 }
 
 /// Every parked row may start (no scope strategy applies).
-pub(crate) fn every_row(_: &QueueState, _: &QueueEntry) -> bool {
+pub(crate) fn every_row(_: &super::QueueLookup<'_>, _: &QueueEntry) -> bool {
     true
 }
 
@@ -334,7 +334,7 @@ pub(crate) fn start_next_parked_general(
     cap: usize,
     fresh_token: SlotToken,
     liveness: &impl Liveness,
-    eligible: &impl Fn(&QueueState, &QueueEntry) -> bool,
+    eligible: &impl Fn(&super::QueueLookup<'_>, &QueueEntry) -> bool,
 ) -> Result<StartNext, SlotError> {
     // Scheduling (pause, priority; spec/slots.md, "Scheduling") decides the candidates and order.
     let parked = super::order::start_candidates(state, eligible);

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Cost in queue depth (issue 12, point 4): a submit that parks (the home's only slot held by a
+# running turn) at each of DEPTHS parked rows, timed in one run, interleaved round by round so a
+# swing of the disk hits every depth alike; medians and the ratio to the shallowest depth.
+#
+# The rows are made fast: one `sqlite3` transaction inserts DEPTH parked rows (each its own task,
+# with its task and turn record, as generated names are) behind the held slot, rows the store
+# loads and checks like any other. Every timed submit parks (it is checked), so each depth grows
+# by ROUNDS rows during the run. No timed assertion: it prints figures (docs/PERFORMANCE.md,
+# "Growth with the queue").
+#
+# Usage: benches/depth.sh            DEPTHS="10 10000 100000" ROUNDS=15 (env)
+#        BIN=path uses that binary; otherwise the release binary is built first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DEPTHS="${DEPTHS:-10 10000 100000}"
+ROUNDS="${ROUNDS:-15}"
+if [ -z "${BIN:-}" ]; then
+  cargo build --release --quiet --bin tollgate
+  BIN="${CARGO_TARGET_DIR:-target}/release/tollgate"
+fi
+command -v sqlite3 >/dev/null || { echo "depth.sh needs the sqlite3 shell (apt-get install sqlite3)" >&2; exit 2; }
+
+work="$(mktemp -d)"
+cleanup() {
+  for d in $DEPTHS; do touch "$work/release-$d"; done
+  sleep 0.2
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Polls (at most 30 s) until `status` of home $1 shows a turn of task $2 in state $3.
+wait_state() {
+  local home="$1" task="$2" state="$3" i
+  for i in $(seq 1 600); do
+    if "$BIN" --home "$home" status "$task" 2>/dev/null | grep -q " $state "; then return 0; fi
+    sleep 0.05
+  done
+  echo "timed out waiting for $task to be $state in $home" >&2
+  exit 1
+}
+
+# Parks $2 rows behind the held slot of home $1 (queue ids from 1 000 000 on, after every real
+# row), each of its own task with a task and a turn record, in one transaction.
+park_synthetic() {
+  local home="$1" depth="$2"
+  sqlite3 "$home/tollgate.db" >/dev/null <<SQL
+PRAGMA busy_timeout = 10000;
+BEGIN IMMEDIATE;
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $depth)
+INSERT INTO entries (queue_id, task, turn, enqueued_at_millis, state)
+  SELECT 1000000 + i, 'bulk-' || i, 1,
+         (SELECT coalesce(max(enqueued_at_millis), 0) FROM entries), 'parked' FROM n;
+INSERT INTO tasks (name, next_turn, body)
+  SELECT task, 2, json_object('name', task, 'next_turn', 2) FROM entries WHERE task LIKE 'bulk-%';
+INSERT INTO turns (task, turn, short_id, settled, body)
+  SELECT task, 1, queue_id, 0,
+         json_object('task', task, 'turn', 1, 'argv', json_array('true'), 'id', queue_id)
+  FROM entries WHERE task LIKE 'bulk-%';
+UPDATE queue_meta SET next_queue_id = 1000000 + $depth + 1;
+COMMIT;
+SQL
+}
+
+# The queue's bound (MAX_QUEUE_ROWS): the deepest home is filled to just below it, leaving room
+# for the held turn, the untimed submit and the timed ones.
+MAX_QUEUE_ROWS=100000
+declare -A SAMPLES=() ROWS=()
+for d in $DEPTHS; do
+  rows=$d
+  [ $((rows + 2 + ROUNDS)) -le "$MAX_QUEUE_ROWS" ] || rows=$((MAX_QUEUE_ROWS - 2 - ROUNDS))
+  ROWS[$d]=$rows
+  h="$work/home-$d"
+  "$BIN" --home "$h" init --workers 1 >/dev/null
+  "$BIN" --home "$h" submit --task hold -- sh -c "while [ ! -e '$work/release-$d' ]; do sleep 0.05; done" >/dev/null 2>&1
+  wait_state "$h" hold running
+  t0=$(date +%s%N)
+  park_synthetic "$h" "$rows"
+  t1=$(date +%s%N)
+  echo "depth $d: $rows parked rows made in $(( (t1 - t0) / 1000000 )) ms" >&2
+  # Untimed: the first parking submit of a home (a fresh task name's first lookups).
+  out=$("$BIN" --home "$h" submit -- true 2>&1) || { echo "the first submit at depth $d failed: $out" >&2; exit 1; }
+done
+
+for r in $(seq 1 "$ROUNDS"); do
+  for d in $DEPTHS; do
+    h="$work/home-$d"
+    t0=$(date +%s%N)
+    out=$("$BIN" --home "$h" submit -- true 2>&1)
+    t1=$(date +%s%N)
+    grep -q 'parked' <<<"$out" || { echo "a submit at depth $d did not park: $out" >&2; exit 1; }
+    SAMPLES[$d]+="$(( (t1 - t0) / 1000 )) "
+  done
+done
+
+median_ms() { tr ' ' '\n' <<<"$1" | grep . | sort -n | awk '{ a[NR] = $1 } END { printf "%.2f", a[int((NR + 1) / 2)] / 1000 }'; }
+
+echo "binary: $BIN; $ROUNDS parking submits per depth, interleaved; one slot held"
+printf '%-12s %10s %22s %14s\n' "parked rows" "median ms" "x the cost at the first" "tollgate.db kB"
+first=""
+for d in $DEPTHS; do
+  m=$(median_ms "${SAMPLES[$d]}")
+  [ -n "$first" ] || first=$m
+  kb=$(du -ck "$work/home-$d"/tollgate.db* 2>/dev/null | awk 'END { print $1 }')
+  printf '%-12s %10s %22s %14s\n' "${ROWS[$d]}" "$m" "$(awk -v a="$first" -v b="$m" 'BEGIN { printf "%.2f", b / a }')" "$kb"
+done

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 /// The newest schema this tollgate writes; a database whose `schema_migrations` names a newer
 /// one is refused (it was written by a newer tollgate).
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The schema's migrations in order: `(version, what it does, SQL)`. Each runs once, inside the
 /// write transaction that records it in `schema_migrations`.
@@ -39,6 +39,7 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
     (2, "scheduling: row priorities and the pause set", SCHEMA_V2),
     (3, "dependencies of queue rows", SCHEMA_V3),
     (4, "task and turn records", records::SCHEMA_V4),
+    (5, "serve: dedupe marks, refused and handed-off deliveries", super::serve_tables::SCHEMA_V5),
 ];
 
 /// Version 3: a row's dependencies (`submit --after`), in their own table so rows without any

@@ -324,9 +324,10 @@ fn special_files_as_the_database_or_its_log_are_refused_by_every_reader_and_doct
     }
 }
 
-/// Undoes migrations 4 (records), 3 (dependencies) and 2 (scheduling): what a version-1 database
-/// (issue 12 phase 1: the queue only) holds.
-const DOWNGRADE_TO_VERSION_1: &str = "DROP TABLE tasks; DROP TABLE turns; DROP TABLE sync_barrier;
+/// Undoes migrations 5 (serve), 4 (records), 3 (dependencies) and 2 (scheduling): what a
+/// version-1 database (issue 12 phase 1: the queue only) holds.
+const DOWNGRADE_TO_VERSION_1: &str = "DROP TABLE serve_dedupe; DROP TABLE serve_refused;
+     DROP TABLE serve_payloads; DROP TABLE serve_handed_off; DROP TABLE tasks; DROP TABLE turns; DROP TABLE sync_barrier;
      DROP TABLE entry_dependencies;
      DROP TABLE paused_tasks;
      ALTER TABLE entries DROP COLUMN priority;
@@ -839,6 +840,6 @@ fn a_phase_one_database_home_has_its_record_files_imported_by_migration_4() {
     let out = tollgate(&home, &["doctor", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    assert_eq!(report["schema_version"], 4, "{report}");
+    assert_eq!(report["schema_version"], tollgate::queue::SCHEMA_VERSION, "{report}");
     assert_eq!(report["turn_records"], 1, "{report}");
 }

@@ -190,16 +190,26 @@ impl<J, R> Committer<J, R> {
     }
 }
 
+/// However the worker ends (its loop returned, or `commit` panicked), the queue closes and every
+/// job still waiting is answered [`Lost`]: no caller waits for a worker that is gone.
+impl<J, R> Drop for Worker<J, R> {
+    fn drop(&mut self) {
+        let left: Vec<(J, Reply<R>)> = {
+            let mut queue = lock(&self.shared.queue);
+            queue.closed = true;
+            queue.jobs.drain(..).collect()
+        };
+        self.shared.room.notify_all();
+        drop(left);
+    }
+}
+
 impl<J, R> Worker<J, R> {
     /// Takes every waiting job (at most `max_batch`) as one batch, hands it to `commit`, answers
     /// each job with its result, then hands `after` what `commit` left to do once everyone is
     /// answered; until the queue is closed and empty. `commit` returns one result per job, in
     /// order; a job it gives no result for is answered [`Lost`].
-    pub fn run<F>(
-        self,
-        mut commit: impl FnMut(Vec<J>) -> (Vec<R>, F),
-        mut after: impl FnMut(F),
-    ) {
+    pub fn run<F>(&self, mut commit: impl FnMut(Vec<J>) -> (Vec<R>, F), mut after: impl FnMut(F)) {
         loop {
             let batch: Vec<(J, Reply<R>)> = {
                 let mut queue = lock(&self.shared.queue);

@@ -84,7 +84,11 @@ fn a_serve_killed_before_the_group_commit_answered_none_and_retries_run_once() {
     let code = doomed.wait_exit(30);
     assert_ne!(code, 0, "the failpoint aborted the serve");
     assert!(ran(&ran_log).is_empty(), "nothing of the batch ran");
-    assert_eq!(dedupe_log_lines(&home), "", "no mark of the batch is durable");
+    assert_eq!(
+        dedupe_log_lines(&home),
+        "",
+        "no mark of the batch is durable"
+    );
 
     // The senders retry: each is accepted anew (not a duplicate) and runs once.
     let serve = Serve::start(&home);

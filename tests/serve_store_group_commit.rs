@@ -47,7 +47,12 @@ fn concurrent_deliveries_are_all_accepted_durable_and_run_once() {
     });
     for (id, answer) in &answers {
         assert_eq!(answer.status, 200, "{id}: {}", answer.text());
-        assert_eq!(answer.json()["status"], "accepted", "{id}: {}", answer.text());
+        assert_eq!(
+            answer.json()["status"],
+            "accepted",
+            "{id}: {}",
+            answer.text()
+        );
     }
     // Durable: every answered delivery's turn record (with its delivery) and its mark are in
     // the database as soon as it was answered, before any of them ran to completion.
@@ -71,7 +76,10 @@ fn concurrent_deliveries_are_all_accepted_durable_and_run_once() {
     }
     let marks = dedupe_log_lines(&home);
     for (id, _) in &answers {
-        assert!(marks.contains(&format!("\\\"{id}\\\"")), "{id} is marked: {marks}");
+        assert!(
+            marks.contains(&format!("\\\"{id}\\\"")),
+            "{id} is marked: {marks}"
+        );
     }
     wait_until(120, "every accepted delivery to run", || {
         ran(&ran_log).len() >= DELIVERIES

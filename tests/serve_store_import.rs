@@ -35,7 +35,11 @@ fn old_serve_files_are_imported_once_and_moved_aside() {
     std::fs::write(serve_dir.join("handed-off.json"), "[]\n").unwrap();
 
     let out = home.tollgate(&["deliveries", "--refused", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(listed["refused"][0]["identity"], "d-1", "{listed}");
     for name in ["dedupe.jsonl", "refused.jsonl", "handed-off.json"] {
@@ -73,11 +77,22 @@ fn a_corrupt_old_file_is_refused_with_its_path_and_nothing_is_imported() {
     std::fs::write(&dedupe, bad).unwrap();
     std::fs::write(serve_dir.join("refused.jsonl"), refused_line("d-1")).unwrap();
 
-    for args in [&["deliveries", "--refused"][..], &["serve", "--listen", "127.0.0.1:0"][..]] {
+    for args in [
+        &["deliveries", "--refused"][..],
+        &["serve", "--listen", "127.0.0.1:0"][..],
+    ] {
         let out = home.tollgate(args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains(&dedupe.display().to_string()), "{args:?} names the file: {stderr}");
+        assert!(
+            stderr.contains(&dedupe.display().to_string()),
+            "{args:?} names the file: {stderr}"
+        );
     }
     // Nothing imported, nothing moved.
     assert_eq!(std::fs::read_to_string(&dedupe).unwrap(), bad);
@@ -88,7 +103,9 @@ fn a_corrupt_old_file_is_refused_with_its_path_and_nothing_is_imported() {
     assert!(!serve_dir.join("refused.jsonl.imported").exists());
     let db = home.home.join("tollgate.db");
     if db.is_file() {
-        let conn = rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let conn =
+            rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .unwrap();
         let count = |table: &str| -> i64 {
             conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
                 .unwrap_or(0)

@@ -2,9 +2,9 @@
 //! the production queue, tickets and worker, with `tollgate::sync` switched to loom's.
 #![cfg(tollgate_loom)]
 
+use std::time::Duration;
 use tollgate::group_commit::{self, Lost, Refused};
 use tollgate::sync::{lock, thread, Arc, Mutex};
-use std::time::Duration;
 
 /// Every caller is answered exactly its own job's result, and only after the batch holding its
 /// job was committed (made "durable"); batches never exceed `max_batch`; the worker ends once
@@ -37,7 +37,10 @@ fn each_caller_is_answered_after_its_batch_committed() {
                         .expect("room for both");
                     let answer = ticket.wait().expect("answered");
                     assert_eq!(answer, job * 10, "its own result");
-                    assert!(lock(&durable).contains(&job), "answered before it was durable");
+                    assert!(
+                        lock(&durable).contains(&job),
+                        "answered before it was durable"
+                    );
                 })
             })
             .collect();

@@ -153,7 +153,10 @@ pub fn live_marks(conn: &Connection, now_millis: u64) -> rusqlite::Result<Vec<St
          ORDER BY marked_at_millis, key LIMIT ?2",
     )?;
     let rows = stmt.query_map(
-        params![int(now_millis), i64::try_from(MAX_DEDUPE_ENTRIES).unwrap_or(i64::MAX)],
+        params![
+            int(now_millis),
+            i64::try_from(MAX_DEDUPE_ENTRIES).unwrap_or(i64::MAX)
+        ],
         |row| {
             Ok(StoredMark {
                 key: row.get(0)?,

@@ -142,7 +142,9 @@ fn commit_batch(app: &App, rt: &Runtime, batch: Vec<Pending>) -> (Vec<Committed>
         }
         Err(e) => {
             let error = e.to_string();
-            let results = (0..count).map(|_| Committed::Failed(error.clone())).collect();
+            let results = (0..count)
+                .map(|_| Committed::Failed(error.clone()))
+                .collect();
             (results, Vec::new())
         }
     }
@@ -162,13 +164,7 @@ fn one(app: &App, state: &mut QueueState, pending: &Pending) -> Committed {
         task: Some(pending.route.table.task_for(pending.scope.as_deref())),
         strategy: pending.route.table.strategy(),
         argv: pending.route.table.run.clone(),
-        cwd: Some(
-            pending
-                .route
-                .cwd
-                .clone()
-                .unwrap_or_else(|| app.cwd.clone()),
-        ),
+        cwd: Some(pending.route.cwd.clone().unwrap_or_else(|| app.cwd.clone())),
         env: pending.env.clone(),
         labels: Vec::new(),
         timeout_millis: None,
@@ -193,8 +189,14 @@ fn one(app: &App, state: &mut QueueState, pending: &Pending) -> Committed {
             // Durable with the batch's commit; the file is written without a sync (serve
             // restores it from the table at start, spec/ingress.md "Group commit").
             records::with_db(home, Access::Write, None, |conn| {
-                crate::queue::serve_tables::put_payload(conn, &meta.id, &turn.key.task, turn.key.turn, body)
-                    .map_err(|e| records::record_error(&home.db_path(), e))
+                crate::queue::serve_tables::put_payload(
+                    conn,
+                    &meta.id,
+                    &turn.key.task,
+                    turn.key.turn,
+                    body,
+                )
+                .map_err(|e| records::record_error(&home.db_path(), e))
             })?;
             write_unsynced(&path, body)?;
         } else {
@@ -232,7 +234,9 @@ fn perform(app: &App, rt: &Runtime, decided: Vec<Decided>) {
         match decided.decision.effect {
             SubmitEffect::Spawn(handoff) => {
                 let _spawning = crate::sync::lock(&app.spawn_lock);
-                let spawner = super::handler::AcceptSpawner(super::runtime_for(&app.home, &app.config).spawner);
+                let spawner = super::handler::AcceptSpawner(
+                    super::runtime_for(&app.home, &app.config).spawner,
+                );
                 if let Err(e) = crate::driver::hand_off(&rt.store, &spawner, handoff) {
                     tracing::error!(
                         "{}: cannot start the runner of an accepted delivery ({e}); its row is parked and starts at the next finish or reconcile",

@@ -1,14 +1,14 @@
 //! One delivery, in the order spec/ingress.md fixes: route, body limit, verify the sender, admit
 //! and mark (the gate), make the turn durable, acknowledge; the watcher settles it later.
 
+use super::accept::{AcceptQueue, Committed, Pending};
 use super::adapters::{self, Shape, Verified};
 use super::config::DispatchMode;
-use super::accept::{AcceptQueue, Committed, Pending};
 use super::events::{Event, EventLog};
 use super::metrics::{self, Counters};
 use super::refused::RefusedDelivery;
-use super::state::ServeState;
 use super::settings::{Route, Settings};
+use super::state::ServeState;
 use super::watcher::{Watched, Watcher};
 use crate::config::Config;
 use crate::gate::{Gate, GateDecision, Permit};
@@ -16,8 +16,8 @@ use crate::home::Home;
 use crate::protocol::admission::{
     delivery_outcome, Deadline, Dispatch, EventIdentity, RejectReason, Tenant, TurnEnd,
 };
-use crate::protocol::slots::ProcessIdentity;
 use crate::protocol::slots::steps::SubmitEffect;
+use crate::protocol::slots::ProcessIdentity;
 use crate::tasks::{self, DeliveryMeta};
 use axum::body::Body;
 use axum::extract::State;

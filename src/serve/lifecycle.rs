@@ -4,8 +4,8 @@
 use super::events::{Event, EventLog};
 use super::handler::{self, dedupe_key_of, App};
 use super::metrics::Counters;
-use super::state::ServeState;
 use super::settings::{ServeError, ServePaths, Settings};
+use super::state::ServeState;
 use super::watcher::{turn_end, Watched, Watcher, WATCH_POLL_MILLIS};
 use crate::flock::{self, TryLock};
 use crate::fsutil;
@@ -111,8 +111,7 @@ pub fn run(
     let now = tasks::now_millis();
     // Building the home's store registers where its records (and so serve's tables) live.
     let _ = crate::runtime::store_for(&home, &config);
-    let (serve_state, marks) =
-        ServeState::open(&home, &paths, now, settings.dedupe_ttl_millis)?;
+    let (serve_state, marks) = ServeState::open(&home, &paths, now, settings.dedupe_ttl_millis)?;
     let gate = Gate::new(settings.limits, settings.dedupe_ttl_millis);
     for mark in &marks {
         gate.restore_mark(&EventIdentity(mark.identity.clone()), mark.marked_at_millis);
@@ -308,10 +307,7 @@ fn outcome_event(meta: &DeliveryMeta, key: &TurnKey, route: String) -> Event {
     }
 }
 
-async fn serve(
-    app: Arc<App>,
-    on_listening: impl FnOnce(SocketAddr),
-) -> Result<usize, ServeError> {
+async fn serve(app: Arc<App>, on_listening: impl FnOnce(SocketAddr)) -> Result<usize, ServeError> {
     let addr = app.settings.listen;
     let listener = tokio::net::TcpListener::bind(addr)
         .await

@@ -73,7 +73,11 @@ fn aside_path(path: &Path) -> PathBuf {
 /// Imports the old files of a database home (see the module's doc). Every present file is read
 /// first, with its loader's checks; any refusal returns before the database is written. Returns
 /// how many files were imported.
-pub fn import_old_files(home: &Home, paths: &ServePaths, ttl_millis: u64) -> Result<usize, FileError> {
+pub fn import_old_files(
+    home: &Home,
+    paths: &ServePaths,
+    ttl_millis: u64,
+) -> Result<usize, FileError> {
     let files = [&paths.dedupe, &paths.refused, &paths.handed_off];
     if !files.iter().any(|p| present(p)) {
         return Ok(0);
@@ -102,7 +106,10 @@ pub fn import_old_files(home: &Home, paths: &ServePaths, ttl_millis: u64) -> Res
                 continue;
             }
             let source = source_name(home, path);
-            if serve_tables::import_state(conn, &source).map_err(&e)?.is_some() {
+            if serve_tables::import_state(conn, &source)
+                .map_err(&e)?
+                .is_some()
+            {
                 // Imported by an earlier start that died before moving it aside.
                 continue;
             }
@@ -165,7 +172,11 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<String, FileError> {
     })
 }
 
-fn from_json<T: serde::de::DeserializeOwned>(home: &Home, what: &str, body: &str) -> Result<T, FileError> {
+fn from_json<T: serde::de::DeserializeOwned>(
+    home: &Home,
+    what: &str,
+    body: &str,
+) -> Result<T, FileError> {
     serde_json::from_str(body).map_err(|e| FileError::Corrupt {
         path: home.db_path(),
         format: "tollgate database",
@@ -175,7 +186,11 @@ fn from_json<T: serde::de::DeserializeOwned>(home: &Home, what: &str, body: &str
 
 /// The refused deliveries `tollgate deliveries --refused` lists, oldest first: the table of a
 /// database home (after importing an old list), else the file.
-pub fn list_refused(home: &Home, paths: &ServePaths, ttl_millis: u64) -> Result<Vec<RefusedDelivery>, FileError> {
+pub fn list_refused(
+    home: &Home,
+    paths: &ServePaths,
+    ttl_millis: u64,
+) -> Result<Vec<RefusedDelivery>, FileError> {
     if !records::in_database(home) {
         return load_refused(&paths.refused);
     }
@@ -224,7 +239,10 @@ impl ServeState {
             home: home.clone(),
             ttl_millis,
             backing: Backing::Database,
-            legacy: old.into_iter().map(|m| (m.key, m.marked_at_millis)).collect(),
+            legacy: old
+                .into_iter()
+                .map(|m| (m.key, m.marked_at_millis))
+                .collect(),
         };
         let marks = current
             .into_iter()

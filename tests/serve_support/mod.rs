@@ -382,18 +382,25 @@ pub fn dedupe_log_lines(home: &TestHome) -> String {
     if !path.is_file() {
         return String::new();
     }
-    let conn = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .expect("open tollgate.db");
-    let Ok(mut stmt) = conn.prepare("SELECT key, marked_at_millis FROM serve_dedupe ORDER BY marked_at_millis, key") else {
+    let conn =
+        rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .expect("open tollgate.db");
+    let Ok(mut stmt) = conn
+        .prepare("SELECT key, marked_at_millis FROM serve_dedupe ORDER BY marked_at_millis, key")
+    else {
         return String::new();
     };
     let rows = stmt
-        .query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?)))
+        .query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+        })
         .expect("query serve_dedupe");
     let mut out = String::new();
     for row in rows {
         let (identity, at) = row.expect("row");
-        out.push_str(&serde_json::json!({"identity": identity, "marked_at_millis": at}).to_string());
+        out.push_str(
+            &serde_json::json!({"identity": identity, "marked_at_millis": at}).to_string(),
+        );
         out.push('\n');
     }
     out

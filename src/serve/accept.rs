@@ -46,7 +46,7 @@ pub struct Pending {
 pub enum Committed {
     /// Durable: its turn is queued (or ended, for a dropped one); the decision's effect is
     /// performed after the answer.
-    Queued(Decided),
+    Queued(Box<Decided>),
     /// A live mark of its identity was in the database: nothing was queued.
     Duplicate,
     /// Not made durable (rolled back): nothing was acknowledged.
@@ -135,7 +135,7 @@ fn commit_batch(app: &App, rt: &Runtime, batch: Vec<Pending>) -> (Vec<Committed>
                         // restart may run again (extra work, never lost work).
                         tracing::warn!("{e}");
                     }
-                    effects.push(decided.clone());
+                    effects.push((**decided).clone());
                 }
             }
             (results, effects)
@@ -208,7 +208,7 @@ fn one(app: &App, state: &mut QueueState, pending: &Pending) -> Committed {
         Ok(())
     });
     match decided {
-        Ok(decided) => Committed::Queued(decided),
+        Ok(decided) => Committed::Queued(Box::new(decided)),
         Err(e) => Committed::Failed(e.to_string()),
     }
 }

@@ -457,7 +457,7 @@ async fn accepted(
         .await
     };
     let decided = match committed {
-        Ok(Ok(Committed::Queued(decided))) => decided,
+        Ok(Ok(Committed::Queued(decided))) => *decided,
         Ok(Ok(Committed::Duplicate)) => {
             // A live mark of this identity was already in the database: the event is durable
             // from an earlier delivery, so this one is a duplicate (nothing was queued).

@@ -8,10 +8,15 @@ use tollgate::sync::{lock, thread, Arc, Mutex};
 
 /// Every caller is answered exactly its own job's result, and only after the batch holding its
 /// job was committed (made "durable"); batches never exceed `max_batch`; the worker ends once
-/// the queue is closed and drained.
+/// the queue is closed and drained. Two callers and the worker: bounded to 3 preemptions (the
+/// full space of three threads on these condvars runs for hours; loom's bound keeps every
+/// interleaving with at most 3 forced switches, which covers each caller arriving before,
+/// during and after a batch).
 #[test]
 fn each_caller_is_answered_after_its_batch_committed() {
-    loom::model(|| {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(|| {
         let (committer, worker) = group_commit::channel::<u32, u32>(2, 2);
         let durable = Arc::new(Mutex::new(Vec::<u32>::new()));
         let worker = {

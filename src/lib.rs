@@ -26,6 +26,7 @@ pub mod fleet;
 pub mod flock;
 pub mod fsutil;
 pub mod gate;
+pub mod group_commit;
 pub mod home;
 pub mod jsonl;
 pub mod process;

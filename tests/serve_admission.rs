@@ -8,8 +8,7 @@ use serve_support::*;
 use std::collections::BTreeSet;
 
 fn identities_in_dedupe_log(home: &TestHome) -> BTreeSet<String> {
-    std::fs::read_to_string(home.home.join("serve/dedupe.jsonl"))
-        .unwrap_or_default()
+    dedupe_log_lines(home)
         .lines()
         .map(|l| {
             serde_json::from_str::<serde_json::Value>(l).unwrap()["identity"]

@@ -30,7 +30,7 @@ fn quick_route(path: &str, adapter: &str, ran: &Path, extra: &str) -> String {
 }
 
 fn dedupe_lines(home: &TestHome) -> String {
-    std::fs::read_to_string(home.home.join("serve/dedupe.jsonl")).unwrap_or_default()
+    dedupe_log_lines(home)
 }
 
 /// Point 1: one captured body + signature re-sent with new delivery ids, tenants and scopes is

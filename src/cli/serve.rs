@@ -2,7 +2,7 @@
 
 use super::{exit, CliError};
 use crate::home::Home;
-use crate::serve::{load_refused, ServeError, ServePaths};
+use crate::serve::{list_refused, ServeError, ServePaths};
 use clap::Args;
 use serde_json::json;
 use std::io::Write;
@@ -91,7 +91,18 @@ pub fn serve(home: Option<PathBuf>, args: ServeArgs) -> Result<i32, CliError> {
 
 pub fn deliveries(home: Option<PathBuf>, args: DeliveriesArgs) -> Result<i32, CliError> {
     let home = Home::resolve(home)?;
-    let refused = load_refused(&ServePaths::new(&home).refused)?;
+    let config = crate::config::Config::load(&home.config_path())?.unwrap_or_default();
+    // Building the store registers where the home keeps its records (and serve's tables).
+    let _ = crate::runtime::store_for(&home, &config);
+    let ttl_millis = config
+        .serve
+        .clone()
+        .unwrap_or_default()
+        .dedupe_ttl()
+        .as_millis();
+    let ttl_millis = u64::try_from(ttl_millis).unwrap_or(u64::MAX);
+    // A database home reads the table (importing an earlier version's list first).
+    let refused = list_refused(&home, &ServePaths::new(&home), ttl_millis)?;
     if args.json {
         let text = serde_json::to_string_pretty(&json!({ "refused": refused }))
             .map_err(|e| CliError::Environment(format!("cannot render JSON: {e}")))?;

@@ -5,6 +5,7 @@ mod home_store;
 mod lock;
 mod postgres;
 pub mod records;
+pub mod serve_tables;
 mod sqlite;
 mod store;
 

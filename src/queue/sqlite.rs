@@ -38,6 +38,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
     (2, "scheduling: row priorities and the pause set", SCHEMA_V2),
     (3, "dependencies of queue rows", SCHEMA_V3),
     (4, "task and turn records", records::SCHEMA_V4),
+    (
+        5,
+        "serve: dedupe marks, refused and handed-off deliveries",
+        super::serve_tables::SCHEMA_V5,
+    ),
     (6, "the sweep list", crate::exec::sweep::SCHEMA_V6),
 ];
 

@@ -51,6 +51,17 @@ fn open_append(path: &Path) -> Result<File, FileError> {
     jsonl::open_append(path, KIND)
 }
 
+/// Every line of an old log at `path`, read with the same checks as [`DedupeLog::open`] (a torn
+/// last line skipped, any other bad line refused naming the file) and without changing it: what
+/// the import into the database takes.
+pub fn read_marks(path: &Path) -> Result<Vec<Mark>, FileError> {
+    let limit = crate::fsutil::limits::LOG_TAIL_BYTES;
+    let text = crate::fsutil::read_state_text(path, KIND, limit)?.unwrap_or_default();
+    let mut marks = Vec::new();
+    jsonl::parse_lines(path, &text, usize::MAX, |mark: Mark| marks.push(mark))?;
+    Ok(marks)
+}
+
 impl DedupeLog {
     /// Loads the unexpired marks (in the order they were made) and compacts the file to them. A
     /// torn last line (a crash mid-append) is skipped; any other bad line is an error that keeps

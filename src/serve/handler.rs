@@ -1,13 +1,14 @@
 //! One delivery, in the order spec/ingress.md fixes: route, body limit, verify the sender, admit
 //! and mark (the gate), make the turn durable, acknowledge; the watcher settles it later.
 
+use super::accept::{AcceptQueue, Committed, Pending};
 use super::adapters::{self, Shape, Verified};
 use super::config::DispatchMode;
-use super::dedupe_log::DedupeLog;
 use super::events::{Event, EventLog};
 use super::metrics::{self, Counters};
-use super::refused::{RefusedDelivery, RefusedLog};
+use super::refused::RefusedDelivery;
 use super::settings::{Route, Settings};
+use super::state::ServeState;
 use super::watcher::{Watched, Watcher};
 use crate::config::Config;
 use crate::gate::{Gate, GateDecision, Permit};
@@ -15,8 +16,8 @@ use crate::home::Home;
 use crate::protocol::admission::{
     delivery_outcome, Deadline, Dispatch, EventIdentity, RejectReason, Tenant, TurnEnd,
 };
+use crate::protocol::slots::steps::SubmitEffect;
 use crate::protocol::slots::ProcessIdentity;
-use crate::submit::{submit_detached_with, Placement, SubmitRequest, Submitted};
 use crate::tasks::{self, DeliveryMeta};
 use axum::body::Body;
 use axum::extract::State;
@@ -39,8 +40,10 @@ pub struct App {
     pub gate: Gate,
     pub watcher: Arc<Watcher>,
     pub events: Arc<EventLog>,
-    pub dedupe: DedupeLog,
-    pub refused: RefusedLog,
+    /// The dedupe marks, refused deliveries and hand-off list (tables of `tollgate.db`).
+    pub serve_state: ServeState,
+    /// The group committer's queue (spec/ingress.md, "Group commit").
+    pub accept: AcceptQueue,
     pub counters: Counters,
     pub home: Home,
     pub config: Config,
@@ -237,7 +240,7 @@ pub async fn ingress(
     };
     let decision_event = |outcome: &str| decided(&base, outcome);
     // A mark an older instance left under the legacy key still makes this a duplicate.
-    let decision = if app.dedupe.legacy_marked(&legacy_key, now) {
+    let decision = if app.serve_state.legacy_marked(&legacy_key, now) {
         GateDecision::Duplicate
     } else {
         app.gate.deliver(&tenant, &identity, dispatch, now)
@@ -373,7 +376,7 @@ fn record_too_large(app: &App, route: &Route, headers: &HeaderMap, limit: usize)
             "body over the limit of {limit} bytes (unverified; raise [serve] body_limit)"
         ),
     };
-    if let Err(e) = app.refused.record(&refused) {
+    if let Err(e) = app.serve_state.record_refused(&refused) {
         tracing::error!("cannot record a refused delivery: {e}");
     }
 }
@@ -393,7 +396,7 @@ fn record_refused(app: &App, route: &Route, verified: &Verified, at_millis: u64,
         event: verified.event.clone(),
         reason,
     };
-    if let Err(e) = app.refused.record(&refused) {
+    if let Err(e) = app.serve_state.record_refused(&refused) {
         tracing::error!("cannot record a refused delivery: {e}");
     }
 }
@@ -423,22 +426,52 @@ async fn accepted(
         admitted_at_millis: now,
         route: route.table.path.clone(),
     };
-    let submitted = {
-        let app = Arc::clone(app);
-        let route = Arc::clone(route);
-        let meta = meta.clone();
-        let scope = verified.scope.clone();
-        let mut env = route_env(&route, &payload);
-        if let Some(event) = &verified.event {
-            env.insert("TOLLGATE_EVENT_TYPE".into(), event.clone());
-        }
-        let body = body.to_vec();
-        tokio::task::spawn_blocking(move || submit(&app, &route, meta, scope.as_deref(), env, body))
-            .await
+    let mut env = app.base_env.clone();
+    env.extend(route_env(route, &payload));
+    if let Some(event) = &verified.event {
+        env.insert("TOLLGATE_EVENT_TYPE".into(), event.clone());
+    }
+    env.insert("TOLLGATE_DELIVERY".into(), meta.id.clone());
+    env.insert("TOLLGATE_EVENT_ID".into(), meta.identity.clone());
+    env.insert("TOLLGATE_ADAPTER".into(), meta.adapter.clone());
+    env.insert("TOLLGATE_TENANT".into(), meta.tenant.clone());
+    let pending = Pending {
+        route: Arc::clone(route),
+        meta: meta.clone(),
+        scope: verified.scope.clone(),
+        env,
+        body: body.to_vec(),
+        identity: identity.clone(),
+        now_millis: now,
     };
-    let submitted = match submitted {
-        Ok(Ok(submitted)) => submitted,
-        Ok(Err(error)) => {
+    // Queued for the next group commit; answered once its batch committed (or failed).
+    let committed = {
+        let app = Arc::clone(app);
+        tokio::task::spawn_blocking(move || {
+            let ticket = app
+                .accept
+                .submit(pending, app.config.lock_timeout())
+                .map_err(|e| e.to_string())?;
+            ticket.wait().map_err(|e| e.to_string())
+        })
+        .await
+    };
+    let decided = match committed {
+        Ok(Ok(Committed::Queued(decided))) => *decided,
+        Ok(Ok(Committed::Duplicate)) => {
+            // A live mark of this identity was already in the database: the event is durable
+            // from an earlier delivery, so this one is a duplicate (nothing was queued).
+            permit.made_durable(&identity);
+            drop(permit);
+            let mut event = decision_event("duplicate");
+            event.status = Some(200);
+            app.events.record(&event);
+            return answer(
+                StatusCode::OK,
+                json!({"status": "duplicate", "identity": verified.identity}),
+            );
+        }
+        Ok(Ok(Committed::Failed(error))) | Ok(Err(error)) => {
             return withdrawn(
                 app,
                 route,
@@ -461,14 +494,10 @@ async fn accepted(
             )
         }
     };
-    // The turn record holds the delivery: a restart restores its mark from there.
+    // The turn record holds the delivery (and the database its mark): a restart restores the
+    // mark from there.
     permit.made_durable(&identity);
-    if let Err(e) = app.dedupe.append(&identity.0, now) {
-        // The turn is durable; without the durable mark a redelivery after a restart may run
-        // again (extra work, never lost work).
-        tracing::warn!("{e}");
-    }
-    let key = submitted.key.clone();
+    let key = decided.key.clone();
     let mut event = decision_event("accepted");
     event.delivery = Some(meta.id.clone());
     event.task = Some(key.task.clone());
@@ -481,7 +510,7 @@ async fn accepted(
         "identity": meta.identity,
         "task": key.task,
         "turn": key.turn,
-        "placement": placement_name(&submitted.placement),
+        "placement": placement_name(&decided.decision.effect),
     });
     let watched = |reply| Watched {
         permit,
@@ -492,7 +521,7 @@ async fn accepted(
         readopted: false,
         reply,
     };
-    if let Placement::Dropped { .. } = submitted.placement {
+    if let SubmitEffect::Dropped { .. } = decided.decision.effect {
         // The task's `drop` strategy ended the turn at once: so does the delivery (the core's
         // turn-outcome rule names its outcome).
         let outcome = delivery_outcome(TurnEnd::Dropped, false);
@@ -529,15 +558,14 @@ async fn accepted(
     }
 }
 
-fn placement_name(placement: &Placement) -> &'static str {
-    match placement {
-        Placement::Started(_) => "started",
-        Placement::Parked => "parked",
-        Placement::Pending => "pending",
-        Placement::Waiting { .. } => "waiting",
-        Placement::Dropped { .. } => "dropped",
-        Placement::Held { .. } => "held",
-        Placement::DependencyFailed { .. } => "dependency_failed",
+fn placement_name(effect: &SubmitEffect) -> &'static str {
+    match effect {
+        // The slot is reserved; the runner is spawned right after this answer.
+        SubmitEffect::Spawn(_) => "starting",
+        SubmitEffect::Park => "parked",
+        SubmitEffect::Pending => "pending",
+        SubmitEffect::Wait { .. } => "waiting",
+        SubmitEffect::Dropped { .. } => "dropped",
     }
 }
 
@@ -619,50 +647,10 @@ fn route_env(route: &Route, payload: &Value) -> BTreeMap<String, String> {
     env
 }
 
-/// Creates the durable turn: payload file, environment and delivery record are written under the
-/// queue lock before the row is enqueued.
-fn submit(
-    app: &App,
-    route: &Route,
-    meta: DeliveryMeta,
-    scope: Option<&str>,
-    route_env: BTreeMap<String, String>,
-    body: Vec<u8>,
-) -> Result<Submitted, String> {
-    let mut env = app.base_env.clone();
-    env.extend(route_env);
-    env.insert("TOLLGATE_DELIVERY".into(), meta.id.clone());
-    env.insert("TOLLGATE_EVENT_ID".into(), meta.identity.clone());
-    env.insert("TOLLGATE_ADAPTER".into(), meta.adapter.clone());
-    env.insert("TOLLGATE_TENANT".into(), meta.tenant.clone());
-    let request = SubmitRequest {
-        task: Some(route.table.task_for(scope)),
-        strategy: route.table.strategy(),
-        argv: route.table.run.clone(),
-        cwd: Some(route.cwd.clone().unwrap_or_else(|| app.cwd.clone())),
-        env,
-        labels: Vec::new(),
-        timeout_millis: None,
-        schedule: Default::default(),
-    };
-    let _spawning = crate::sync::lock(&app.spawn_lock);
-    let mut rt = super::runtime_for(&app.home, &app.config);
-    rt.spawner = Box::new(AcceptSpawner(rt.spawner));
-    submit_detached_with(&rt, app.me, request, move |home, turn| {
-        let path = home.turn_dir(&turn.key).join(PAYLOAD_FILE);
-        crate::fsutil::publish_bytes(&path, &body)?;
-        turn.env
-            .insert("TOLLGATE_PAYLOAD".into(), path.display().to_string());
-        turn.delivery = Some(meta);
-        Ok(())
-    })
-    .map_err(|e| e.to_string())
-}
-
 /// The spawner of the accept sequence: the runtime's own, behind the failpoint
 /// `serve::after_reserve` (spec/ingress.md, "Crash windows"): the turn's row is durable and its
 /// slot reserved by this serve, its runner not started yet.
-struct AcceptSpawner(Box<dyn crate::process::RunnerSpawner>);
+pub(super) struct AcceptSpawner(pub(super) Box<dyn crate::process::RunnerSpawner>);
 
 impl crate::process::RunnerSpawner for AcceptSpawner {
     fn spawn(

@@ -1,12 +1,11 @@
 //! Start and stop: one `serve` per home (flock on `serve.lock`), re-adoption of the previous
 //! instance's retained deliveries, and the shutdown drain and hand-off.
 
-use super::dedupe_log::DedupeLog;
 use super::events::{Event, EventLog};
 use super::handler::{self, dedupe_key_of, App};
 use super::metrics::Counters;
-use super::refused::RefusedLog;
 use super::settings::{ServeError, ServePaths, Settings};
+use super::state::ServeState;
 use super::watcher::{turn_end, Watched, Watcher, WATCH_POLL_MILLIS};
 use crate::flock::{self, TryLock};
 use crate::fsutil;
@@ -110,13 +109,14 @@ pub fn run(
     fsutil::create_private_dir(&paths.dir)?;
     let _lock = ServeLock::acquire(&paths.lock)?;
     let now = tasks::now_millis();
-    let (dedupe, marks) = DedupeLog::open(&paths.dedupe, now, settings.dedupe_ttl_millis)?;
+    // Building the home's store registers where its records (and so serve's tables) live.
+    let _ = crate::runtime::store_for(&home, &config);
+    let (serve_state, marks) = ServeState::open(&home, &paths, now, settings.dedupe_ttl_millis)?;
     let gate = Gate::new(settings.limits, settings.dedupe_ttl_millis);
     for mark in &marks {
         gate.restore_mark(&EventIdentity(mark.identity.clone()), mark.marked_at_millis);
     }
     let events = Arc::new(EventLog::open(&paths.log, &config)?);
-    let refused = RefusedLog::open(&paths.refused)?;
     let spawn_lock = Arc::new(Mutex::new(()));
     let watcher = Arc::new(Watcher::new(
         home.clone(),
@@ -137,14 +137,15 @@ pub fn run(
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .filter(|(k, _)| !secrets.contains(k))
         .collect();
+    let (accept, accept_worker) = super::accept::channel();
     let app = Arc::new(App {
         settings,
         gate,
         watcher,
         counters: Counters::for_log(events.stats()),
         events,
-        dedupe,
-        refused,
+        serve_state,
+        accept,
         home,
         config,
         me,
@@ -153,7 +154,21 @@ pub fn run(
         spawn_lock,
         dispatching: AtomicUsize::new(0),
     });
-    let readopted = readopt(&app, &paths)?;
+    let restored = super::accept::restore_payloads(&app);
+    if restored > 0 {
+        tracing::info!("restored {restored} delivery payload file(s) from tollgate.db");
+    }
+    let readopted = readopt(&app)?;
+    let committer = {
+        let app = Arc::clone(&app);
+        std::thread::Builder::new()
+            .name("group-commit".into())
+            .spawn(move || super::accept::run_worker(app, accept_worker))
+            .map_err(|source| ServeError::Io {
+                what: "starting the group committer".into(),
+                source,
+            })?
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(WORKER_THREADS)
         .max_blocking_threads(MAX_BLOCKING_THREADS)
@@ -163,7 +178,14 @@ pub fn run(
             what: "starting the async runtime".into(),
             source,
         })?;
-    let handed_off = runtime.block_on(serve(Arc::clone(&app), &paths, on_listening))?;
+    let served = runtime.block_on(serve(Arc::clone(&app), on_listening));
+    // Every accepted delivery was answered by now (the drain waited for them): the committer
+    // commits what is queued and ends.
+    app.accept.close();
+    if committer.join().is_err() {
+        tracing::error!("the group committer panicked");
+    }
+    let handed_off = served?;
     Ok(Summary {
         readopted,
         handed_off,
@@ -177,8 +199,8 @@ pub fn run(
 /// `recovery` step: when a retained delivery's row is held only by dead processes (a serve
 /// killed between reserving the row and starting its runner, or a runner bound but not
 /// recorded), reconcile repairs it, so every acknowledged delivery runs (A3).
-fn readopt(app: &Arc<App>, paths: &ServePaths) -> Result<usize, ServeError> {
-    let handed: Vec<HandedOff> = fsutil::load_json(&paths.handed_off)?.unwrap_or_default();
+fn readopt(app: &Arc<App>) -> Result<usize, ServeError> {
+    let handed: Vec<HandedOff> = app.serve_state.handed_off()?;
     let rt = super::runtime_for(&app.home, &app.config);
     let state = rt
         .store
@@ -252,7 +274,7 @@ fn readopt(app: &Arc<App>, paths: &ServePaths) -> Result<usize, ServeError> {
             (Readopt::Ended, _) | (Readopt::Watch { .. }, None) => {}
         }
     }
-    fsutil::publish_json(&paths.handed_off, &Vec::<HandedOff>::new())?;
+    app.serve_state.replace_handed_off(&[])?;
     match recovery(&effects) {
         Recovery::Reconcile => match crate::reconcile::reconcile(&rt, app.me) {
             Ok(report) => tracing::info!(
@@ -285,11 +307,7 @@ fn outcome_event(meta: &DeliveryMeta, key: &TurnKey, route: String) -> Event {
     }
 }
 
-async fn serve(
-    app: Arc<App>,
-    paths: &ServePaths,
-    on_listening: impl FnOnce(SocketAddr),
-) -> Result<usize, ServeError> {
+async fn serve(app: Arc<App>, on_listening: impl FnOnce(SocketAddr)) -> Result<usize, ServeError> {
     let addr = app.settings.listen;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -383,7 +401,7 @@ async fn serve(
             turn: watched.key.turn,
         });
     }
-    fsutil::publish_json(&paths.handed_off, &handed)?;
+    app.serve_state.replace_handed_off(&handed)?;
     app.events.sync();
     tracing::info!("handed off {} delivery(ies) at shutdown", handed.len());
     match tokio::time::timeout(Duration::from_millis(CLOSE_GRACE_MILLIS), server).await {

@@ -8,8 +8,10 @@
 //! - `adapters`: sender verification and event identity per adapter
 //! - `handler`: one delivery, in order: verify, admit + mark, durable turn, acknowledge
 //! - `watcher`: settles permits with their turns' outcomes; detach timeout
-//! - `dedupe_log`, `refused`, `events`, `metrics`: durable marks, refused github deliveries, the
-//!   JSON-lines log and `/metrics`
+//! - `accept`: the group commit of accepted deliveries (one transaction, one fsync for all)
+//! - `state`: the dedupe marks, refused and handed-off deliveries (tables of `tollgate.db`);
+//!   `dedupe_log`, `refused`: their files in homes without the database, and the import
+//! - `events`, `metrics`: the JSON-lines log and `/metrics`
 //! - `conn`: the accept loop and each connection: cap, timeouts, EMFILE back-off
 //! - `conn_config`: the `[serve]` keys of connections and the log (`src/config/conn.rs`)
 //! - `lifecycle`: single instance per home, re-adoption at start, drain and hand-off at shutdown
@@ -20,6 +22,8 @@ pub use crate::config::conn as conn_config;
 /// not import the ingress); kept under this path for the ingress's modules.
 pub use crate::config::serve as config;
 
+#[cfg(feature = "serve")]
+mod accept;
 #[cfg(feature = "serve")]
 mod adapters;
 #[cfg(feature = "serve")]
@@ -39,6 +43,8 @@ mod refused;
 #[cfg(feature = "serve")]
 mod settings;
 #[cfg(feature = "serve")]
+mod state;
+#[cfg(feature = "serve")]
 mod watcher;
 
 #[cfg(feature = "serve")]
@@ -47,6 +53,8 @@ pub use lifecycle::{run, HandedOff, Summary};
 pub use refused::{load_refused, RefusedDelivery};
 #[cfg(feature = "serve")]
 pub use settings::{ServeError, ServePaths};
+#[cfg(feature = "serve")]
+pub use state::list_refused;
 
 /// A runtime for this process's shell calls (submit, cancel): no IO to build. Its runners (and
 /// wakers) start without the routes' secrets ([`secret_variables`]).

@@ -372,3 +372,36 @@ pub fn ran(path: &Path) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// serve's dedupe marks as the lines of the old `serve/dedupe.jsonl` (`{"identity", "marked_at_millis"}`),
+/// read from the `serve_dedupe` table of `tollgate.db` (schema 5), oldest first; empty when
+/// the database or the table is not there yet.
+#[allow(dead_code)]
+pub fn dedupe_log_lines(home: &TestHome) -> String {
+    let path = home.home.join("tollgate.db");
+    if !path.is_file() {
+        return String::new();
+    }
+    let conn =
+        rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .expect("open tollgate.db");
+    let Ok(mut stmt) = conn
+        .prepare("SELECT key, marked_at_millis FROM serve_dedupe ORDER BY marked_at_millis, key")
+    else {
+        return String::new();
+    };
+    let rows = stmt
+        .query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+        })
+        .expect("query serve_dedupe");
+    let mut out = String::new();
+    for row in rows {
+        let (identity, at) = row.expect("row");
+        out.push_str(
+            &serde_json::json!({"identity": identity, "marked_at_millis": at}).to_string(),
+        );
+        out.push('\n');
+    }
+    out
+}

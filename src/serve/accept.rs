@@ -1,0 +1,306 @@
+//! The group commit of accepted deliveries (spec/ingress.md, "Group commit"): every delivery the
+//! gate admitted while a batch was being committed is made durable in the next batch — one
+//! `BEGIN IMMEDIATE` transaction, one fsync — before any of them is answered. Inside it each
+//! delivery is the same steps as before, in order: its dedupe mark (insert-if-absent: a live mark
+//! makes it a duplicate), its turn record with the payload, and the core's submit step
+//! ([`crate::submit::decide_submit`], called per delivery on the section's queue). Each delivery
+//! is a savepoint, so one that fails (a bad task name, a full disk) is rolled back alone and the
+//! others commit. The effects (spawning a runner, a waker) are performed after the answers: the
+//! 200 does not wait for a spawn.
+
+use super::handler::{App, PAYLOAD_FILE};
+use super::settings::Route;
+use crate::group_commit::{self, Committer, Worker};
+use crate::protocol::admission::EventIdentity;
+use crate::protocol::slots::steps::SubmitEffect;
+use crate::protocol::slots::QueueState;
+use crate::queue::records::{self, Access};
+use crate::queue::{Commit, Store, StoreError};
+use crate::runtime::Runtime;
+use crate::submit::{decide_submit, Decided, SubmitRequest};
+use crate::tasks::DeliveryMeta;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The most deliveries waiting for a batch (beyond it a handler waits `lock_timeout` for room,
+/// then answers 503): as many as the blocking pool can have waiting.
+pub const MAX_WAITING: usize = 256;
+/// The most deliveries in one transaction.
+pub const MAX_BATCH: usize = 64;
+
+/// One admitted delivery, ready to be made a durable turn.
+pub struct Pending {
+    pub route: Arc<Route>,
+    pub meta: DeliveryMeta,
+    pub scope: Option<String>,
+    /// The turn's environment (serve's, without secrets, plus the route's and the delivery's).
+    pub env: BTreeMap<String, String>,
+    pub body: Vec<u8>,
+    /// The gate's dedupe key.
+    pub identity: EventIdentity,
+    pub now_millis: u64,
+}
+
+/// What the batch made of one delivery.
+pub enum Committed {
+    /// Durable: its turn is queued (or ended, for a dropped one); the decision's effect is
+    /// performed after the answer.
+    Queued(Box<Decided>),
+    /// A live mark of its identity was in the database: nothing was queued.
+    Duplicate,
+    /// Not made durable (rolled back): nothing was acknowledged.
+    Failed(String),
+}
+
+pub type AcceptQueue = Committer<Pending, Committed>;
+
+/// The queue and its worker: [`run_worker`] on a thread of its own.
+pub fn channel() -> (AcceptQueue, Worker<Pending, Committed>) {
+    group_commit::channel(MAX_WAITING, MAX_BATCH)
+}
+
+/// A store that is the queue of the section in progress: the outer group transaction's. A
+/// delivery's submit step runs on it exactly as it would in a section of its own (a copy changed,
+/// kept only on `Ok`).
+struct InSection<'a> {
+    state: RefCell<&'a mut QueueState>,
+}
+
+impl Store for InSection<'_> {
+    fn load(&self) -> Result<QueueState, StoreError> {
+        Ok((**self.state.borrow()).clone())
+    }
+
+    fn transact_as<R, E>(
+        &self,
+        _commit: Commit,
+        change: impl FnOnce(&mut QueueState) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
+        let mut copy = (**self.state.borrow()).clone();
+        let result = change(&mut copy)?;
+        **self.state.borrow_mut() = copy;
+        Ok(result)
+    }
+}
+
+/// Runs the committer until the queue is closed and empty. The runtime is built once, so its
+/// database connection stays open across batches.
+pub fn run_worker(app: Arc<App>, worker: Worker<Pending, Committed>) {
+    let rt = super::runtime_for(&app.home, &app.config);
+    worker.run(
+        |batch| commit_batch(&app, &rt, batch),
+        |decided| perform(&app, &rt, decided),
+    );
+}
+
+/// One batch: one transaction for all of `batch`, one result per delivery in order.
+fn commit_batch(app: &App, rt: &Runtime, batch: Vec<Pending>) -> (Vec<Committed>, Vec<Decided>) {
+    let count = batch.len();
+    let outcome = rt.store.transact(|state| {
+        let mut results = Vec::with_capacity(count);
+        for pending in &batch {
+            app.serve_state
+                .savepoint("SAVEPOINT delivery")
+                .map_err(StoreError::from)?;
+            let result = one(app, state, pending);
+            let end = match &result {
+                Committed::Queued(_) => "RELEASE delivery",
+                Committed::Duplicate | Committed::Failed(_) => {
+                    "ROLLBACK TO delivery; RELEASE delivery"
+                }
+            };
+            app.serve_state.savepoint(end).map_err(StoreError::from)?;
+            results.push(result);
+        }
+        prune_payloads(app);
+        // A crash here is what `tests/failpoints_serve_group_commit.rs` injects: the batch is
+        // written, not committed, and nobody was answered.
+        fail::fail_point!("serve::before_group_commit", |_| std::process::abort());
+        Ok::<_, StoreError>(results)
+    });
+    match outcome {
+        Ok(results) => {
+            let mut effects = Vec::new();
+            for (pending, result) in batch.iter().zip(&results) {
+                if let Committed::Queued(decided) = result {
+                    if let Err(e) = app
+                        .serve_state
+                        .mark_after_commit(&pending.identity.0, pending.now_millis)
+                    {
+                        // The turn is durable; without the durable mark a redelivery after a
+                        // restart may run again (extra work, never lost work).
+                        tracing::warn!("{e}");
+                    }
+                    effects.push((**decided).clone());
+                }
+            }
+            (results, effects)
+        }
+        Err(e) => {
+            let error = e.to_string();
+            let results = (0..count)
+                .map(|_| Committed::Failed(error.clone()))
+                .collect();
+            (results, Vec::new())
+        }
+    }
+}
+
+/// One delivery inside the batch's transaction.
+fn one(app: &App, state: &mut QueueState, pending: &Pending) -> Committed {
+    match app
+        .serve_state
+        .mark_in_section(&pending.identity.0, pending.now_millis)
+    {
+        Ok(true) => {}
+        Ok(false) => return Committed::Duplicate,
+        Err(e) => return Committed::Failed(e.to_string()),
+    }
+    let request = SubmitRequest {
+        task: Some(pending.route.table.task_for(pending.scope.as_deref())),
+        strategy: pending.route.table.strategy(),
+        argv: pending.route.table.run.clone(),
+        cwd: Some(pending.route.cwd.clone().unwrap_or_else(|| app.cwd.clone())),
+        env: pending.env.clone(),
+        labels: Vec::new(),
+        timeout_millis: None,
+        schedule: Default::default(),
+    };
+    let base = super::runtime_for(&app.home, &app.config);
+    let inner = Runtime {
+        home: base.home,
+        config: base.config,
+        store: InSection {
+            state: RefCell::new(state),
+        },
+        spawner: base.spawner,
+        liveness: base.liveness,
+    };
+    let meta = pending.meta.clone();
+    let body = &pending.body;
+    let database = app.serve_state.in_database();
+    let decided = decide_submit(&inner, app.me, &request, |home, turn| {
+        let path = home.turn_dir(&turn.key).join(PAYLOAD_FILE);
+        if database {
+            // Durable with the batch's commit; the file is written without a sync (serve
+            // restores it from the table at start, spec/ingress.md "Group commit").
+            records::with_sqlite_db(home, Access::Write, None, |conn| {
+                crate::queue::serve_tables::put_payload(
+                    conn,
+                    &meta.id,
+                    &turn.key.task,
+                    turn.key.turn,
+                    body,
+                )
+                .map_err(|e| records::record_error(&home.db_path(), e))
+            })?;
+            write_unsynced(&path, body)?;
+        } else {
+            crate::fsutil::publish_bytes(&path, body)?;
+        }
+        turn.env
+            .insert("TOLLGATE_PAYLOAD".into(), path.display().to_string());
+        turn.delivery = Some(meta);
+        Ok(())
+    });
+    match decided {
+        Ok(decided) => Committed::Queued(Box::new(decided)),
+        Err(e) => Committed::Failed(e.to_string()),
+    }
+}
+
+/// Drops the kept payloads of turns that ended or are gone (a few per batch: bounded work).
+fn prune_payloads(app: &App) {
+    if !app.serve_state.in_database() {
+        return;
+    }
+    let pruned = records::with_sqlite_db(&app.home, Access::Write, None, |conn| {
+        crate::queue::serve_tables::prune_payloads(conn, MAX_BATCH)
+            .map_err(|e| records::record_error(&app.home.db_path(), e))
+    });
+    if let Err(e) = pruned {
+        tracing::warn!("cannot prune kept payloads: {e}");
+    }
+}
+
+/// After the answers: performs each committed decision's effect (spawn its runner, start a
+/// waker), as `submit` does after its section.
+fn perform(app: &App, rt: &Runtime, decided: Vec<Decided>) {
+    for decided in decided {
+        match decided.decision.effect {
+            SubmitEffect::Spawn(handoff) => {
+                let _spawning = crate::sync::lock(&app.spawn_lock);
+                let spawner = super::handler::AcceptSpawner(
+                    super::runtime_for(&app.home, &app.config).spawner,
+                );
+                if let Err(e) = crate::driver::hand_off(&rt.store, &spawner, handoff) {
+                    tracing::error!(
+                        "{}: cannot start the runner of an accepted delivery ({e}); its row is parked and starts at the next finish or reconcile",
+                        decided.key
+                    );
+                }
+            }
+            SubmitEffect::Wait {
+                wake_at_millis: Some(at_millis),
+                ..
+            } => crate::driver::start_waker(rt.spawner.as_ref(), at_millis),
+            SubmitEffect::Wait { .. }
+            | SubmitEffect::Park
+            | SubmitEffect::Pending
+            | SubmitEffect::Dropped { .. } => {}
+        }
+    }
+}
+
+/// Rewrites the payload files of unfinished turns from their kept copies (a power loss may have
+/// lost an unsynced file); returns how many were rewritten.
+pub fn restore_payloads(app: &App) -> usize {
+    if !app.serve_state.in_database() {
+        return 0;
+    }
+    let kept = records::with_sqlite_db(&app.home, Access::Read, None, |conn| {
+        crate::queue::serve_tables::kept_payloads(conn)
+            .map_err(|e| records::record_error(&app.home.db_path(), e))
+    });
+    let kept = match kept {
+        Ok(kept) => kept,
+        Err(e) => {
+            tracing::warn!("cannot read the kept payloads: {e}");
+            return 0;
+        }
+    };
+    let mut restored = 0;
+    for (task, turn, body) in kept {
+        let key = crate::protocol::slots::TurnKey::new(task, turn);
+        let path = app.home.turn_dir(&key).join(PAYLOAD_FILE);
+        if std::fs::read(&path).is_ok_and(|b| b == body) {
+            continue;
+        }
+        match crate::fsutil::publish_bytes(&path, &body) {
+            Ok(()) => restored += 1,
+            Err(e) => tracing::warn!("{key}: cannot restore the delivery's payload: {e}"),
+        }
+    }
+    restored
+}
+
+/// Writes `bytes` to a new private file at `path` (0600, not following a symlink) without a
+/// sync: its durable copy is the database row committed with the turn.
+fn write_unsynced(path: &std::path::Path, bytes: &[u8]) -> Result<(), crate::fsutil::FileError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| crate::fsutil::FileError::io(path, e))?;
+    file.write_all(bytes)
+        .map_err(|e| crate::fsutil::FileError::io(path, e))
+}

@@ -1,0 +1,349 @@
+//! Where `serve` keeps its durable state: the dedupe marks, the refused deliveries and the
+//! hand-off list. In a database home (`tollgate.db`, the default) they are tables of the home's
+//! database ([`crate::queue::serve_tables`]): a mark commits in the same transaction as its turn.
+//! A home whose records stay files (the file store, PostgreSQL) keeps the files of earlier
+//! versions (`serve/dedupe.jsonl`, `serve/refused.jsonl`, `serve/handed-off.json`).
+//!
+//! The first `serve` (or `tollgate deliveries`) on a database home that still has those files
+//! imports them in one transaction and then moves each aside (`*.imported`, never deleted); a
+//! file that would not load is refused with its path and nothing is imported (spec/ingress.md,
+//! "Durable state").
+
+use super::dedupe_log::{self, is_current_key, DedupeLog, Mark};
+use super::lifecycle::HandedOff;
+use super::refused::{load_refused, RefusedDelivery, RefusedLog};
+use super::settings::ServePaths;
+use crate::fsutil::{self, FileError};
+use crate::home::Home;
+use crate::queue::records::{self, Access};
+use crate::queue::serve_tables;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The state's two homes.
+enum Backing {
+    Files {
+        dedupe: DedupeLog,
+        refused: RefusedLog,
+        handed_off: PathBuf,
+    },
+    Database,
+}
+
+/// `serve`'s durable state for one home.
+pub struct ServeState {
+    home: Home,
+    ttl_millis: u64,
+    backing: Backing,
+    /// Marks in the legacy key format (`adapter/installation/identity`) found at start: never
+    /// added to, honoured until they expire.
+    legacy: BTreeMap<String, u64>,
+}
+
+fn sql(home: &Home) -> impl Fn(rusqlite::Error) -> FileError + '_ {
+    move |e| records::record_error(&home.db_path(), e)
+}
+
+/// Whether something (a file, a FIFO, a dangling symlink) is at `path`.
+fn present(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
+}
+
+/// The name under the home a file is recorded as imported under.
+fn source_name(home: &Home, path: &Path) -> String {
+    path.strip_prefix(home.root())
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+/// `path.imported`, or `path.imported.<millis>` when that exists.
+fn aside_path(path: &Path) -> PathBuf {
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(".imported");
+    let aside = PathBuf::from(aside);
+    if present(&aside) {
+        let mut later = aside.into_os_string();
+        later.push(format!(".{}", crate::clock::now_millis()));
+        return PathBuf::from(later);
+    }
+    aside
+}
+
+/// Imports the old files of a database home (see the module's doc). Every present file is read
+/// first, with its loader's checks; any refusal returns before the database is written. Returns
+/// how many files were imported.
+pub fn import_old_files(
+    home: &Home,
+    paths: &ServePaths,
+    ttl_millis: u64,
+) -> Result<usize, FileError> {
+    let files = [&paths.dedupe, &paths.refused, &paths.handed_off];
+    if !files.iter().any(|p| present(p)) {
+        return Ok(0);
+    }
+    let marks = if present(&paths.dedupe) {
+        dedupe_log::read_marks(&paths.dedupe)?
+    } else {
+        Vec::new()
+    };
+    let refused = if present(&paths.refused) {
+        load_refused(&paths.refused)?
+    } else {
+        Vec::new()
+    };
+    let handed: Vec<HandedOff> = if present(&paths.handed_off) {
+        fsutil::load_json(&paths.handed_off)?.unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let now = crate::clock::now_millis();
+    let imported = records::with_sqlite_db(home, Access::Outcome, None, |conn| {
+        let e = sql(home);
+        let mut imported = 0;
+        for path in files {
+            if !present(path) {
+                continue;
+            }
+            let source = source_name(home, path);
+            if serve_tables::import_state(conn, &source)
+                .map_err(&e)?
+                .is_some()
+            {
+                // Imported by an earlier start that died before moving it aside.
+                continue;
+            }
+            if *path == paths.dedupe {
+                for mark in &marks {
+                    serve_tables::put_mark(conn, &mark.identity, mark.marked_at_millis, ttl_millis)
+                        .map_err(&e)?;
+                }
+                serve_tables::prune_marks(conn, now).map_err(&e)?;
+            } else if *path == paths.refused {
+                for r in &refused {
+                    serve_tables::add_refused(conn, &to_json(r)?).map_err(&e)?;
+                }
+            } else {
+                let mut rows = serve_tables::handed_off(conn)
+                    .map_err(&e)?
+                    .into_iter()
+                    .filter_map(|body| serde_json::from_str::<HandedOff>(&body).ok())
+                    .map(|h| (h.delivery.id.clone(), h))
+                    .collect::<BTreeMap<_, _>>();
+                for h in &handed {
+                    rows.insert(h.delivery.id.clone(), h.clone());
+                }
+                let rows = rows
+                    .into_iter()
+                    .map(|(id, h)| Ok((id, to_json(&h)?)))
+                    .collect::<Result<Vec<_>, FileError>>()?;
+                serve_tables::replace_handed_off(conn, &rows).map_err(&e)?;
+            }
+            serve_tables::record_import(conn, &source, now).map_err(&e)?;
+            imported += 1;
+        }
+        Ok(imported)
+    })?;
+    for path in files {
+        if !present(path) {
+            continue;
+        }
+        let aside = aside_path(path);
+        std::fs::rename(path, &aside).map_err(|e| FileError::io(path, e))?;
+        let source = source_name(home, path);
+        records::with_sqlite_db(home, Access::Write, None, |conn| {
+            serve_tables::record_moved(conn, &source).map_err(sql(home))
+        })?;
+    }
+    if imported > 0 {
+        tracing::info!(
+            "imported {imported} serve file(s) of an earlier version into {}; the files were moved aside (*.imported)",
+            home.db_path().display()
+        );
+    }
+    Ok(imported)
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<String, FileError> {
+    serde_json::to_string(value).map_err(|e| FileError::Corrupt {
+        path: PathBuf::from("<serve state>"),
+        format: "JSON",
+        detail: e.to_string(),
+    })
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(
+    home: &Home,
+    what: &str,
+    body: &str,
+) -> Result<T, FileError> {
+    serde_json::from_str(body).map_err(|e| FileError::Corrupt {
+        path: home.db_path(),
+        format: "tollgate database",
+        detail: format!("a row of {what}: {e}"),
+    })
+}
+
+/// The refused deliveries `tollgate deliveries --refused` lists, oldest first: the table of a
+/// database home (after importing an old list), else the file.
+pub fn list_refused(
+    home: &Home,
+    paths: &ServePaths,
+    ttl_millis: u64,
+) -> Result<Vec<RefusedDelivery>, FileError> {
+    if !records::in_database(home) {
+        return load_refused(&paths.refused);
+    }
+    import_old_files(home, paths, ttl_millis)?;
+    let bodies = records::with_sqlite_db(home, Access::Read, None, |conn| {
+        serve_tables::refused(conn).map_err(sql(home))
+    })?;
+    bodies
+        .iter()
+        .map(|b| from_json(home, "serve_refused", b))
+        .collect()
+}
+
+impl ServeState {
+    /// Opens the state and returns the current-format marks live at `now_millis` (for the gate),
+    /// oldest first. A database home imports the old files first.
+    pub fn open(
+        home: &Home,
+        paths: &ServePaths,
+        now_millis: u64,
+        ttl_millis: u64,
+    ) -> Result<(ServeState, Vec<Mark>), FileError> {
+        if !records::in_database(home) {
+            let (dedupe, marks) = DedupeLog::open(&paths.dedupe, now_millis, ttl_millis)?;
+            // DedupeLog keeps its own legacy marks.
+            let state = ServeState {
+                home: home.clone(),
+                ttl_millis,
+                backing: Backing::Files {
+                    dedupe,
+                    refused: RefusedLog::open(&paths.refused)?,
+                    handed_off: paths.handed_off.clone(),
+                },
+                legacy: BTreeMap::new(),
+            };
+            return Ok((state, marks));
+        }
+        import_old_files(home, paths, ttl_millis)?;
+        let stored = records::with_sqlite_db(home, Access::Write, None, |conn| {
+            serve_tables::prune_marks(conn, now_millis).map_err(sql(home))?;
+            serve_tables::live_marks(conn, now_millis).map_err(sql(home))
+        })?;
+        let (current, old): (Vec<_>, Vec<_>) =
+            stored.into_iter().partition(|m| is_current_key(&m.key));
+        let state = ServeState {
+            home: home.clone(),
+            ttl_millis,
+            backing: Backing::Database,
+            legacy: old
+                .into_iter()
+                .map(|m| (m.key, m.marked_at_millis))
+                .collect(),
+        };
+        let marks = current
+            .into_iter()
+            .map(|m| Mark {
+                identity: m.key,
+                marked_at_millis: m.marked_at_millis,
+            })
+            .collect();
+        Ok((state, marks))
+    }
+
+    /// Whether the marks live in the database (and so commit with their turns).
+    pub fn in_database(&self) -> bool {
+        matches!(self.backing, Backing::Database)
+    }
+
+    /// Whether `legacy_key` was marked by an older instance within the TTL.
+    pub fn legacy_marked(&self, legacy_key: &str, now_millis: u64) -> bool {
+        match &self.backing {
+            Backing::Files { dedupe, .. } => dedupe.legacy_marked(legacy_key, now_millis),
+            Backing::Database => self
+                .legacy
+                .get(legacy_key)
+                .is_some_and(|at| at.saturating_add(self.ttl_millis) > now_millis),
+        }
+    }
+
+    /// Inside the group commit's transaction (database homes): insert-if-absent of `key`'s
+    /// mark; `false` means a live mark is there (a duplicate: nothing is queued for it).
+    pub fn mark_in_section(&self, key: &str, now_millis: u64) -> Result<bool, FileError> {
+        match &self.backing {
+            Backing::Files { .. } => Ok(true),
+            Backing::Database => records::with_sqlite_db(&self.home, Access::Write, None, |conn| {
+                serve_tables::mark_if_absent(conn, key, now_millis, self.ttl_millis)
+                    .map_err(sql(&self.home))
+            }),
+        }
+    }
+
+    /// A savepoint statement inside the group commit's transaction (database homes only).
+    pub fn savepoint(&self, statement: &str) -> Result<(), FileError> {
+        match &self.backing {
+            Backing::Files { .. } => Ok(()),
+            Backing::Database => records::with_sqlite_db(&self.home, Access::Write, None, |conn| {
+                serve_tables::savepoint(conn, statement).map_err(sql(&self.home))
+            }),
+        }
+    }
+
+    /// After the commit (file homes): appends the durable mark, as earlier versions did.
+    pub fn mark_after_commit(&self, key: &str, now_millis: u64) -> Result<(), FileError> {
+        match &self.backing {
+            Backing::Files { dedupe, .. } => dedupe.append(key, now_millis),
+            Backing::Database => Ok(()),
+        }
+    }
+
+    /// Records a refusal durably (before the 503 is answered).
+    pub fn record_refused(&self, refused: &RefusedDelivery) -> Result<(), FileError> {
+        match &self.backing {
+            Backing::Files { refused: log, .. } => log.record(refused),
+            Backing::Database => {
+                let body = to_json(refused)?;
+                records::with_sqlite_db(&self.home, Access::Outcome, None, |conn| {
+                    serve_tables::add_refused(conn, &body).map_err(sql(&self.home))
+                })
+            }
+        }
+    }
+
+    /// The deliveries the previous instance handed off.
+    pub fn handed_off(&self) -> Result<Vec<HandedOff>, FileError> {
+        match &self.backing {
+            Backing::Files { handed_off, .. } => {
+                Ok(fsutil::load_json(handed_off)?.unwrap_or_default())
+            }
+            Backing::Database => {
+                let bodies = records::with_sqlite_db(&self.home, Access::Read, None, |conn| {
+                    serve_tables::handed_off(conn).map_err(sql(&self.home))
+                })?;
+                bodies
+                    .iter()
+                    .map(|b| from_json(&self.home, "serve_handed_off", b))
+                    .collect()
+            }
+        }
+    }
+
+    /// Replaces the hand-off list durably.
+    pub fn replace_handed_off(&self, handed: &[HandedOff]) -> Result<(), FileError> {
+        match &self.backing {
+            Backing::Files { handed_off, .. } => fsutil::publish_json(handed_off, &handed),
+            Backing::Database => {
+                let rows = handed
+                    .iter()
+                    .map(|h| Ok((h.delivery.id.clone(), to_json(h)?)))
+                    .collect::<Result<Vec<_>, FileError>>()?;
+                records::with_sqlite_db(&self.home, Access::Outcome, None, |conn| {
+                    serve_tables::replace_handed_off(conn, &rows).map_err(sql(&self.home))
+                })
+            }
+        }
+    }
+}

@@ -7,6 +7,7 @@ mod postgres;
 pub mod records;
 mod sqlite;
 mod store;
+mod wal_dirsync;
 
 pub use home_store::{HomeStore, FILE_STORE_ENV, STORE_ENV};
 pub use lock::{LockError, QueueLock};

@@ -8,8 +8,8 @@
 //! [`Commit`] and the home's [`Durability`].
 
 use super::records;
-use super::wal_dirsync;
 use super::store::{check_queue, parse_queue, Commit, Store, StoreError};
+use super::wal_dirsync;
 use crate::clock;
 use crate::config::Durability;
 use crate::fsutil::{self, FileError};

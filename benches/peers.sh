@@ -162,7 +162,10 @@ tg_wait_all() {
   [ "$(echo "$ids" | grep -c .)" = "$3" ] || { say "expected $3 submits in $2, found $(echo "$ids" | grep -c .)"; exit 1; }
   # shellcheck disable=SC2086
   "$BIN" --home "$1" wait $ids >"$2.wait" 2>&1 ||
-    { say "tollgate wait failed in $1 (exit $?): $(grep -v ': completed' "$2.wait" | head -5)"; exit 1; }
+    { say "tollgate wait failed in $1 (exit $?): $(grep -v ': completed' "$2.wait" | head -5)"
+      local t; for t in $(grep -o '^tollgate: [^ ]* turn [0-9]*' "$2.wait" | awk '{ print $2 "/turns/" $4 }' | head -3); do
+        say "runner.log of $t: $(tail -5 "$1/tasks/$t/runner.log" 2>&1)"; done
+      exit 1; }
 }
 tsp_start() { TSP_SOCKETS+=("$1"); TS_SOCKET="$1" tsp -S "$2" >/dev/null; }
 tsp_wait_all() { # every job of server $1 finished (tsp -w waits for one job)

@@ -533,11 +533,6 @@ pub(super) fn runner_alive(
 ) -> Result<(), CliError> {
     let queue = rt.store.load()?;
     if status_shell::turn_state(&queue, turn, &rt.liveness) == "orphaned" {
-        // The turn may have ended between the caller's read of its record and this load (its
-        // runner left the queue in the section that recorded the outcome): read it again.
-        if tasks::load_turn(&rt.home, key)?.is_some_and(|t| t.is_settled()) {
-            return Ok(());
-        }
         let runner = queue
             .runner(key)
             .map(|r| format!(" (pid {})", r.identity.pid))

@@ -161,7 +161,11 @@ tg_wait_all() {
   ids=$(grep -ho '(id [0-9]*)' "$2" | tr -dc '0-9\n')
   [ "$(echo "$ids" | grep -c .)" = "$3" ] || { say "expected $3 submits in $2, found $(echo "$ids" | grep -c .)"; exit 1; }
   # shellcheck disable=SC2086
-  "$BIN" --home "$1" wait $ids >/dev/null 2>&1
+  "$BIN" --home "$1" wait $ids >"$2.wait" 2>&1 ||
+    { say "tollgate wait failed in $1 (exit $?): $(grep -v ': completed' "$2.wait" | head -5)"
+      local t; for t in $(grep -o '^tollgate: [^ ]* turn [0-9]*' "$2.wait" | awk '{ print $2 "/turns/" $4 }' | head -3); do
+        say "runner.log of $t: $(tail -5 "$1/tasks/$t/runner.log" 2>&1)"; done
+      exit 1; }
 }
 tsp_start() { TSP_SOCKETS+=("$1"); TS_SOCKET="$1" tsp -S "$2" >/dev/null; }
 tsp_wait_all() { # every job of server $1 finished (tsp -w waits for one job)
@@ -250,11 +254,12 @@ burst() {
   case "$tool" in
     tg | tg_os)
       for l in $(seq 1 "$loops"); do
-        ( for _ in $(seq 1 "$(share "$l")"); do "$BIN" --home "$dir" submit -- true; done >"$dir.out$l" 2>&1 ) &
+        ( for _ in $(seq 1 "$(share "$l")"); do "$BIN" --home "$dir" submit -- true || echo "submit failed: exit $?"; done >"$dir.out$l" 2>&1 ) &
         lp+=($!)
       done
       wait "${lp[@]}"
       cat "$dir".out* >"$dir.ids"
+      if grep -q '^submit failed' "$dir.ids"; then say "in $dir: $(grep -B1 '^submit failed' "$dir.ids" | head -4)"; exit 1; fi
       tg_wait_all "$dir" "$dir.ids" "$N" ;;
     nq)
       for l in $(seq 1 "$loops"); do

@@ -8,6 +8,7 @@ pub mod records;
 pub mod serve_tables;
 mod sqlite;
 mod store;
+mod wal_dirsync;
 
 pub use home_store::{HomeStore, FILE_STORE_ENV, STORE_ENV};
 pub use lock::{LockError, QueueLock};

@@ -9,6 +9,7 @@
 
 use super::records;
 use super::store::{check_queue, parse_queue, Commit, Store, StoreError};
+use super::wal_dirsync;
 use crate::clock;
 use crate::config::Durability;
 use crate::fsutil::{self, FileError};
@@ -230,7 +231,8 @@ impl Store for SqliteStore {
         let Some(open) = guard.as_mut() else {
             unreachable!("connection() opened it");
         };
-        let durable = commit == Commit::Promise && self.durability == Durability::Fsync;
+        let durable = matches!(commit, Commit::Promise | Commit::Outcome)
+            && self.durability == Durability::Fsync;
         // WAL mode: FULL syncs the log at this commit (and so every commit before it); NORMAL
         // leaves the commit to the next sync or checkpoint. Set outside the transaction.
         let level = if durable { "FULL" } else { "NORMAL" };
@@ -456,14 +458,34 @@ fn open_database(home: &Home, lock_timeout: Duration) -> Result<Connection, Stor
             detail: format!("cannot switch to WAL mode (journal_mode is {mode:?})"),
         });
     }
-    if schema_version(&conn, &path)? < SCHEMA_VERSION {
-        migrate(home, &mut conn, &path)?;
-    } else if schema_version(&conn, &path)? > SCHEMA_VERSION {
-        return Err(newer_schema(&path, schema_version(&conn, &path)?));
+    // Every command opens the database: its usual case (the newest schema, nothing imported
+    // left to move aside) costs one read; anything else takes the full checks below.
+    if up_to_date(&conn) != Some(true) {
+        let version = schema_version(&conn, &path)?;
+        if version < SCHEMA_VERSION {
+            migrate(home, &mut conn, &path)?;
+        } else if version > SCHEMA_VERSION {
+            return Err(newer_schema(&path, version));
+        }
+        move_imported_aside(home, &conn, &path)?;
+        move_records_aside(home, &conn, &path)?;
     }
-    move_imported_aside(home, &conn, &path)?;
-    move_records_aside(home, &conn, &path)?;
+    // The log is open now: its directory entry is synced once, not by every connection.
+    let settled = wal_dirsync::settle(&conn);
+    tracing::debug!("{}: log directory entry {settled:?}", path.display());
     Ok(conn)
+}
+
+/// One read on the open path: whether the schema is [`SCHEMA_VERSION`] and no import waits for
+/// its files to be moved aside. `None` when the tables are not there yet (a new database).
+fn up_to_date(conn: &Connection) -> Option<bool> {
+    conn.query_row(
+        "SELECT (SELECT coalesce(max(version), 0) FROM schema_migrations),
+                (SELECT count(*) FROM imports WHERE moved_aside = 0)",
+        [],
+        |row| Ok(row.get::<_, u32>(0)? == SCHEMA_VERSION && row.get::<_, u32>(1)? == 0),
+    )
+    .ok()
 }
 
 /// A connection for the record layer's accesses outside a section ([`records`]): the same open,

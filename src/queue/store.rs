@@ -27,6 +27,11 @@ pub enum Commit {
     /// may undo it, since it kills every process and reconcile repairs from the last synced
     /// commit. It still reaches the disk before any later promise commit does.
     Internal,
+    /// A section known beforehand to record a turn's outcome (the runner's finish): synced like
+    /// a promise (an outcome is what `wait` reports and what reconcile trusts), so it needs no
+    /// separate synced commit after it; `durability = "os"` relaxes it only where it relaxes an
+    /// internal commit.
+    Outcome,
 }
 
 /// A store of the queue document. Every locked section of the shell is one `transact`.

@@ -22,7 +22,7 @@ use crate::protocol::slots::steps::{self, FinishInput, TakeOverEffect, TakeOverI
 use crate::protocol::slots::{
     Liveness, ProcessIdentity, SlotError, SlotToken, TurnKey, WorkId, WorkRecord,
 };
-use crate::queue::Store;
+use crate::queue::{Commit, Store};
 use crate::runtime::Runtime;
 use crate::tasks::{self, TurnOutcome, TurnRecord};
 use std::path::PathBuf;
@@ -58,7 +58,7 @@ pub fn run_worker<L: Liveness, S: Store>(
     let cgroup = work::cgroup_for(&containment, WorkId::from_token(token));
     let cgroup_text = cgroup.as_ref().map(|d| d.display().to_string());
     let take_over_sent = crate::fleet::boottime_millis();
-    let (effect, turn) = take_over_in(rt, key, token, me, cgroup_text.as_deref())?;
+    let (effect, turn) = take_over_started(rt, key, token, me, cgroup_text.as_deref())?;
     let work = match effect {
         TakeOverEffect::Refused { holder } => return Ok(WorkerOutcome::Refused { holder }),
         TakeOverEffect::AlreadySettled => {
@@ -79,9 +79,6 @@ pub fn run_worker<L: Liveness, S: Store>(
         TakeOverEffect::Run { work } => work,
     };
     let mut turn = turn;
-    turn.started_at_millis = Some(tasks::now_millis());
-    turn.runner = Some(me);
-    tasks::save_turn(&rt.home, &turn)?;
     // On a fleet: renewals, and self-fencing if they fail (spec/fleet.md, F1).
     let lease = lease::start_if_fleet(rt, key, me, work, cgroup.clone(), take_over_sent)?;
     let execution = run_work_in(rt, &turn, me, work, cgroup, false);
@@ -150,6 +147,40 @@ pub fn take_over_in<L: Liveness, S: Store>(
         )?;
         if matches!(effect, TakeOverEffect::Refused { .. }) {
             crate::fleet::release_own(me);
+        }
+        Ok::<_, DispatchError>((effect, turn))
+    })
+}
+
+/// [`take_over_in`] that also records the turn as started by `me` when the effect is `Run`, in
+/// the same section: the take-over and the started record are one internal commit (one lock take
+/// and no connection outside a section for the runner), instead of a second write of the record
+/// right after. Both were internal transitions before; a power loss loses or keeps them together.
+fn take_over_started<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    key: &TurnKey,
+    token: SlotToken,
+    me: ProcessIdentity,
+    cgroup: Option<&str>,
+) -> Result<(TakeOverEffect, TurnRecord), DispatchError> {
+    rt.store.transact_internal(|state| {
+        let mut turn = tasks::load_turn(&rt.home, key)?
+            .ok_or_else(|| SlotError::UnknownRow { key: key.clone() })?;
+        let effect = steps::runner_take_over(
+            state,
+            TakeOverInput {
+                key,
+                token,
+                me,
+                settled: turn.is_settled(),
+                cgroup,
+                liveness: &rt.liveness,
+            },
+        )?;
+        if let TakeOverEffect::Run { .. } = effect {
+            turn.started_at_millis = Some(tasks::now_millis());
+            turn.runner = Some(me);
+            tasks::save_turn(&rt.home, &turn)?;
         }
         Ok::<_, DispatchError>((effect, turn))
     })
@@ -252,7 +283,13 @@ fn finish_section<L: Liveness, S: Store>(
     result: Option<&TurnRecord>,
 ) -> Result<(Option<steps::Handoff>, crate::deps::AfterDeparture), DispatchError> {
     let cap = rt.cap();
-    rt.store.transact_internal(|state| {
+    // With a result the section records an outcome: synced at its own commit (one transaction),
+    // not by a second synced commit after an internal one (spec/store.md, "Records").
+    let commit = match result {
+        Some(_) => Commit::Outcome,
+        None => Commit::Internal,
+    };
+    rt.store.transact_as(commit, |state| {
         let queued = state.row(key).is_some();
         let after = match result {
             Some(turn) => {

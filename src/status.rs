@@ -208,7 +208,14 @@ pub fn turn_state(queue: &QueueState, turn: &TurnRecord, liveness: &impl Livenes
                         reservation.map(|r| r.reserver),
                         reservation.and_then(|r| r.child),
                     ];
-                    if holders.iter().flatten().any(|h| liveness.is_live(h)) {
+                    // A reserver gone before its first publish may have spawned the child that
+                    // adopts the slot: unrecorded, only its command line names the token.
+                    let unrecorded_child = || {
+                        reservation.is_some_and(|r| {
+                            r.child.is_none() && crate::process::runner_for_token_alive(r.token)
+                        })
+                    };
+                    if holders.iter().flatten().any(|h| liveness.is_live(h)) || unrecorded_child() {
                         "starting"
                     } else {
                         "orphaned"

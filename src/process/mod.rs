@@ -11,7 +11,8 @@ pub mod work;
 pub(crate) use identity::identity_including_zombie;
 pub use identity::{identity_of, self_identity, ProcLiveness};
 pub use spawn::{
-    spawn_detached_runner, DetachedSpawner, RunnerSpawner, ScrubbedSpawner, SpawnError,
+    runner_for_token_alive, spawn_detached_runner, DetachedSpawner, RunnerSpawner, ScrubbedSpawner,
+    SpawnError,
 };
 
 /// For a forked child before exec: die with the process that forked it. `PR_SET_PDEATHSIG` only

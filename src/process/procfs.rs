@@ -113,6 +113,11 @@ pub fn environ_of(pid: i32) -> Option<Vec<u8>> {
     fs::read(format!("/proc/{pid}/environ")).ok()
 }
 
+/// The raw command line of `pid` (NUL-separated arguments), or `None` if it cannot be read.
+pub fn cmdline_of(pid: i32) -> Option<Vec<u8>> {
+    fs::read(format!("/proc/{pid}/cmdline")).ok()
+}
+
 /// Parses a `children` file: whitespace-separated pids.
 pub fn parse_children(text: &str) -> impl Iterator<Item = i32> + '_ {
     text.split_whitespace()

@@ -245,3 +245,21 @@ fn spawn_runner(
         pid,
     })
 }
+
+/// Whether a live process on this host is a runner spawned for the slot token `token`
+/// (`worker runner … --slot-token TOKEN`). A reservation whose reserver is gone before it
+/// recorded its child (its first publish) may still have that child on its way to adopt it; only
+/// its command line names it. `status` asks before calling such a turn orphaned.
+pub fn runner_for_token_alive(token: SlotToken) -> bool {
+    let token = token.to_string();
+    super::procfs::scan()
+        .into_iter()
+        .filter(|p| p.is_alive())
+        .any(|p| {
+            super::procfs::cmdline_of(p.pid).is_some_and(|cmdline| {
+                let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+                args.windows(2)
+                    .any(|w| w[0] == b"--slot-token" && w[1] == token.as_bytes())
+            })
+        })
+}

@@ -533,6 +533,15 @@ pub(super) fn runner_alive(
 ) -> Result<(), CliError> {
     let queue = rt.store.load()?;
     if status_shell::turn_state(&queue, turn, &rt.liveness) == "orphaned" {
+        // The row was read before the liveness check: a runner that recorded the turn's end
+        // and exited in between looks orphaned. Read both again now that it was seen dead: a
+        // commit it made before dying is visible.
+        let again = tasks::load_turn(&rt.home, key)?;
+        if again.as_ref().is_none_or(|t| t.is_settled())
+            || status_shell::turn_state(&rt.store.load()?, turn, &rt.liveness) != "orphaned"
+        {
+            return Ok(());
+        }
         let runner = queue
             .runner(key)
             .map(|r| format!(" (pid {})", r.identity.pid))

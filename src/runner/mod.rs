@@ -58,7 +58,7 @@ pub fn run_worker<L: Liveness, S: Store>(
     let cgroup = work::cgroup_for(&containment, WorkId::from_token(token));
     let cgroup_text = cgroup.as_ref().map(|d| d.display().to_string());
     let take_over_sent = crate::fleet::boottime_millis();
-    let (effect, turn) = take_over_started(rt, key, token, me, cgroup_text.as_deref())?;
+    let (effect, turn) = take_over_retrying(rt, key, token, me, cgroup_text.as_deref())?;
     let work = match effect {
         TakeOverEffect::Refused { holder } => return Ok(WorkerOutcome::Refused { holder }),
         TakeOverEffect::AlreadySettled => {
@@ -152,6 +152,35 @@ pub fn take_over_in<L: Liveness, S: Store>(
     })
 }
 
+/// How long a runner on a fleet retries a take-over that found no lease of its own: the child can
+/// reach its take-over before its dispatcher's first publish took the lease for it (F4), and the
+/// publish follows within milliseconds. Past this, the take-over's error stands.
+const TAKE_OVER_LEASE_WAIT_MILLIS: u64 = 2_000;
+
+/// [`take_over_started`], retried while the runner's lease is not there yet (see
+/// [`TAKE_OVER_LEASE_WAIT_MILLIS`]); each attempt is its own section, so a failed one changed
+/// nothing. On one host the first attempt is the answer.
+fn take_over_retrying<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    key: &TurnKey,
+    token: SlotToken,
+    me: ProcessIdentity,
+    cgroup: Option<&str>,
+) -> Result<(TakeOverEffect, TurnRecord), DispatchError> {
+    let until =
+        std::time::Instant::now() + std::time::Duration::from_millis(TAKE_OVER_LEASE_WAIT_MILLIS);
+    loop {
+        match take_over_started(rt, key, token, me, cgroup) {
+            Err(DispatchError::Fleet(crate::protocol::fleet::FleetError::Unknown { .. }))
+                if std::time::Instant::now() < until =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// [`take_over_in`] that also records the turn as started by `me` when the effect is `Run`, in
 /// the same section: the take-over and the started record are one internal commit (one lock take
 /// and no connection outside a section for the runner), instead of a second write of the record
@@ -164,6 +193,8 @@ fn take_over_started<L: Liveness, S: Store>(
     cgroup: Option<&str>,
 ) -> Result<(TakeOverEffect, TurnRecord), DispatchError> {
     rt.store.transact_internal(|state| {
+        // On a fleet the take-over first renews the lease its handoff took (F4); lost: exit.
+        crate::runner::lease::renew_at_take_over(me)?;
         let mut turn = tasks::load_turn(&rt.home, key)?
             .ok_or_else(|| SlotError::UnknownRow { key: key.clone() })?;
         let effect = steps::runner_take_over(
@@ -177,10 +208,16 @@ fn take_over_started<L: Liveness, S: Store>(
                 liveness: &rt.liveness,
             },
         )?;
-        if let TakeOverEffect::Run { .. } = effect {
-            turn.started_at_millis = Some(tasks::now_millis());
-            turn.runner = Some(me);
-            tasks::save_turn(&rt.home, &turn)?;
+        match effect {
+            TakeOverEffect::Run { .. } => {
+                turn.started_at_millis = Some(tasks::now_millis());
+                turn.runner = Some(me);
+                tasks::save_turn(&rt.home, &turn)?;
+            }
+            TakeOverEffect::Refused { .. } => {
+                crate::fleet::release_own(me);
+            }
+            TakeOverEffect::AlreadySettled | TakeOverEffect::Cancelled => {}
         }
         Ok::<_, DispatchError>((effect, turn))
     })

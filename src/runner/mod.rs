@@ -118,21 +118,26 @@ pub fn take_over<L: Liveness, S: Store>(
     token: SlotToken,
     me: ProcessIdentity,
 ) -> Result<(TakeOverEffect, TurnRecord), DispatchError> {
-    take_over_in(rt, key, token, me, None)
+    take_over_section(rt, key, token, me, None, false)
 }
 
-/// [`take_over`] recording `cgroup` (the work's group, not created yet) on the work.
-pub fn take_over_in<L: Liveness, S: Store>(
+/// The take-over section, recording `cgroup` (the work's group, not created yet) on the work and,
+/// when `record_started`, the turn as started by `me` if the effect is `Run`: the runner's
+/// take-over and its started record are one internal commit (one lock take, no connection outside
+/// a section), so a power loss loses or keeps them together. One body for both callers, so the
+/// fleet's lease renewal and release cannot be left out of one of them.
+fn take_over_section<L: Liveness, S: Store>(
     rt: &Runtime<L, S>,
     key: &TurnKey,
     token: SlotToken,
     me: ProcessIdentity,
     cgroup: Option<&str>,
+    record_started: bool,
 ) -> Result<(TakeOverEffect, TurnRecord), DispatchError> {
     rt.store.transact_internal(|state| {
         // On a fleet the take-over first renews the lease its handoff took (F4); lost: exit.
         crate::runner::lease::renew_at_take_over(me)?;
-        let turn = tasks::load_turn(&rt.home, key)?
+        let mut turn = tasks::load_turn(&rt.home, key)?
             .ok_or_else(|| SlotError::UnknownRow { key: key.clone() })?;
         let effect = steps::runner_take_over(
             state,
@@ -145,11 +150,30 @@ pub fn take_over_in<L: Liveness, S: Store>(
                 liveness: &rt.liveness,
             },
         )?;
-        if matches!(effect, TakeOverEffect::Refused { .. }) {
-            crate::fleet::release_own(me);
+        match effect {
+            TakeOverEffect::Run { .. } if record_started => {
+                turn.started_at_millis = Some(tasks::now_millis());
+                turn.runner = Some(me);
+                tasks::save_turn(&rt.home, &turn)?;
+            }
+            TakeOverEffect::Refused { .. } => {
+                crate::fleet::release_own(me);
+            }
+            _ => {}
         }
         Ok::<_, DispatchError>((effect, turn))
     })
+}
+
+/// [`take_over_section`] as the runner runs it: the started record in the same section.
+fn take_over_started<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    key: &TurnKey,
+    token: SlotToken,
+    me: ProcessIdentity,
+    cgroup: Option<&str>,
+) -> Result<(TakeOverEffect, TurnRecord), DispatchError> {
+    take_over_section(rt, key, token, me, cgroup, true)
 }
 
 /// How long a runner on a fleet retries a take-over that found no lease of its own: the child can
@@ -179,48 +203,6 @@ fn take_over_retrying<L: Liveness, S: Store>(
             other => return other,
         }
     }
-}
-
-/// [`take_over_in`] that also records the turn as started by `me` when the effect is `Run`, in
-/// the same section: the take-over and the started record are one internal commit (one lock take
-/// and no connection outside a section for the runner), instead of a second write of the record
-/// right after. Both were internal transitions before; a power loss loses or keeps them together.
-fn take_over_started<L: Liveness, S: Store>(
-    rt: &Runtime<L, S>,
-    key: &TurnKey,
-    token: SlotToken,
-    me: ProcessIdentity,
-    cgroup: Option<&str>,
-) -> Result<(TakeOverEffect, TurnRecord), DispatchError> {
-    rt.store.transact_internal(|state| {
-        // On a fleet the take-over first renews the lease its handoff took (F4); lost: exit.
-        crate::runner::lease::renew_at_take_over(me)?;
-        let mut turn = tasks::load_turn(&rt.home, key)?
-            .ok_or_else(|| SlotError::UnknownRow { key: key.clone() })?;
-        let effect = steps::runner_take_over(
-            state,
-            TakeOverInput {
-                key,
-                token,
-                me,
-                settled: turn.is_settled(),
-                cgroup,
-                liveness: &rt.liveness,
-            },
-        )?;
-        match effect {
-            TakeOverEffect::Run { .. } => {
-                turn.started_at_millis = Some(tasks::now_millis());
-                turn.runner = Some(me);
-                tasks::save_turn(&rt.home, &turn)?;
-            }
-            TakeOverEffect::Refused { .. } => {
-                crate::fleet::release_own(me);
-            }
-            TakeOverEffect::AlreadySettled | TakeOverEffect::Cancelled => {}
-        }
-        Ok::<_, DispatchError>((effect, turn))
-    })
 }
 
 /// Runs the turn's command as `work`: records its leader right after the spawn (one section),

@@ -108,17 +108,8 @@ fn exclude_reserver_still_counts_that_pid_reservations_against_cap() {
     let r = procs.start(10, 1);
     let mut state = queue_with(&[("a", 1), ("b", 1)], r);
     reserve_runner_slot(&mut state, &key("a", 1), r, None, 1, token(1), &procs).unwrap();
-    assert_eq!(occupied_runner_slots(&state, &procs, Some(r.pid), None), 1);
-    let b = reserve_runner_slot(
-        &mut state,
-        &key("b", 1),
-        r,
-        Some(r.pid),
-        1,
-        token(2),
-        &procs,
-    )
-    .unwrap();
+    assert_eq!(occupied_runner_slots(&state, &procs, Some(r), None), 1);
+    let b = reserve_runner_slot(&mut state, &key("b", 1), r, Some(r), 1, token(2), &procs).unwrap();
     assert_eq!(b, ReserveOutcome::Saturated);
 }
 
@@ -703,4 +694,30 @@ fn interrupted_legacy_reassignment_recovers_from_an_unrelated_working_directory_
             .to_str()
             .unwrap()
     );
+}
+
+/// S1 fleet-wide: a finishing runner leaves only its own identity out of the count. Another host's
+/// live runner that happens to have the same pid (pids repeat across hosts, their start times
+/// differ) still holds its slot; excluding by pid alone let a fleet start one turn too many.
+#[test]
+fn a_finishing_runner_excludes_itself_not_another_hosts_runner_with_its_pid() {
+    let mut procs = Procs::new();
+    let here = procs.start(10, 1);
+    let there = procs.start(10, 2);
+    let mut state = queue_with(&[("a", 1), ("b", 1)], here);
+    state.runners = vec![
+        RunnerRecord {
+            key: key("a", 1),
+            identity: here,
+            attached: false,
+        },
+        RunnerRecord {
+            key: key("b", 1),
+            identity: there,
+            attached: false,
+        },
+    ];
+    assert_eq!(occupied_runner_slots(&state, &procs, None, None), 2);
+    assert_eq!(occupied_runner_slots(&state, &procs, Some(here), None), 1);
+    assert_eq!(occupied_runner_slots(&state, &procs, Some(there), None), 1);
 }

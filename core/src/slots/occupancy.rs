@@ -43,14 +43,16 @@ pub fn live_runner_for_turn(
 
 /// Slots taken, as the cap sees them.
 ///
-/// `exclude_reserver` drops that pid from the identity set only (a finishing runner replacing its
-/// own slot); reservations always count. `reserving` applies the recovered-controller exception:
+/// `exclude_reserver` drops that identity from the identity set only (a finishing runner replacing
+/// its own slot); reservations always count. It is the whole identity, never the pid alone: pids
+/// repeat across the hosts of a fleet, and another host's live runner with the same pid still holds
+/// its slot. `reserving` applies the recovered-controller exception:
 /// the reserved row's own holder is not counted when it is the reserver itself, the row has no
 /// reservation, and no live runner holds the turn.
 pub fn occupied_runner_slots(
     state: &QueueState,
     liveness: &impl Liveness,
-    exclude_reserver: Option<u32>,
+    exclude_reserver: Option<ProcessIdentity>,
     reserving: Option<Reserving<'_>>,
 ) -> usize {
     let reservations = state
@@ -67,10 +69,10 @@ pub fn occupied_runner_slots(
 pub fn counted_identities(
     state: &QueueState,
     liveness: &impl Liveness,
-    exclude_reserver: Option<u32>,
+    exclude_reserver: Option<ProcessIdentity>,
     reserving: Option<Reserving<'_>>,
 ) -> usize {
-    let excluded = |id: &ProcessIdentity| exclude_reserver == Some(id.pid);
+    let excluded = |id: &ProcessIdentity| exclude_reserver == Some(*id);
     let reserved = |key: &TurnKey| {
         state
             .row(key)

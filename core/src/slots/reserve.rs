@@ -38,7 +38,7 @@ pub fn reserve_runner_slot(
     state: &mut QueueState,
     key: &TurnKey,
     reserver: ProcessIdentity,
-    exclude_reserver: Option<u32>,
+    exclude_reserver: Option<ProcessIdentity>,
     cap: usize,
     fresh_token: SlotToken,
     liveness: &impl Liveness,
@@ -62,7 +62,7 @@ pub fn reserve_runner_slot_with(
     state: &mut QueueState,
     key: &TurnKey,
     reserver: ProcessIdentity,
-    exclude_reserver: Option<u32>,
+    exclude_reserver: Option<ProcessIdentity>,
     cap: usize,
     fresh_token: SlotToken,
     liveness: &impl Liveness,
@@ -275,12 +275,12 @@ pub enum StartNext {
 
 /// Starts the first parked row that can start, in scheduling order (not paused; highest priority,
 /// then oldest): adopt it, reserve it, and put it back exactly as
-/// it was if no slot is free. A finishing runner passes its own pid as `exclude_reserver`;
+/// it was if no slot is free. A finishing runner passes its own identity as `exclude_reserver`;
 /// reconcile passes `None`.
 pub fn start_next_parked(
     state: &mut QueueState,
     reserver: ProcessIdentity,
-    exclude_reserver: Option<u32>,
+    exclude_reserver: Option<ProcessIdentity>,
     cap: usize,
     fresh_token: SlotToken,
     liveness: &impl Liveness,
@@ -307,7 +307,7 @@ pub fn start_next_parked_with(
     rules: &impl SlotRules,
     state: &mut QueueState,
     reserver: ProcessIdentity,
-    exclude_reserver: Option<u32>,
+    exclude_reserver: Option<ProcessIdentity>,
     cap: usize,
     fresh_token: SlotToken,
     liveness: &impl Liveness,
@@ -330,7 +330,7 @@ pub(crate) fn start_next_parked_general(
     rules: &impl SlotRules,
     state: &mut QueueState,
     reserver: ProcessIdentity,
-    exclude_reserver: Option<u32>,
+    exclude_reserver: Option<ProcessIdentity>,
     cap: usize,
     fresh_token: SlotToken,
     liveness: &impl Liveness,

@@ -17,7 +17,7 @@ pub trait SlotRules {
         &self,
         state: &QueueState,
         liveness: &impl Liveness,
-        exclude_reserver: Option<u32>,
+        exclude_reserver: Option<ProcessIdentity>,
         reserving: Option<Reserving<'_>>,
     ) -> usize {
         occupied_runner_slots(state, liveness, exclude_reserver, reserving)
@@ -25,7 +25,7 @@ pub trait SlotRules {
 
     /// What reconcile passes as `exclude_reserver`. Always `None`: a reconciler that already holds
     /// a slot (a runner reconciling on the side) must keep counting it.
-    fn reconcile_exclude_reserver(&self, reconciler: ProcessIdentity) -> Option<u32> {
+    fn reconcile_exclude_reserver(&self, reconciler: ProcessIdentity) -> Option<ProcessIdentity> {
         let _ = reconciler;
         None
     }

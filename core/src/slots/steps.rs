@@ -682,7 +682,7 @@ pub fn runner_finish<L: Liveness>(
         &ProductionRules,
         state,
         me,
-        Some(me.pid),
+        Some(me),
         input.cap,
         input.fresh_token,
         input.liveness,

@@ -19,7 +19,7 @@ impl SlotRules for VariantRules {
         &self,
         state: &QueueState,
         liveness: &impl Liveness,
-        exclude_reserver: Option<u32>,
+        exclude_reserver: Option<ProcessIdentity>,
         reserving: Option<Reserving<'_>>,
     ) -> usize {
         match self.0 {
@@ -32,10 +32,10 @@ impl SlotRules for VariantRules {
         }
     }
 
-    fn reconcile_exclude_reserver(&self, reconciler: ProcessIdentity) -> Option<u32> {
+    fn reconcile_exclude_reserver(&self, reconciler: ProcessIdentity) -> Option<ProcessIdentity> {
         match self.0 {
             // BUG: the reconciler's own pid is excluded from the identity count.
-            Variant::ReconcileExcludesItself => Some(reconciler.pid),
+            Variant::ReconcileExcludesItself => Some(reconciler),
             _ => ProductionRules.reconcile_exclude_reserver(reconciler),
         }
     }
@@ -46,13 +46,13 @@ pub(super) fn broken_occupied_runner_slots(
     variant: Variant,
     state: &QueueState,
     liveness: &impl Liveness,
-    exclude_reserver: Option<u32>,
+    exclude_reserver: Option<ProcessIdentity>,
     reserving: Option<Reserving<'_>>,
 ) -> usize {
     // The identity half is production's; only the reservation count is broken.
     let identities =
         tollgate_core::slots::counted_identities(state, liveness, exclude_reserver, reserving);
-    let excluded = |id: &ProcessIdentity| exclude_reserver == Some(id.pid);
+    let excluded = |id: &ProcessIdentity| exclude_reserver == Some(*id);
     let reservations = state
         .entries
         .iter()

@@ -51,12 +51,12 @@ pub(super) fn s4_bound_child(model: &SlotModel, st: &SlotState) -> bool {
     // cannot be split per reservation; the bound still catches any exclusion that drops one.)
     let rules = model.rules();
     let table = ProcTable::of(st);
-    let excludes: Vec<Option<u32>> = std::iter::once(None)
+    let excludes: Vec<Option<ProcessIdentity>> = std::iter::once(None)
         .chain(
             st.procs
                 .iter()
                 .filter(|p| p.alive && p.kind == ProcKind::Runner)
-                .map(|p| Some(p.id.pid)),
+                .map(|p| Some(p.id)),
         )
         .collect();
     let bound_live = st

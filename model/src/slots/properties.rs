@@ -4,7 +4,7 @@ use super::render::token_number;
 use super::state::*;
 use super::SlotModel;
 use tollgate_core::slots::{
-    occupied_runner_slots, Liveness, Observation, RowState, SlotRules, TurnKey,
+    occupied_runner_slots, Liveness, Observation, ProcessIdentity, RowState, SlotRules, TurnKey,
 };
 
 impl SlotState {

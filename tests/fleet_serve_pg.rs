@@ -36,7 +36,10 @@ fn with_queue(url: &str, queue: &str) -> String {
 /// (routes) after the top-level settings.
 fn pg_home(url: &str, queue: &str, host: &str, workers: usize, rest: &str) -> TestHome {
     let store = with_queue(url, queue);
-    TestHome::new(workers, &format!("store = {store:?}\nhost = {host:?}\n{rest}"))
+    TestHome::new(
+        workers,
+        &format!("store = {store:?}\nhost = {host:?}\n{rest}"),
+    )
 }
 
 /// The marks of `queue` in the database's `serve_dedupe`.
@@ -133,7 +136,10 @@ fn one_delivery_sent_to_two_serves_of_one_queue_is_accepted_once_fleet_wide() {
     let mut ran_ids = ran(&ran_log);
     ran_ids.sort();
     expected.sort();
-    assert_eq!(ran_ids, expected, "each delivery ran exactly once fleet-wide");
+    assert_eq!(
+        ran_ids, expected,
+        "each delivery ran exactly once fleet-wide"
+    );
     assert_eq!(
         marks(&url, &queue),
         i64::try_from(expected.len()).unwrap(),
@@ -245,21 +251,34 @@ fn queue_supersession_is_decided_across_two_hosts_of_one_queue() {
     // Turns 2..5 from both hosts: each supersedes the one parked before it, whichever host
     // queued that one (the decision is the one queue's, in its section).
     for (i, home) in [(2, &b), (3, &a), (4, &b), (5, &a)] {
-        submit(
-            &home.home,
-            &["--task", "q", "--", "echo", &i.to_string()],
-        );
+        submit(&home.home, &["--task", "q", "--", "echo", &i.to_string()]);
     }
-    let expected = ["running", "superseded", "superseded", "superseded", "parked"];
+    let expected = [
+        "running",
+        "superseded",
+        "superseded",
+        "superseded",
+        "parked",
+    ];
     assert_eq!(turn_states(&a.home, "q"), expected);
-    assert_eq!(turn_states(&b.home, "q"), expected, "both hosts see one queue");
+    assert_eq!(
+        turn_states(&b.home, "q"),
+        expected,
+        "both hosts see one queue"
+    );
     release(&hold);
     wait_until(60, "turn 5 completed", || {
         turn_states(&b.home, "q").get(4).map(String::as_str) == Some("completed")
     });
     assert_eq!(
         turn_states(&a.home, "q"),
-        ["completed", "superseded", "superseded", "superseded", "completed"]
+        [
+            "completed",
+            "superseded",
+            "superseded",
+            "superseded",
+            "completed"
+        ]
     );
 }
 
@@ -351,7 +370,11 @@ fn a_postgres_homes_old_serve_files_are_imported_once_and_the_marks_are_the_flee
     std::fs::write(serve_dir.join("handed-off.json"), "[]\n").unwrap();
 
     let out = a.tollgate(&["deliveries", "--refused", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(listed["refused"][0]["identity"], "d-1", "{listed}");
     for name in ["dedupe.jsonl", "refused.jsonl", "handed-off.json"] {
@@ -386,7 +409,20 @@ fn a_corrupt_old_serve_file_of_a_postgres_home_is_refused_naming_it_and_nothing_
     let Some(url) = server() else { return };
     let queue = unique("serve-import-bad");
     let dir = tempfile::tempdir().unwrap();
-    let home = pg_home(&url, &queue, "import-bad", 2, &quick_route(&dir.path().join("ran")));
+    let home = pg_home(
+        &url,
+        &queue,
+        "import-bad",
+        2,
+        &quick_route(&dir.path().join("ran")),
+    );
+    // The schema exists before the files do (a refused import never connects).
+    let out = home.tollgate(&["status"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let serve_dir = home.home.join("serve");
     std::fs::create_dir_all(&serve_dir).unwrap();
     let dedupe = serve_dir.join("dedupe.jsonl");

@@ -96,7 +96,11 @@ fn a_pg_serve_killed_in_its_group_commit_loses_no_acknowledged_delivery_and_leav
     let first = doomed.post("/hooks/k", &generic_headers("k-acked", None, body), body);
     assert_eq!(first.status, 200, "{}", first.text());
     assert_eq!(first.json()["status"], "accepted", "{}", first.text());
-    assert_eq!(mark_keys(&url, &queue).len(), 1, "the acknowledged mark is durable");
+    assert_eq!(
+        mark_keys(&url, &queue).len(),
+        1,
+        "the acknowledged mark is durable"
+    );
 
     // The next batch dies before its COMMIT.
     let ids: Vec<String> = (0..DELIVERIES).map(|i| format!("k{i}")).collect();

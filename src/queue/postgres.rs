@@ -138,7 +138,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (3, "dependencies of queue rows", SCHEMA_V3),
     (4, "the fleet's leases", lease::SCHEMA_V4_LEASES),
     (5, "task and turn records", super::records::PG_SCHEMA_V5),
-    (7, "serve: dedupe marks, refused, handed-off deliveries and payloads", super::serve_tables::PG_SCHEMA_V7),
+    (
+        7,
+        "serve: dedupe marks, refused, handed-off deliveries and payloads",
+        super::serve_tables::PG_SCHEMA_V7,
+    ),
 ];
 
 /// A `store` URL split into what the client connects with and the queue it names.

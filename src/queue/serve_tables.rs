@@ -267,7 +267,8 @@ const INSERT_MARK_IF_ABSENT: Sql = Sql {
                VALUES ($1, $2, $3, $4) ON CONFLICT (queue, key) DO NOTHING",
 };
 const PUT_MARK: Sql = Sql {
-    sqlite: "INSERT INTO serve_dedupe (key, marked_at_millis, expires_at_millis) VALUES (?1, ?2, ?3)
+    sqlite:
+        "INSERT INTO serve_dedupe (key, marked_at_millis, expires_at_millis) VALUES (?1, ?2, ?3)
              ON CONFLICT (key) DO UPDATE SET marked_at_millis = excluded.marked_at_millis,
                  expires_at_millis = excluded.expires_at_millis
              WHERE excluded.marked_at_millis > serve_dedupe.marked_at_millis",
@@ -376,7 +377,10 @@ pub(crate) fn live_marks(db: &mut Db<'_>, now_millis: u64) -> Result<Vec<StoredM
     let rows = query(
         db,
         &LIVE_MARKS,
-        &[Arg::Int(int(now_millis)), Arg::Int(limit(MAX_DEDUPE_ENTRIES))],
+        &[
+            Arg::Int(int(now_millis)),
+            Arg::Int(limit(MAX_DEDUPE_ENTRIES)),
+        ],
         &[Col::Text, Col::Int],
     )?;
     Ok(rows
@@ -412,7 +416,11 @@ const REFUSED: Sql = Sql {
 /// Appends one refusal (its JSON document), dropping the oldest beyond [`MAX_REFUSED_ROWS`].
 pub(crate) fn add_refused(db: &mut Db<'_>, body: &str) -> Result<(), DbError> {
     exec(db, &ADD_REFUSED, &[Arg::Text(body)])?;
-    exec(db, &DROP_OLDEST_REFUSED, &[Arg::Int(limit(MAX_REFUSED_ROWS))])?;
+    exec(
+        db,
+        &DROP_OLDEST_REFUSED,
+        &[Arg::Int(limit(MAX_REFUSED_ROWS))],
+    )?;
     Ok(())
 }
 
@@ -475,7 +483,7 @@ pub(crate) fn handed_off(db: &mut Db<'_>, home: &str) -> Result<Vec<String>, DbE
 
 const IMPORT_STATE: Sql = Sql {
     sqlite: "SELECT moved_aside FROM imports WHERE source = ?1",
-    postgres: "SELECT moved_aside::int8 FROM serve_imports
+    postgres: "SELECT moved_aside::int4::int8 FROM serve_imports
                WHERE queue = $1 AND home = $2 AND source = $3",
 };
 const RECORD_IMPORT: Sql = Sql {
@@ -492,7 +500,11 @@ const RECORD_MOVED: Sql = Sql {
 
 /// Whether `home`'s old file `source` (its path under the home) was imported, and if so whether
 /// it was moved aside: `None` when never imported.
-pub(crate) fn import_state(db: &mut Db<'_>, home: &str, source: &str) -> Result<Option<bool>, DbError> {
+pub(crate) fn import_state(
+    db: &mut Db<'_>,
+    home: &str,
+    source: &str,
+) -> Result<Option<bool>, DbError> {
     let rows = query(
         db,
         &IMPORT_STATE,
@@ -515,7 +527,11 @@ pub(crate) fn record_import(
     exec(
         db,
         &RECORD_IMPORT,
-        &[Arg::Home(home), Arg::Text(source), Arg::Int(int(now_millis))],
+        &[
+            Arg::Home(home),
+            Arg::Text(source),
+            Arg::Int(int(now_millis)),
+        ],
     )?;
     Ok(())
 }

@@ -452,3 +452,55 @@ fn a_corrupt_old_serve_file_of_a_postgres_home_is_refused_naming_it_and_nothing_
     assert_eq!(count(&url, "serve_dedupe", &queue), 0);
     assert_eq!(count(&url, "serve_imports", &queue), 0);
 }
+
+/// Not a timed test: a figure for spec/store.md. Accepted deliveries per second at 16
+/// connections, 96 deliveries into one task, on a PostgreSQL home and on a SQLite home, one run
+/// each, with
+/// `cargo test --test fleet_serve_pg measure -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn measure_accepts_per_second_on_postgres_and_sqlite() {
+    let Some(url) = server() else { return };
+    const CONNECTIONS: usize = 16;
+    const PER_CONNECTION: usize = 6;
+    let shared = tempfile::tempdir().unwrap();
+    let ran_log = shared.path().join("ran.log");
+    // One task (`concurrent=1`): the deliveries park behind its running turn, so the figure is
+    // the accept path's (gate, group commit, answer), not the runners' sections competing for
+    // the queue's lock.
+    let route = format!(
+        "[serve]\nmax_detached = 256\n\n{}",
+        quick_route(&ran_log).replace("job-{scope}", "one")
+    );
+    let queue = unique("serve-measure");
+    let homes = [
+        ("postgres", pg_home(&url, &queue, "measure", 4, &route)),
+        ("sqlite", TestHome::new(4, &route)),
+    ];
+    for (name, home) in &homes {
+        let serve = Serve::start(home);
+        let body = b"{}";
+        let started = std::time::Instant::now();
+        std::thread::scope(|s| {
+            for c in 0..CONNECTIONS {
+                let serve = &serve;
+                s.spawn(move || {
+                    for i in 0..PER_CONNECTION {
+                        let id = format!("{name}-{c}-{i}");
+                        let r = serve.post("/one", &generic_headers(&id, None, body), body);
+                        assert_eq!(r.json()["status"], "accepted", "{}", r.text());
+                    }
+                });
+            }
+        });
+        let elapsed = started.elapsed();
+        let total = CONNECTIONS * PER_CONNECTION;
+        eprintln!(
+            "{name}: {total} accepted at {CONNECTIONS} connections in {elapsed:?}: {:.0}/s",
+            total as f64 / elapsed.as_secs_f64()
+        );
+        wait_until(120, "every delivery to run", || {
+            ran(&ran_log).iter().filter(|l| l.starts_with(name)).count() >= total
+        });
+    }
+}

@@ -329,6 +329,36 @@ fn concurrent_two_holds_across_two_hosts_of_one_queue() {
     );
 }
 
+#[test]
+fn debounce_supersedes_across_two_hosts_and_starts_only_the_last_turn() {
+    let Some(url) = server() else { return };
+    let queue = unique("serve-strategy-d");
+    let a = pg_home(&url, &queue, "host-a", 2, "");
+    let b = pg_home(&url, &queue, "host-b", 2, "");
+    // A quiet period long enough for three commands on a loaded machine.
+    for (i, home) in [(1, &a), (2, &b), (3, &b)] {
+        let n = i.to_string();
+        let mut args = vec!["--task", "d"];
+        if i == 1 {
+            args.extend(["--strategy", "debounce=2s"]);
+        }
+        args.extend(["--", "echo", n.as_str()]);
+        submit(&home.home, &args);
+    }
+    assert_eq!(
+        turn_states(&a.home, "d"),
+        ["superseded", "superseded", "parked"],
+        "host a sees host b's submits supersede its own"
+    );
+    wait_until(60, "the debounced turn completed", || {
+        turn_states(&a.home, "d").get(2).map(String::as_str) == Some("completed")
+    });
+    assert_eq!(
+        turn_states(&b.home, "d"),
+        ["superseded", "superseded", "completed"]
+    );
+}
+
 fn refused_line(identity: &str) -> String {
     format!(
         "{{\"at_millis\":1,\"route\":\"/gh\",\"adapter\":\"github\",\"tenant\":\"42\",\"identity\":\"{identity}\",\"event\":\"push\",\"reason\":\"withdrawn: no room\"}}\n"

@@ -8,7 +8,8 @@
 //!
 //! The crash is the failpoint `serve::before_group_commit` (`1*off->return`: the first batch
 //! commits, the next aborts the process before its COMMIT, no unwinding: a SIGKILL's effect at
-//! exactly that point), as in tests/failpoints_serve_group_commit.rs.
+//! exactly that point), as in tests/failpoints_serve_group_commit.rs. Named `failpoints_*` so CI's
+//! failpoints step (`--test 'failpoints_*'`) runs it; it is the fleet serve tests' kill case.
 #![cfg(feature = "failpoints")]
 #![cfg(feature = "serve")]
 

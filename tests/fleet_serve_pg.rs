@@ -2,9 +2,10 @@
 //! spec/store.md "What lives where"): two `serve` instances on two homes with distinct `host`s
 //! and one queue in one database. The dedupe marks are one table keyed by `(queue, key)`,
 //! written by insert-if-absent in the group commit's transaction that queues the delivery's turn
-//! (A1 fleet-wide: a delivery id is accepted once across the fleet; the other instance answers
-//! duplicate), and the strategies' decisions (`queue` supersession, `concurrent=N`) are made in
-//! the one queue's sections whichever home submits.
+//! (A2 and A3 across instances: a delivery id is accepted once across the fleet, the other
+//! instance answers duplicate only for a durable turn, and every acknowledged one runs once),
+//! and the strategies' decisions (`queue`/`debounce` supersession, `concurrent=N`; A4) are made
+//! in the one queue's sections whichever home submits.
 //!
 //! The server is `TOLLGATE_TEST_POSTGRES`, as in tests/fleet_postgres.rs: unset, every test here
 //! skips with a message; with `TOLLGATE_REQUIRE_POSTGRES=1` a missing server fails them.

@@ -467,7 +467,8 @@ fn a_version_1_database_migrates_to_the_current_version_keeping_its_rows() {
     let mut client = postgres::Client::connect(&own, postgres::NoTls).expect("connect");
     client
         .batch_execute(
-            "DROP TABLE IF EXISTS tasks, turns, record_imports;
+            "DROP TABLE IF EXISTS tasks, turns, record_imports, serve_dedupe, serve_refused,
+                 serve_payloads, serve_handed_off, serve_imports;
              DROP TABLE leases;
              DROP TABLE entry_dependencies;
              DROP TABLE paused_tasks;

@@ -32,7 +32,7 @@ mod lease;
 pub use lease::{FleetContext, LeaseSnapshot, LEASE_LOCK};
 
 /// The newest schema this tollgate writes in a PostgreSQL database.
-pub const POSTGRES_SCHEMA_VERSION: i32 = 5;
+pub const POSTGRES_SCHEMA_VERSION: i32 = 7;
 
 /// The first key of every advisory lock tollgate takes (`pg_advisory_xact_lock(int4, int4)`):
 /// "tg" in ASCII, so tollgate's locks do not collide with another application's single-key ones.
@@ -138,6 +138,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (3, "dependencies of queue rows", SCHEMA_V3),
     (4, "the fleet's leases", lease::SCHEMA_V4_LEASES),
     (5, "task and turn records", super::records::PG_SCHEMA_V5),
+    (
+        7,
+        "serve: dedupe marks, refused, handed-off deliveries and payloads",
+        super::serve_tables::PG_SCHEMA_V7,
+    ),
 ];
 
 /// A `store` URL split into what the client connects with and the queue it names.

@@ -259,23 +259,6 @@ pub(crate) enum Access {
     Outcome,
 }
 
-/// [`with_db`] for serve's tables, which only a SQLite home's database has (spec/store.md, "What
-/// lives where"): a home on another store is refused naming its database.
-pub(crate) fn with_sqlite_db<T>(
-    home: &Home,
-    access: Access,
-    changed: Option<PathBuf>,
-    f: impl FnOnce(&Connection) -> Result<T, FileError>,
-) -> Result<T, FileError> {
-    with_db(home, access, changed, |db| match db {
-        Db::Sqlite(conn) => f(conn),
-        Db::Postgres(..) => Err(FileError::Refused {
-            path: home.db_path(),
-            detail: "serve's tables are kept only in a SQLite home's database".to_string(),
-        }),
-    })
-}
-
 /// Runs `f` on a connection to `home`'s database: the section's own when one of this home is in
 /// progress on this thread (its reads see the section's writes, its writes commit with it), else
 /// the side connection inside a short transaction of its own (`BEGIN IMMEDIATE` for a write,

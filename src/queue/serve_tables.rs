@@ -1,26 +1,34 @@
-//! `serve`'s state in the home's database (schema version 5, spec/ingress.md "Durable state"):
-//! the dedupe marks, the refused deliveries and the deliveries handed off at shutdown.
+//! `serve`'s state in the home's database (SQLite schema version 5, PostgreSQL version 7;
+//! spec/ingress.md "Durable state", spec/store.md "What lives where"): the dedupe marks, the
+//! refused deliveries, the deliveries handed off at shutdown and the accepted payloads.
 //!
 //! Why tables and not the files of earlier versions: a mark written in the same transaction as
 //! the turn it stands for cannot be lost or orphaned by a crash between two writes, and many
 //! accepted deliveries share one commit (one fsync) instead of one append + fsync each (issue 12,
-//! "group commit"). Every function takes the connection the record layer gives
-//! ([`super::records::with_db`]): inside a queue section it is the section's own, so its writes
-//! commit with the step.
+//! "group commit"). In PostgreSQL the marks are one table keyed by `(queue, key)` that every
+//! home of the queue writes: insert-if-absent on that unique key, inside the queue's section, is
+//! what makes dedupe fleet-wide (issue 14, spec/admission.md "Across instances").
 //!
-//! Bounds: marks at most [`MAX_DEDUPE_ENTRIES`] (the oldest dropped first, like the gate's set)
-//! and never older than the TTL; refusals at most [`MAX_REFUSED_ROWS`] (the oldest dropped); the
-//! hand-off list at most what one serve retained (`max_detached`).
+//! **One logic, two dialects.** Every function takes the record layer's [`Db`] (inside a queue
+//! section it is the section's own connection or client, so its writes commit with the step)
+//! and runs the same steps on either database; only the statements differ, and each is written
+//! once per dialect side by side in a [`Sql`] (`?N` parameters in SQLite; in PostgreSQL `$1` is
+//! the queue and the parameters follow from `$2`).
+//!
+//! Bounds: marks at most [`MAX_DEDUPE_ENTRIES`] per queue (the oldest dropped first, like the
+//! gate's set) and never older than the TTL; refusals at most [`MAX_REFUSED_ROWS`] per queue
+//! (the oldest dropped); the hand-off list at most what one serve retained (`max_detached`),
+//! per home; payloads pruned a few per batch once their turn ended.
 
+use super::records::{Db, DbError};
 use crate::protocol::admission::MAX_DEDUPE_ENTRIES;
-use rusqlite::{params, Connection, OptionalExtension};
 
 /// The most refused deliveries kept (and listed by `tollgate deliveries --refused`).
 pub const MAX_REFUSED_ROWS: usize = 10_000;
 
-/// Version 5 of the schema. `serve_dedupe.key` is the gate's event identity (a JSON array, or a
-/// legacy `adapter/installation/identity` key imported from an old log); `expires_at_millis` is
-/// `marked_at_millis + dedupe_ttl` as it was when marked.
+/// Version 5 of the SQLite schema. `serve_dedupe.key` is the gate's event identity (a JSON
+/// array, or a legacy `adapter/installation/identity` key imported from an old log);
+/// `expires_at_millis` is `marked_at_millis + dedupe_ttl` as it was when marked.
 pub(crate) const SCHEMA_V5: &str = "
 CREATE TABLE serve_dedupe (
     key TEXT PRIMARY KEY,
@@ -45,6 +53,193 @@ CREATE TABLE serve_handed_off (
 ) STRICT;
 ";
 
+/// Version 7 of the PostgreSQL schema: SQLite's version 5 with the `queue` column (the marks,
+/// refusals and payloads of a queue are shared by every home serving it: dedupe is fleet-wide),
+/// the hand-off list by `(queue, home)` (each serve hands off its own deliveries to its own next
+/// start), and `serve_imports`, one row per old serve file of a home imported. `home` is the
+/// home's canonical path, as in `record_imports`. Independent of version 6.
+pub(crate) const PG_SCHEMA_V7: &str = "
+CREATE TABLE serve_dedupe (
+    queue TEXT NOT NULL,
+    key TEXT NOT NULL,
+    marked_at_millis BIGINT NOT NULL,
+    expires_at_millis BIGINT NOT NULL,
+    PRIMARY KEY (queue, key)
+);
+CREATE INDEX serve_dedupe_by_mark ON serve_dedupe (queue, marked_at_millis, key);
+CREATE INDEX serve_dedupe_by_expiry ON serve_dedupe (queue, expires_at_millis);
+CREATE TABLE serve_refused (
+    queue TEXT NOT NULL,
+    id BIGINT GENERATED ALWAYS AS IDENTITY,
+    body TEXT NOT NULL,
+    PRIMARY KEY (queue, id)
+);
+CREATE TABLE serve_payloads (
+    queue TEXT NOT NULL,
+    delivery TEXT NOT NULL,
+    task TEXT NOT NULL,
+    turn BIGINT NOT NULL,
+    body BYTEA NOT NULL,
+    PRIMARY KEY (queue, delivery)
+);
+CREATE INDEX serve_payloads_by_turn ON serve_payloads (queue, task, turn);
+CREATE TABLE serve_handed_off (
+    queue TEXT NOT NULL,
+    home TEXT NOT NULL,
+    delivery TEXT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (queue, home, delivery)
+);
+CREATE TABLE serve_imports (
+    queue TEXT NOT NULL,
+    home TEXT NOT NULL,
+    source TEXT NOT NULL,
+    imported_at_millis BIGINT NOT NULL,
+    moved_aside BOOLEAN NOT NULL DEFAULT false,
+    PRIMARY KEY (queue, home, source)
+);
+";
+
+/// One statement in both dialects.
+struct Sql {
+    sqlite: &'static str,
+    postgres: &'static str,
+}
+
+/// A statement's parameter. [`Arg::Home`] is bound only in PostgreSQL (SQLite's database is
+/// the home's own: it has no `home` column).
+#[derive(Clone, Copy)]
+enum Arg<'a> {
+    Text(&'a str),
+    Int(i64),
+    Bytes(&'a [u8]),
+    Home(&'a str),
+}
+
+/// The type of a result column.
+#[derive(Clone, Copy)]
+enum Col {
+    Text,
+    Int,
+    Bytes,
+}
+
+enum Val {
+    Text(String),
+    Int(i64),
+    Bytes(Vec<u8>),
+}
+
+impl Val {
+    fn text(self) -> String {
+        match self {
+            Val::Text(t) => t,
+            _ => String::new(),
+        }
+    }
+
+    fn int(&self) -> i64 {
+        match self {
+            Val::Int(i) => *i,
+            _ => 0,
+        }
+    }
+
+    fn bytes(self) -> Vec<u8> {
+        match self {
+            Val::Bytes(b) => b,
+            _ => Vec::new(),
+        }
+    }
+}
+
+fn sqlite_args<'a>(args: &'a [Arg<'a>]) -> Vec<&'a dyn rusqlite::ToSql> {
+    args.iter()
+        .filter_map(|arg| match arg {
+            Arg::Text(t) => Some(t as &dyn rusqlite::ToSql),
+            Arg::Int(i) => Some(i as &dyn rusqlite::ToSql),
+            Arg::Bytes(b) => Some(b as &dyn rusqlite::ToSql),
+            Arg::Home(_) => None,
+        })
+        .collect()
+}
+
+fn pg_args<'a>(
+    queue: &'a &'a str,
+    args: &'a [Arg<'a>],
+) -> Vec<&'a (dyn postgres::types::ToSql + Sync)> {
+    let mut out: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![queue];
+    for arg in args {
+        out.push(match arg {
+            Arg::Text(t) | Arg::Home(t) => t,
+            Arg::Int(i) => i,
+            Arg::Bytes(b) => b,
+        });
+    }
+    out
+}
+
+/// Runs `sql` with `args`; the number of rows changed.
+fn exec(db: &mut Db<'_>, sql: &Sql, args: &[Arg<'_>]) -> Result<usize, DbError> {
+    match db {
+        Db::Sqlite(c) => Ok(c
+            .prepare_cached(sql.sqlite)?
+            .execute(sqlite_args(args).as_slice())?),
+        Db::Postgres(c, queue) => {
+            let changed = c.execute(sql.postgres, &pg_args(queue, args))?;
+            Ok(usize::try_from(changed).unwrap_or(usize::MAX))
+        }
+    }
+}
+
+/// Runs the query `sql` with `args`; each row's columns as `cols` say.
+fn query(
+    db: &mut Db<'_>,
+    sql: &Sql,
+    args: &[Arg<'_>],
+    cols: &[Col],
+) -> Result<Vec<Vec<Val>>, DbError> {
+    match db {
+        Db::Sqlite(c) => {
+            let mut stmt = c.prepare_cached(sql.sqlite)?;
+            let rows = stmt.query_map(sqlite_args(args).as_slice(), |row| {
+                cols.iter()
+                    .enumerate()
+                    .map(|(i, col)| {
+                        Ok(match col {
+                            Col::Text => Val::Text(row.get(i)?),
+                            Col::Int => Val::Int(row.get(i)?),
+                            Col::Bytes => Val::Bytes(row.get(i)?),
+                        })
+                    })
+                    .collect::<rusqlite::Result<Vec<Val>>>()
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        }
+        Db::Postgres(c, queue) => {
+            let rows = c.query(sql.postgres, &pg_args(queue, args))?;
+            rows.iter()
+                .map(|row| {
+                    cols.iter()
+                        .enumerate()
+                        .map(|(i, col)| {
+                            Ok(match col {
+                                Col::Text => Val::Text(row.try_get(i)?),
+                                Col::Int => Val::Int(row.try_get(i)?),
+                                Col::Bytes => Val::Bytes(row.try_get(i)?),
+                            })
+                        })
+                        .collect::<Result<Vec<Val>, DbError>>()
+                })
+                .collect()
+        }
+    }
+}
+
+fn limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 /// One stored mark.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredMark {
@@ -52,7 +247,7 @@ pub struct StoredMark {
     pub marked_at_millis: u64,
 }
 
-/// Bit-for-bit `u64` in SQLite's signed integers (as the queue tables do).
+/// Bit-for-bit `u64` in the databases' signed integers (as the queue tables do).
 fn int(value: u64) -> i64 {
     value as i64
 }
@@ -61,217 +256,369 @@ fn uint(value: i64) -> u64 {
     value as u64
 }
 
+const DELETE_EXPIRED_KEY: Sql = Sql {
+    sqlite: "DELETE FROM serve_dedupe WHERE key = ?1 AND expires_at_millis <= ?2",
+    postgres: "DELETE FROM serve_dedupe WHERE queue = $1 AND key = $2 AND expires_at_millis <= $3",
+};
+const INSERT_MARK_IF_ABSENT: Sql = Sql {
+    sqlite: "INSERT INTO serve_dedupe (key, marked_at_millis, expires_at_millis)
+             VALUES (?1, ?2, ?3) ON CONFLICT (key) DO NOTHING",
+    postgres: "INSERT INTO serve_dedupe (queue, key, marked_at_millis, expires_at_millis)
+               VALUES ($1, $2, $3, $4) ON CONFLICT (queue, key) DO NOTHING",
+};
+const PUT_MARK: Sql = Sql {
+    sqlite:
+        "INSERT INTO serve_dedupe (key, marked_at_millis, expires_at_millis) VALUES (?1, ?2, ?3)
+             ON CONFLICT (key) DO UPDATE SET marked_at_millis = excluded.marked_at_millis,
+                 expires_at_millis = excluded.expires_at_millis
+             WHERE excluded.marked_at_millis > serve_dedupe.marked_at_millis",
+    postgres: "INSERT INTO serve_dedupe (queue, key, marked_at_millis, expires_at_millis)
+               VALUES ($1, $2, $3, $4)
+               ON CONFLICT (queue, key) DO UPDATE SET marked_at_millis = excluded.marked_at_millis,
+                   expires_at_millis = excluded.expires_at_millis
+               WHERE excluded.marked_at_millis > serve_dedupe.marked_at_millis",
+};
+const DELETE_EXPIRED: Sql = Sql {
+    sqlite: "DELETE FROM serve_dedupe WHERE expires_at_millis <= ?1",
+    postgres: "DELETE FROM serve_dedupe WHERE queue = $1 AND expires_at_millis <= $2",
+};
+const COUNT_MARKS: Sql = Sql {
+    sqlite: "SELECT count(*) FROM serve_dedupe",
+    postgres: "SELECT count(*) FROM serve_dedupe WHERE queue = $1",
+};
+const DROP_OLDEST_MARKS: Sql = Sql {
+    sqlite: "DELETE FROM serve_dedupe WHERE key IN
+                 (SELECT key FROM serve_dedupe ORDER BY marked_at_millis, key LIMIT ?1)",
+    postgres: "DELETE FROM serve_dedupe WHERE queue = $1 AND key IN
+                   (SELECT key FROM serve_dedupe WHERE queue = $1
+                    ORDER BY marked_at_millis, key COLLATE \"C\" LIMIT $2)",
+};
+const LIVE_MARKS: Sql = Sql {
+    sqlite: "SELECT key, marked_at_millis FROM serve_dedupe WHERE expires_at_millis > ?1
+             ORDER BY marked_at_millis, key LIMIT ?2",
+    postgres: "SELECT key, marked_at_millis FROM serve_dedupe
+               WHERE queue = $1 AND expires_at_millis > $2
+               ORDER BY marked_at_millis, key COLLATE \"C\" LIMIT $3",
+};
+
 /// Insert-if-absent: marks `key` unless a live mark (unexpired at `now_millis`) exists. Returns
 /// `true` when this call made the mark (a new delivery), `false` for a duplicate. An expired mark
 /// is replaced. Keeps the table within [`MAX_DEDUPE_ENTRIES`] by dropping the oldest marks.
-pub fn mark_if_absent(
-    conn: &Connection,
+///
+/// In PostgreSQL the unique key decides even between two transactions that do not share the
+/// queue's lock: the second `INSERT` waits for the first's commit and then inserts nothing.
+pub(crate) fn mark_if_absent(
+    db: &mut Db<'_>,
     key: &str,
     now_millis: u64,
     ttl_millis: u64,
-) -> rusqlite::Result<bool> {
-    conn.execute(
-        "DELETE FROM serve_dedupe WHERE key = ?1 AND expires_at_millis <= ?2",
-        params![key, int(now_millis)],
+) -> Result<bool, DbError> {
+    exec(
+        db,
+        &DELETE_EXPIRED_KEY,
+        &[Arg::Text(key), Arg::Int(int(now_millis))],
     )?;
-    let inserted = conn.execute(
-        "INSERT OR IGNORE INTO serve_dedupe (key, marked_at_millis, expires_at_millis) VALUES (?1, ?2, ?3)",
-        params![key, int(now_millis), int(now_millis.saturating_add(ttl_millis))],
+    let inserted = exec(
+        db,
+        &INSERT_MARK_IF_ABSENT,
+        &[
+            Arg::Text(key),
+            Arg::Int(int(now_millis)),
+            Arg::Int(int(now_millis.saturating_add(ttl_millis))),
+        ],
     )?;
     if inserted == 1 {
-        trim_marks(conn)?;
+        trim_marks(db)?;
     }
     Ok(inserted == 1)
 }
 
 /// Puts a mark made elsewhere (an imported log line) unless a newer one is there.
-pub fn put_mark(
-    conn: &Connection,
+pub(crate) fn put_mark(
+    db: &mut Db<'_>,
     key: &str,
     marked_at_millis: u64,
     ttl_millis: u64,
-) -> rusqlite::Result<()> {
-    conn.execute(
-        "INSERT INTO serve_dedupe (key, marked_at_millis, expires_at_millis) VALUES (?1, ?2, ?3)
-         ON CONFLICT (key) DO UPDATE SET marked_at_millis = excluded.marked_at_millis,
-             expires_at_millis = excluded.expires_at_millis
-         WHERE excluded.marked_at_millis > serve_dedupe.marked_at_millis",
-        params![
-            key,
-            int(marked_at_millis),
-            int(marked_at_millis.saturating_add(ttl_millis))
+) -> Result<(), DbError> {
+    exec(
+        db,
+        &PUT_MARK,
+        &[
+            Arg::Text(key),
+            Arg::Int(int(marked_at_millis)),
+            Arg::Int(int(marked_at_millis.saturating_add(ttl_millis))),
         ],
     )?;
     Ok(())
 }
 
-/// Forgets `key`'s mark (a delivery withdrawn before it was acknowledged).
-pub fn unmark(conn: &Connection, key: &str) -> rusqlite::Result<()> {
-    conn.execute("DELETE FROM serve_dedupe WHERE key = ?1", [key])?;
-    Ok(())
-}
-
-/// Whether `key` has a live mark at `now_millis`.
-pub fn is_marked(conn: &Connection, key: &str, now_millis: u64) -> rusqlite::Result<bool> {
-    conn.query_row(
-        "SELECT 1 FROM serve_dedupe WHERE key = ?1 AND expires_at_millis > ?2",
-        params![key, int(now_millis)],
-        |_| Ok(()),
-    )
-    .optional()
-    .map(|found| found.is_some())
-}
-
 /// Drops the marks expired at `now_millis`, and the oldest beyond the cap.
-pub fn prune_marks(conn: &Connection, now_millis: u64) -> rusqlite::Result<usize> {
-    let expired = conn.execute(
-        "DELETE FROM serve_dedupe WHERE expires_at_millis <= ?1",
-        [int(now_millis)],
-    )?;
-    Ok(expired + trim_marks(conn)?)
+pub(crate) fn prune_marks(db: &mut Db<'_>, now_millis: u64) -> Result<usize, DbError> {
+    let expired = exec(db, &DELETE_EXPIRED, &[Arg::Int(int(now_millis))])?;
+    Ok(expired + trim_marks(db)?)
 }
 
-fn trim_marks(conn: &Connection) -> rusqlite::Result<usize> {
-    let count: i64 = conn.query_row("SELECT count(*) FROM serve_dedupe", [], |r| r.get(0))?;
+fn trim_marks(db: &mut Db<'_>) -> Result<usize, DbError> {
+    let count = query(db, &COUNT_MARKS, &[], &[Col::Int])?
+        .first()
+        .and_then(|row| row.first())
+        .map_or(0, Val::int);
     let over = usize::try_from(count)
         .unwrap_or(0)
         .saturating_sub(MAX_DEDUPE_ENTRIES);
     if over == 0 {
         return Ok(0);
     }
-    conn.execute(
-        "DELETE FROM serve_dedupe WHERE key IN
-             (SELECT key FROM serve_dedupe ORDER BY marked_at_millis, key LIMIT ?1)",
-        [i64::try_from(over).unwrap_or(i64::MAX)],
-    )
+    exec(db, &DROP_OLDEST_MARKS, &[Arg::Int(limit(over))])
 }
 
 /// The live marks at `now_millis`, oldest first (at most [`MAX_DEDUPE_ENTRIES`]).
-pub fn live_marks(conn: &Connection, now_millis: u64) -> rusqlite::Result<Vec<StoredMark>> {
-    let mut stmt = conn.prepare(
-        "SELECT key, marked_at_millis FROM serve_dedupe WHERE expires_at_millis > ?1
-         ORDER BY marked_at_millis, key LIMIT ?2",
-    )?;
-    let rows = stmt.query_map(
-        params![
-            int(now_millis),
-            i64::try_from(MAX_DEDUPE_ENTRIES).unwrap_or(i64::MAX)
+pub(crate) fn live_marks(db: &mut Db<'_>, now_millis: u64) -> Result<Vec<StoredMark>, DbError> {
+    let rows = query(
+        db,
+        &LIVE_MARKS,
+        &[
+            Arg::Int(int(now_millis)),
+            Arg::Int(limit(MAX_DEDUPE_ENTRIES)),
         ],
-        |row| {
-            Ok(StoredMark {
-                key: row.get(0)?,
-                marked_at_millis: uint(row.get(1)?),
-            })
-        },
+        &[Col::Text, Col::Int],
     )?;
-    rows.collect()
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let mut row = row.into_iter();
+            let key = row.next().map(Val::text).unwrap_or_default();
+            let at = row.next().map_or(0, |v| uint(v.int()));
+            StoredMark {
+                key,
+                marked_at_millis: at,
+            }
+        })
+        .collect())
 }
 
+const ADD_REFUSED: Sql = Sql {
+    sqlite: "INSERT INTO serve_refused (body) VALUES (?1)",
+    postgres: "INSERT INTO serve_refused (queue, body) VALUES ($1, $2)",
+};
+const DROP_OLDEST_REFUSED: Sql = Sql {
+    sqlite: "DELETE FROM serve_refused WHERE id <= (SELECT max(id) FROM serve_refused) - ?1",
+    // Identities are shared by every queue: the bound is counted in this queue's rows.
+    postgres: "DELETE FROM serve_refused WHERE queue = $1 AND id <=
+                   (SELECT id FROM serve_refused WHERE queue = $1
+                    ORDER BY id DESC OFFSET $2 LIMIT 1)",
+};
+const REFUSED: Sql = Sql {
+    sqlite: "SELECT body FROM serve_refused ORDER BY id LIMIT ?1",
+    postgres: "SELECT body FROM serve_refused WHERE queue = $1 ORDER BY id LIMIT $2",
+};
+
 /// Appends one refusal (its JSON document), dropping the oldest beyond [`MAX_REFUSED_ROWS`].
-pub fn add_refused(conn: &Connection, body: &str) -> rusqlite::Result<()> {
-    conn.execute("INSERT INTO serve_refused (body) VALUES (?1)", [body])?;
-    conn.execute(
-        "DELETE FROM serve_refused WHERE id <= (SELECT max(id) FROM serve_refused) - ?1",
-        [i64::try_from(MAX_REFUSED_ROWS).unwrap_or(i64::MAX)],
+pub(crate) fn add_refused(db: &mut Db<'_>, body: &str) -> Result<(), DbError> {
+    exec(db, &ADD_REFUSED, &[Arg::Text(body)])?;
+    exec(
+        db,
+        &DROP_OLDEST_REFUSED,
+        &[Arg::Int(limit(MAX_REFUSED_ROWS))],
     )?;
     Ok(())
 }
 
 /// Every kept refusal's document, oldest first.
-pub fn refused(conn: &Connection) -> rusqlite::Result<Vec<String>> {
-    let mut stmt = conn.prepare("SELECT body FROM serve_refused ORDER BY id LIMIT ?1")?;
-    let rows = stmt.query_map(
-        [i64::try_from(MAX_REFUSED_ROWS).unwrap_or(i64::MAX)],
-        |row| row.get(0),
+pub(crate) fn refused(db: &mut Db<'_>) -> Result<Vec<String>, DbError> {
+    let rows = query(
+        db,
+        &REFUSED,
+        &[Arg::Int(limit(MAX_REFUSED_ROWS))],
+        &[Col::Text],
     )?;
-    rows.collect()
+    Ok(texts(rows))
 }
 
-/// Replaces the hand-off list: `(delivery id, document)` each.
-pub fn replace_handed_off(conn: &Connection, handed: &[(String, String)]) -> rusqlite::Result<()> {
-    conn.execute("DELETE FROM serve_handed_off", [])?;
-    let mut stmt =
-        conn.prepare("INSERT OR REPLACE INTO serve_handed_off (delivery, body) VALUES (?1, ?2)")?;
+fn texts(rows: Vec<Vec<Val>>) -> Vec<String> {
+    rows.into_iter()
+        .filter_map(|row| row.into_iter().next().map(Val::text))
+        .collect()
+}
+
+const CLEAR_HANDED_OFF: Sql = Sql {
+    sqlite: "DELETE FROM serve_handed_off",
+    postgres: "DELETE FROM serve_handed_off WHERE queue = $1 AND home = $2",
+};
+const PUT_HANDED_OFF: Sql = Sql {
+    sqlite: "INSERT INTO serve_handed_off (delivery, body) VALUES (?1, ?2)
+             ON CONFLICT (delivery) DO UPDATE SET body = excluded.body",
+    postgres: "INSERT INTO serve_handed_off (queue, home, delivery, body) VALUES ($1, $2, $3, $4)
+               ON CONFLICT (queue, home, delivery) DO UPDATE SET body = excluded.body",
+};
+const HANDED_OFF: Sql = Sql {
+    sqlite: "SELECT body FROM serve_handed_off ORDER BY delivery",
+    postgres: "SELECT body FROM serve_handed_off WHERE queue = $1 AND home = $2
+               ORDER BY delivery COLLATE \"C\"",
+};
+
+/// Replaces `home`'s hand-off list: `(delivery id, document)` each. `home` is the home's key
+/// ([`home_key`]; only PostgreSQL, where homes share the tables, uses it).
+pub(crate) fn replace_handed_off(
+    db: &mut Db<'_>,
+    home: &str,
+    handed: &[(String, String)],
+) -> Result<(), DbError> {
+    exec(db, &CLEAR_HANDED_OFF, &[Arg::Home(home)])?;
     for (delivery, body) in handed {
-        stmt.execute(params![delivery, body])?;
+        exec(
+            db,
+            &PUT_HANDED_OFF,
+            &[Arg::Home(home), Arg::Text(delivery), Arg::Text(body)],
+        )?;
     }
     Ok(())
 }
 
-/// The hand-off list's documents, in delivery id order.
-pub fn handed_off(conn: &Connection) -> rusqlite::Result<Vec<String>> {
-    let mut stmt = conn.prepare("SELECT body FROM serve_handed_off ORDER BY delivery")?;
-    let rows = stmt.query_map([], |row| row.get(0))?;
-    rows.collect()
+/// `home`'s hand-off list's documents, in delivery id order.
+pub(crate) fn handed_off(db: &mut Db<'_>, home: &str) -> Result<Vec<String>, DbError> {
+    let rows = query(db, &HANDED_OFF, &[Arg::Home(home)], &[Col::Text])?;
+    Ok(texts(rows))
 }
 
-/// Whether the old file `source` (its path under the home) was imported, and if so whether it
-/// was moved aside: `None` when never imported.
-pub fn import_state(conn: &Connection, source: &str) -> rusqlite::Result<Option<bool>> {
-    conn.query_row(
-        "SELECT moved_aside FROM imports WHERE source = ?1",
-        [source],
-        |row| row.get::<_, i64>(0).map(|m| m != 0),
-    )
-    .optional()
+const IMPORT_STATE: Sql = Sql {
+    sqlite: "SELECT moved_aside FROM imports WHERE source = ?1",
+    postgres: "SELECT moved_aside::int4::int8 FROM serve_imports
+               WHERE queue = $1 AND home = $2 AND source = $3",
+};
+const RECORD_IMPORT: Sql = Sql {
+    sqlite: "INSERT INTO imports (source, imported_at_millis) VALUES (?1, ?2)
+             ON CONFLICT (source) DO NOTHING",
+    postgres: "INSERT INTO serve_imports (queue, home, source, imported_at_millis)
+               VALUES ($1, $2, $3, $4) ON CONFLICT (queue, home, source) DO NOTHING",
+};
+const RECORD_MOVED: Sql = Sql {
+    sqlite: "UPDATE imports SET moved_aside = 1 WHERE source = ?1",
+    postgres: "UPDATE serve_imports SET moved_aside = true
+               WHERE queue = $1 AND home = $2 AND source = $3",
+};
+
+/// Whether `home`'s old file `source` (its path under the home) was imported, and if so whether
+/// it was moved aside: `None` when never imported.
+pub(crate) fn import_state(
+    db: &mut Db<'_>,
+    home: &str,
+    source: &str,
+) -> Result<Option<bool>, DbError> {
+    let rows = query(
+        db,
+        &IMPORT_STATE,
+        &[Arg::Home(home), Arg::Text(source)],
+        &[Col::Int],
+    )?;
+    Ok(rows
+        .first()
+        .and_then(|row| row.first())
+        .map(|moved| moved.int() != 0))
 }
 
-/// Records that `source` was imported (not yet moved aside).
-pub fn record_import(conn: &Connection, source: &str, now_millis: u64) -> rusqlite::Result<()> {
-    conn.execute(
-        "INSERT OR IGNORE INTO imports (source, imported_at_millis) VALUES (?1, ?2)",
-        params![source, int(now_millis)],
+/// Records that `home`'s `source` was imported (not yet moved aside).
+pub(crate) fn record_import(
+    db: &mut Db<'_>,
+    home: &str,
+    source: &str,
+    now_millis: u64,
+) -> Result<(), DbError> {
+    exec(
+        db,
+        &RECORD_IMPORT,
+        &[
+            Arg::Home(home),
+            Arg::Text(source),
+            Arg::Int(int(now_millis)),
+        ],
     )?;
     Ok(())
 }
 
-/// Records that `source` was moved aside.
-pub fn record_moved(conn: &Connection, source: &str) -> rusqlite::Result<()> {
-    conn.execute(
-        "UPDATE imports SET moved_aside = 1 WHERE source = ?1",
-        [source],
-    )?;
+/// Records that `home`'s `source` was moved aside.
+pub(crate) fn record_moved(db: &mut Db<'_>, home: &str, source: &str) -> Result<(), DbError> {
+    exec(db, &RECORD_MOVED, &[Arg::Home(home), Arg::Text(source)])?;
     Ok(())
 }
+
+const PUT_PAYLOAD: Sql = Sql {
+    sqlite: "INSERT INTO serve_payloads (delivery, task, turn, body) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (delivery) DO UPDATE SET task = excluded.task, turn = excluded.turn,
+                 body = excluded.body",
+    postgres: "INSERT INTO serve_payloads (queue, delivery, task, turn, body)
+               VALUES ($1, $2, $3, $4, $5)
+               ON CONFLICT (queue, delivery) DO UPDATE SET task = excluded.task,
+                   turn = excluded.turn, body = excluded.body",
+};
+const PRUNE_PAYLOADS: Sql = Sql {
+    sqlite: "DELETE FROM serve_payloads WHERE delivery IN (
+                 SELECT p.delivery FROM serve_payloads p
+                 LEFT JOIN turns t ON t.task = p.task AND t.turn = p.turn
+                 WHERE t.settled IS NULL OR t.settled = 1 LIMIT ?1)",
+    postgres: "DELETE FROM serve_payloads WHERE queue = $1 AND delivery IN (
+                   SELECT p.delivery FROM serve_payloads p
+                   LEFT JOIN turns t ON t.queue = p.queue AND t.task = p.task AND t.turn = p.turn
+                   WHERE p.queue = $1 AND (t.settled IS NULL OR t.settled) LIMIT $2)",
+};
+const KEPT_PAYLOADS: Sql = Sql {
+    sqlite: "SELECT p.task, p.turn, p.body FROM serve_payloads p
+             JOIN turns t ON t.task = p.task AND t.turn = p.turn WHERE t.settled = 0",
+    postgres: "SELECT p.task, p.turn, p.body FROM serve_payloads p
+               JOIN turns t ON t.queue = p.queue AND t.task = p.task AND t.turn = p.turn
+               WHERE p.queue = $1 AND NOT t.settled",
+};
 
 /// Keeps an accepted delivery's payload (committed with its turn; the turn's `payload` file is
 /// written without a sync and restored from here at serve's start).
-pub fn put_payload(
-    conn: &Connection,
+pub(crate) fn put_payload(
+    db: &mut Db<'_>,
     delivery: &str,
     task: &str,
     turn: u32,
     body: &[u8],
-) -> rusqlite::Result<()> {
-    conn.execute(
-        "INSERT OR REPLACE INTO serve_payloads (delivery, task, turn, body) VALUES (?1, ?2, ?3, ?4)",
-        params![delivery, task, turn, body],
+) -> Result<(), DbError> {
+    exec(
+        db,
+        &PUT_PAYLOAD,
+        &[
+            Arg::Text(delivery),
+            Arg::Text(task),
+            Arg::Int(i64::from(turn)),
+            Arg::Bytes(body),
+        ],
     )?;
     Ok(())
 }
 
 /// Drops at most `limit` kept payloads whose turn ended or is gone.
-pub fn prune_payloads(conn: &Connection, limit: usize) -> rusqlite::Result<usize> {
-    conn.execute(
-        "DELETE FROM serve_payloads WHERE delivery IN (
-             SELECT p.delivery FROM serve_payloads p
-             LEFT JOIN turns t ON t.task = p.task AND t.turn = p.turn
-             WHERE t.settled IS NULL OR t.settled = 1 LIMIT ?1)",
-        [i64::try_from(limit).unwrap_or(i64::MAX)],
-    )
+pub(crate) fn prune_payloads(db: &mut Db<'_>, most: usize) -> Result<usize, DbError> {
+    exec(db, &PRUNE_PAYLOADS, &[Arg::Int(limit(most))])
 }
 
-/// The kept payloads of unfinished turns: `(task, turn, body)`.
-pub fn kept_payloads(conn: &Connection) -> rusqlite::Result<Vec<(String, u32, Vec<u8>)>> {
-    let mut stmt = conn.prepare(
-        "SELECT p.task, p.turn, p.body FROM serve_payloads p
-         JOIN turns t ON t.task = p.task AND t.turn = p.turn WHERE t.settled = 0",
-    )?;
-    let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
-    rows.collect()
+/// The kept payloads of unfinished turns: `(task, turn, body)`. In PostgreSQL those of every
+/// home of the queue: a turn's folder is in the home that queued it, so the caller keeps only
+/// the turns whose folder it has.
+pub(crate) fn kept_payloads(db: &mut Db<'_>) -> Result<Vec<(String, u32, Vec<u8>)>, DbError> {
+    let rows = query(db, &KEPT_PAYLOADS, &[], &[Col::Text, Col::Int, Col::Bytes])?;
+    rows.into_iter()
+        .map(|row| {
+            let mut row = row.into_iter();
+            let task = row.next().map(Val::text).unwrap_or_default();
+            let turn = row.next().map_or(0, |v| v.int());
+            let turn = u32::try_from(turn)
+                .map_err(|_| DbError::Range(format!("turn {turn} is out of range")))?;
+            let body = row.next().map(Val::bytes).unwrap_or_default();
+            Ok((task, turn, body))
+        })
+        .collect()
 }
 
-/// Runs `sql` (a `SAVEPOINT`, `RELEASE` or `ROLLBACK TO`): one delivery of a group commit.
-pub fn savepoint(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
-    conn.execute_batch(sql)
+/// Runs `sql` (a `SAVEPOINT`, `RELEASE` or `ROLLBACK TO`, the same in both dialects): one
+/// delivery of a group commit.
+pub(crate) fn savepoint(db: &mut Db<'_>, sql: &str) -> Result<(), DbError> {
+    match db {
+        Db::Sqlite(c) => Ok(c.execute_batch(sql)?),
+        Db::Postgres(c, _) => Ok(c.batch_execute(sql)?),
+    }
 }

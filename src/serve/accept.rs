@@ -188,15 +188,15 @@ fn one(app: &App, state: &mut QueueState, pending: &Pending) -> Committed {
         if database {
             // Durable with the batch's commit; the file is written without a sync (serve
             // restores it from the table at start, spec/ingress.md "Group commit").
-            records::with_sqlite_db(home, Access::Write, None, |conn| {
+            records::with_db(home, Access::Write, None, |db| {
                 crate::queue::serve_tables::put_payload(
-                    conn,
+                    db,
                     &meta.id,
                     &turn.key.task,
                     turn.key.turn,
                     body,
                 )
-                .map_err(|e| records::record_error(&home.db_path(), e))
+                .map_err(|e| records::db_error(&records::database_name(home), e))
             })?;
             write_unsynced(&path, body)?;
         } else {
@@ -218,9 +218,9 @@ fn prune_payloads(app: &App) {
     if !app.serve_state.in_database() {
         return;
     }
-    let pruned = records::with_sqlite_db(&app.home, Access::Write, None, |conn| {
-        crate::queue::serve_tables::prune_payloads(conn, MAX_BATCH)
-            .map_err(|e| records::record_error(&app.home.db_path(), e))
+    let pruned = records::with_db(&app.home, Access::Write, None, |db| {
+        crate::queue::serve_tables::prune_payloads(db, MAX_BATCH)
+            .map_err(|e| records::db_error(&records::database_name(&app.home), e))
     });
     if let Err(e) = pruned {
         tracing::warn!("cannot prune kept payloads: {e}");
@@ -262,9 +262,9 @@ pub fn restore_payloads(app: &App) -> usize {
     if !app.serve_state.in_database() {
         return 0;
     }
-    let kept = records::with_sqlite_db(&app.home, Access::Read, None, |conn| {
-        crate::queue::serve_tables::kept_payloads(conn)
-            .map_err(|e| records::record_error(&app.home.db_path(), e))
+    let kept = records::with_db(&app.home, Access::Read, None, |db| {
+        crate::queue::serve_tables::kept_payloads(db)
+            .map_err(|e| records::db_error(&records::database_name(&app.home), e))
     });
     let kept = match kept {
         Ok(kept) => kept,
@@ -276,7 +276,12 @@ pub fn restore_payloads(app: &App) -> usize {
     let mut restored = 0;
     for (task, turn, body) in kept {
         let key = crate::protocol::slots::TurnKey::new(task, turn);
-        let path = app.home.turn_dir(&key).join(PAYLOAD_FILE);
+        let dir = app.home.turn_dir(&key);
+        if !dir.is_dir() {
+            // Another home of the queue (PostgreSQL) queued this turn: its folder is there.
+            continue;
+        }
+        let path = dir.join(PAYLOAD_FILE);
         if std::fs::read(&path).is_ok_and(|b| b == body) {
             continue;
         }

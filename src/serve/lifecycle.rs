@@ -156,7 +156,7 @@ pub fn run(
     });
     let restored = super::accept::restore_payloads(&app);
     if restored > 0 {
-        tracing::info!("restored {restored} delivery payload file(s) from tollgate.db");
+        tracing::info!("restored {restored} delivery payload file(s) from the home's database");
     }
     let readopted = readopt(&app)?;
     let committer = {

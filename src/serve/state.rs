@@ -1,13 +1,16 @@
 //! Where `serve` keeps its durable state: the dedupe marks, the refused deliveries and the
-//! hand-off list. In a database home (`tollgate.db`, the default) they are tables of the home's
-//! database ([`crate::queue::serve_tables`]): a mark commits in the same transaction as its turn.
-//! A home whose records stay files (the file store, PostgreSQL) keeps the files of earlier
-//! versions (`serve/dedupe.jsonl`, `serve/refused.jsonl`, `serve/handed-off.json`).
+//! hand-off list. In a database home (`tollgate.db`, the default, or a PostgreSQL store) they
+//! are tables of the home's database ([`crate::queue::serve_tables`]): a mark commits in the
+//! same transaction as its turn, and in PostgreSQL every home of the queue shares the marks, so
+//! dedupe is fleet-wide. A home whose records stay files (the benchmark's file store) keeps the
+//! files of earlier versions (`serve/dedupe.jsonl`, `serve/refused.jsonl`,
+//! `serve/handed-off.json`).
 //!
 //! The first `serve` (or `tollgate deliveries`) on a database home that still has those files
 //! imports them in one transaction and then moves each aside (`*.imported`, never deleted); a
 //! file that would not load is refused with its path and nothing is imported (spec/ingress.md,
-//! "Durable state").
+//! "Durable state"). A PostgreSQL home's import is recorded by `(queue, home)`, so each home of
+//! a shared queue imports its own files once.
 
 use super::dedupe_log::{self, is_current_key, DedupeLog, Mark};
 use super::lifecycle::HandedOff;
@@ -35,13 +38,25 @@ pub struct ServeState {
     home: Home,
     ttl_millis: u64,
     backing: Backing,
+    /// [`home_key`], computed once.
+    home_key: String,
     /// Marks in the legacy key format (`adapter/installation/identity`) found at start: never
     /// added to, honoured until they expire.
     legacy: BTreeMap<String, u64>,
 }
 
-fn sql(home: &Home) -> impl Fn(rusqlite::Error) -> FileError + '_ {
-    move |e| records::record_error(&home.db_path(), e)
+fn sql(home: &Home) -> impl Fn(records::DbError) -> FileError {
+    let name = records::database_name(home);
+    move |e| records::db_error(&name, e)
+}
+
+/// The home as the tables shared by several homes (PostgreSQL's hand-off list and imports) key
+/// it: its canonical path, as `record_imports` does.
+fn home_key(home: &Home) -> String {
+    std::fs::canonicalize(home.root())
+        .unwrap_or_else(|_| home.root().to_path_buf())
+        .display()
+        .to_string()
 }
 
 /// Whether something (a file, a FIFO, a dangling symlink) is at `path`.
@@ -98,7 +113,8 @@ pub fn import_old_files(
         Vec::new()
     };
     let now = crate::clock::now_millis();
-    let imported = records::with_sqlite_db(home, Access::Outcome, None, |conn| {
+    let key = home_key(home);
+    let imported = records::with_db(home, Access::Outcome, None, |conn| {
         let e = sql(home);
         let mut imported = 0;
         for path in files {
@@ -106,7 +122,7 @@ pub fn import_old_files(
                 continue;
             }
             let source = source_name(home, path);
-            if serve_tables::import_state(conn, &source)
+            if serve_tables::import_state(conn, &key, &source)
                 .map_err(&e)?
                 .is_some()
             {
@@ -124,7 +140,7 @@ pub fn import_old_files(
                     serve_tables::add_refused(conn, &to_json(r)?).map_err(&e)?;
                 }
             } else {
-                let mut rows = serve_tables::handed_off(conn)
+                let mut rows = serve_tables::handed_off(conn, &key)
                     .map_err(&e)?
                     .into_iter()
                     .filter_map(|body| serde_json::from_str::<HandedOff>(&body).ok())
@@ -137,9 +153,9 @@ pub fn import_old_files(
                     .into_iter()
                     .map(|(id, h)| Ok((id, to_json(&h)?)))
                     .collect::<Result<Vec<_>, FileError>>()?;
-                serve_tables::replace_handed_off(conn, &rows).map_err(&e)?;
+                serve_tables::replace_handed_off(conn, &key, &rows).map_err(&e)?;
             }
-            serve_tables::record_import(conn, &source, now).map_err(&e)?;
+            serve_tables::record_import(conn, &key, &source, now).map_err(&e)?;
             imported += 1;
         }
         Ok(imported)
@@ -151,8 +167,8 @@ pub fn import_old_files(
         let aside = aside_path(path);
         std::fs::rename(path, &aside).map_err(|e| FileError::io(path, e))?;
         let source = source_name(home, path);
-        records::with_sqlite_db(home, Access::Write, None, |conn| {
-            serve_tables::record_moved(conn, &source).map_err(sql(home))
+        records::with_db(home, Access::Write, None, |conn| {
+            serve_tables::record_moved(conn, &key, &source).map_err(sql(home))
         })?;
     }
     if imported > 0 {
@@ -195,7 +211,7 @@ pub fn list_refused(
         return load_refused(&paths.refused);
     }
     import_old_files(home, paths, ttl_millis)?;
-    let bodies = records::with_sqlite_db(home, Access::Read, None, |conn| {
+    let bodies = records::with_db(home, Access::Read, None, |conn| {
         serve_tables::refused(conn).map_err(sql(home))
     })?;
     bodies
@@ -219,6 +235,7 @@ impl ServeState {
             let state = ServeState {
                 home: home.clone(),
                 ttl_millis,
+                home_key: home_key(home),
                 backing: Backing::Files {
                     dedupe,
                     refused: RefusedLog::open(&paths.refused)?,
@@ -229,7 +246,7 @@ impl ServeState {
             return Ok((state, marks));
         }
         import_old_files(home, paths, ttl_millis)?;
-        let stored = records::with_sqlite_db(home, Access::Write, None, |conn| {
+        let stored = records::with_db(home, Access::Write, None, |conn| {
             serve_tables::prune_marks(conn, now_millis).map_err(sql(home))?;
             serve_tables::live_marks(conn, now_millis).map_err(sql(home))
         })?;
@@ -238,6 +255,7 @@ impl ServeState {
         let state = ServeState {
             home: home.clone(),
             ttl_millis,
+            home_key: home_key(home),
             backing: Backing::Database,
             legacy: old
                 .into_iter()
@@ -275,7 +293,7 @@ impl ServeState {
     pub fn mark_in_section(&self, key: &str, now_millis: u64) -> Result<bool, FileError> {
         match &self.backing {
             Backing::Files { .. } => Ok(true),
-            Backing::Database => records::with_sqlite_db(&self.home, Access::Write, None, |conn| {
+            Backing::Database => records::with_db(&self.home, Access::Write, None, |conn| {
                 serve_tables::mark_if_absent(conn, key, now_millis, self.ttl_millis)
                     .map_err(sql(&self.home))
             }),
@@ -286,7 +304,7 @@ impl ServeState {
     pub fn savepoint(&self, statement: &str) -> Result<(), FileError> {
         match &self.backing {
             Backing::Files { .. } => Ok(()),
-            Backing::Database => records::with_sqlite_db(&self.home, Access::Write, None, |conn| {
+            Backing::Database => records::with_db(&self.home, Access::Write, None, |conn| {
                 serve_tables::savepoint(conn, statement).map_err(sql(&self.home))
             }),
         }
@@ -306,7 +324,7 @@ impl ServeState {
             Backing::Files { refused: log, .. } => log.record(refused),
             Backing::Database => {
                 let body = to_json(refused)?;
-                records::with_sqlite_db(&self.home, Access::Outcome, None, |conn| {
+                records::with_db(&self.home, Access::Outcome, None, |conn| {
                     serve_tables::add_refused(conn, &body).map_err(sql(&self.home))
                 })
             }
@@ -320,8 +338,8 @@ impl ServeState {
                 Ok(fsutil::load_json(handed_off)?.unwrap_or_default())
             }
             Backing::Database => {
-                let bodies = records::with_sqlite_db(&self.home, Access::Read, None, |conn| {
-                    serve_tables::handed_off(conn).map_err(sql(&self.home))
+                let bodies = records::with_db(&self.home, Access::Read, None, |conn| {
+                    serve_tables::handed_off(conn, &self.home_key).map_err(sql(&self.home))
                 })?;
                 bodies
                     .iter()
@@ -340,8 +358,9 @@ impl ServeState {
                     .iter()
                     .map(|h| Ok((h.delivery.id.clone(), to_json(h)?)))
                     .collect::<Result<Vec<_>, FileError>>()?;
-                records::with_sqlite_db(&self.home, Access::Outcome, None, |conn| {
-                    serve_tables::replace_handed_off(conn, &rows).map_err(sql(&self.home))
+                records::with_db(&self.home, Access::Outcome, None, |conn| {
+                    serve_tables::replace_handed_off(conn, &self.home_key, &rows)
+                        .map_err(sql(&self.home))
                 })
             }
         }

@@ -337,6 +337,10 @@ fn submit_request_with(
             "task {} turn {} (id {})",
             key.task, key.turn, submitted.queue_id
         );
+        // A row parked on a drained host waits for another host, not for a slot here.
+        let drained = (runner.is_none() && placement == "parked")
+            .then(|| drained_host(&rt))
+            .flatten();
         let line = match (runner, held) {
             // Held for its dependencies first: that is what it waits for before any pause or time.
             _ if placement == "held" => match &submitted.placement {
@@ -360,6 +364,11 @@ fn submit_request_with(
             ),
             (runner, None) => match runner {
                 Some(runner) => format!("{named} started (runner pid {})", runner.pid),
+                None if placement == "parked" && drained.is_some() => format!(
+                    "{named} queued: this host ({}) is drained, so another host starts it \
+                     (`tollgate drain --undo` lets this one start turns again)",
+                    drained.as_deref().unwrap_or_default()
+                ),
                 None if placement == "parked" => format!(
                     "{named} parked: all {} worker slot(s) are busy; it starts when one frees",
                     rt.cap()
@@ -489,6 +498,15 @@ fn dropped(key: &TurnKey, running: &TurnKey, busy: Busy, json: bool) -> Result<i
         );
     }
     Ok(exit::DROPPED)
+}
+
+/// On a fleet: this host's name if it is drained (`tollgate drain`); `None` when it is not, or on
+/// one host.
+fn drained_host(rt: &Runtime) -> Option<String> {
+    match crate::status::this_host_report(&rt.store) {
+        (Some(host), true) => Some(host),
+        _ => None,
+    }
 }
 
 /// Waits for the turn's record to have an outcome (another process writes it), copying the

@@ -154,6 +154,7 @@ fn take_over_section<L: Liveness, S: Store>(
             TakeOverEffect::Run { .. } if record_started => {
                 turn.started_at_millis = Some(tasks::now_millis());
                 turn.runner = Some(me);
+                turn.host = crate::fleet::section_host();
                 tasks::save_turn(&rt.home, &turn)?;
             }
             TakeOverEffect::Refused { .. } => {

@@ -683,6 +683,9 @@ pub fn logs(home: Option<PathBuf>, args: LogsArgs) -> Result<i32, CliError> {
             args.task
         )));
     }
+    if let Some(remote) = remote_output(&rt, &key)? {
+        return remote_logs(&rt, &key, &remote, &args);
+    }
     if args.json {
         if args.follow {
             follow_turn(&rt, &key, false)?;
@@ -703,6 +706,134 @@ pub fn logs(home: Option<PathBuf>, args: LogsArgs) -> Result<i32, CliError> {
             eprintln!(
                 "tollgate: {key} has no output: {}",
                 why_no_output(&rt, &turn)?
+            );
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// Where `logs` reads a turn's output on a fleet when the turn ran on another host: the store's
+/// `turn_output` table (spec/fleet.md, "Logs across hosts"). `None`: the local files (one host, a
+/// turn of this host, or a turn whose record names no host).
+struct RemoteOutput {
+    store: crate::queue::PostgresStore,
+    host: String,
+}
+
+fn remote_output(rt: &Runtime, key: &TurnKey) -> Result<Option<RemoteOutput>, CliError> {
+    let Some(store) = crate::queue::Store::lease_renewer(&rt.store) else {
+        return Ok(None);
+    };
+    let here = store.fleet().map(|f| f.host.clone());
+    let turn = tasks::load_turn(&rt.home, key)?;
+    Ok(match turn.and_then(|t| t.host) {
+        Some(host) if Some(&host) != here.as_ref() => Some(RemoteOutput {
+            store,
+            host: host.to_string(),
+        }),
+        _ => None,
+    })
+}
+
+/// How often `logs --follow` of a turn running on another host reads the table again.
+const REMOTE_FOLLOW_POLL_MILLIS: u64 = 500;
+
+/// The line printed before a stream whose head the table no longer keeps.
+fn stored_truncation_line(dropped: u64, host: &str) -> String {
+    format!(
+        "[tollgate: output truncated: the database keeps the last {} bytes of each stream of a \
+         turn; {dropped} bytes before them dropped (the whole log is on host {host})]\n",
+        crate::queue::TURN_OUTPUT_MAX_BYTES
+    )
+}
+
+/// Prints what the table holds of both streams past `offsets`, moving them on; the bytes printed.
+fn print_stored(
+    remote: &RemoteOutput,
+    key: &TurnKey,
+    offsets: &mut [u64; 2],
+) -> Result<u64, CliError> {
+    use crate::queue::OutputStream;
+    let mut printed = 0;
+    for (stream, offset) in [OutputStream::Stdout, OutputStream::Stderr]
+        .into_iter()
+        .zip(offsets.iter_mut())
+    {
+        let stored = remote
+            .store
+            .read_output(&key.task, key.turn, stream, *offset)?;
+        let mut out: Box<dyn Write> = match stream {
+            OutputStream::Stdout => Box::new(std::io::stdout()),
+            OutputStream::Stderr => Box::new(std::io::stderr()),
+        };
+        let io = |e: std::io::Error| CliError::Environment(format!("writing the output: {e}"));
+        if stored.dropped_bytes > 0 {
+            out.write_all(stored_truncation_line(stored.dropped_bytes, &remote.host).as_bytes())
+                .map_err(io)?;
+        }
+        out.write_all(&stored.bytes).map_err(io)?;
+        out.flush().map_err(io)?;
+        printed += stored.bytes.len() as u64;
+        *offset = stored.next_offset;
+    }
+    Ok(printed)
+}
+
+/// Waits until the turn's record has an outcome, reading it every
+/// [`REMOTE_FOLLOW_POLL_MILLIS`] (its runner is on another host: no local event nor pidfd
+/// follows it), and prints the new output after each read when `stream` is set. The record is
+/// read before the output: its runner copies the last output before it records the outcome, so
+/// the output read after a settled record is complete.
+fn follow_remote(
+    rt: &Runtime,
+    key: &TurnKey,
+    remote: &RemoteOutput,
+    stream: bool,
+    offsets: &mut [u64; 2],
+) -> Result<(TurnRecord, u64), CliError> {
+    let mut printed = 0;
+    loop {
+        let turn = tasks::load_turn(&rt.home, key)?.ok_or_else(|| {
+            CliError::Environment(format!(
+                "the record of {key} disappeared from {}",
+                tasks::turn_record_location(&rt.home, key)
+            ))
+        })?;
+        if stream {
+            printed += print_stored(remote, key, offsets)?;
+        }
+        if turn.is_settled() {
+            return Ok((turn, printed));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(REMOTE_FOLLOW_POLL_MILLIS));
+    }
+}
+
+/// `logs` of a turn that ran on another host of the fleet: its output from the table.
+fn remote_logs(
+    rt: &Runtime,
+    key: &TurnKey,
+    remote: &RemoteOutput,
+    args: &LogsArgs,
+) -> Result<i32, CliError> {
+    let mut offsets = [0u64; 2];
+    if args.json {
+        if args.follow {
+            follow_remote(rt, key, remote, false, &mut offsets)?;
+        }
+        return logs_json_from(rt, key, Some(remote));
+    }
+    let printed = if args.follow {
+        follow_remote(rt, key, remote, true, &mut offsets)?.1
+    } else {
+        print_stored(remote, key, &mut offsets)?
+    };
+    if printed == 0 {
+        if let Some(turn) = tasks::load_turn(&rt.home, key)? {
+            eprintln!(
+                "tollgate: {key} has no output: {} (it ran on host {})",
+                why_no_output(rt, &turn)?,
+                remote.host
             );
         }
     }
@@ -733,6 +864,16 @@ fn log_tail(path: &std::path::Path) -> Result<(String, u64), CliError> {
 
 /// `logs --json`: the turn and both of its streams in one document.
 fn logs_json(rt: &Runtime, key: &TurnKey) -> Result<i32, CliError> {
+    logs_json_from(rt, key, None)
+}
+
+/// [`logs_json`] with the streams read from the local files, or from the table when the turn
+/// ran on another host (`remote`).
+fn logs_json_from(
+    rt: &Runtime,
+    key: &TurnKey,
+    remote: Option<&RemoteOutput>,
+) -> Result<i32, CliError> {
     let turn = tasks::load_turn(&rt.home, key)?.ok_or_else(|| {
         CliError::Environment(format!(
             "the record of {key} disappeared from {}",
@@ -745,8 +886,23 @@ fn logs_json(rt: &Runtime, key: &TurnKey) -> Result<i32, CliError> {
         key,
         status_shell::turn_state(&queue, &turn, &rt.liveness),
     );
-    let (stdout, stdout_skipped) = log_tail(&rt.home.stdout_log(key))?;
-    let (stderr, stderr_skipped) = log_tail(&rt.home.stderr_log(key))?;
+    let ((stdout, stdout_skipped), (stderr, stderr_skipped)) = match remote {
+        None => (
+            log_tail(&rt.home.stdout_log(key))?,
+            log_tail(&rt.home.stderr_log(key))?,
+        ),
+        Some(remote) => {
+            use crate::queue::OutputStream;
+            let read = |stream| -> Result<(String, u64), CliError> {
+                let stored = remote.store.read_output(&key.task, key.turn, stream, 0)?;
+                Ok((
+                    String::from_utf8_lossy(&stored.bytes).into_owned(),
+                    stored.dropped_bytes,
+                ))
+            };
+            (read(OutputStream::Stdout)?, read(OutputStream::Stderr)?)
+        }
+    };
     let note = if stdout.is_empty() && stderr.is_empty() {
         Some(why_no_output(rt, &turn)?)
     } else {
@@ -755,7 +911,7 @@ fn logs_json(rt: &Runtime, key: &TurnKey) -> Result<i32, CliError> {
     print_json(&json!({
         "task": key.task, "turn": key.turn, "id": turn.id, "state": state,
         "outcome": turn.outcome, "exit_code": turn.exit_code, "signal": turn.signal,
-        "error": turn.error,
+        "error": turn.error, "host": turn.host,
         "stdout": stdout, "stderr": stderr,
         "stdout_skipped_bytes": stdout_skipped, "stderr_skipped_bytes": stderr_skipped,
         "no_output": note,

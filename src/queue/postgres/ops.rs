@@ -25,11 +25,11 @@ use std::time::Instant;
 
 /// Version 6: drained hosts, and the turns' output for the other hosts.
 pub(super) const SCHEMA_V6_OPS: &str = "
-CREATE TABLE drained_hosts (
+CREATE TABLE IF NOT EXISTS drained_hosts (
     host TEXT PRIMARY KEY,
     drained_at_db_millis BIGINT NOT NULL
 );
-CREATE TABLE turn_output (
+CREATE TABLE IF NOT EXISTS turn_output (
     queue TEXT NOT NULL,
     task TEXT NOT NULL,
     turn BIGINT NOT NULL,

@@ -34,6 +34,10 @@ pub struct FleetView {
     pub timing: LeaseTiming,
     pub leases: LeaseTable,
     pub now_db_millis: u64,
+    /// Whether this host may start a turn: false while it is drained (`tollgate drain`, read
+    /// in the section's transaction). [`crate::process::ProcLiveness`] answers
+    /// [`Liveness::may_start`] with it.
+    pub may_start: bool,
 }
 
 thread_local! {
@@ -206,6 +210,12 @@ pub fn host_of(leases: Option<&LeaseTable>, identity: &ProcessIdentity) -> Optio
         .map(|l| l.holder.host.as_str())
         .collect();
     (!hosts.is_empty()).then(|| hosts.join(","))
+}
+
+/// Whether this host may start a turn now: in a fleet section, false while the host is drained
+/// (spec/fleet.md, "Draining a host"); outside one (one host, no fleet), always true.
+pub fn section_may_start() -> bool {
+    with_view(|view| view.may_start).unwrap_or(true)
 }
 
 /// The host of the fleet section running on this thread, if any.

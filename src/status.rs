@@ -28,6 +28,12 @@ pub struct StatusView {
     /// nothing is paused.
     #[serde(skip_serializing_if = "PauseSet::is_empty")]
     pub paused: PauseSet,
+    /// On a PostgreSQL home (a fleet): this command's host; absent on a SQLite home.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub this_host: Option<String>,
+    /// On a fleet: whether this host is drained (`tollgate drain`); absent when not.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub this_host_drained: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -136,6 +142,10 @@ pub struct TurnView {
     /// For a `dependency_failed` turn: the dependency whose end settled it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed_dependency: Option<TurnKey>,
+    /// On a PostgreSQL home: the host whose runner (or attached submitter) took the turn over
+    /// ([`TurnRecord::host`]); absent before it started and on a SQLite home.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// What holds a parked row back now, as [`TurnView::held`] says it, and its not-before time.
@@ -325,6 +335,7 @@ pub fn status_with<L: Liveness>(
                     retry: turn.retry,
                     after: turn.after.clone(),
                     failed_dependency: turn.failed_dependency.clone(),
+                    host: turn.host.as_ref().map(ToString::to_string),
                 });
             }
         }
@@ -364,6 +375,7 @@ pub fn status_with<L: Liveness>(
         })
         .collect();
     let leases = crate::fleet::leases_for_report(&rt.store);
+    let (this_host, this_host_drained) = this_host_report(&rt.store);
     let runners = queue
         .runners
         .iter()
@@ -403,5 +415,26 @@ pub fn status_with<L: Liveness>(
         works,
         tasks: task_views,
         paused: queue.paused.clone(),
+        this_host,
+        this_host_drained,
     })
+}
+
+/// On a fleet: this host's name and whether it is drained (its own read, beside the queue's
+/// snapshot; a failed read is logged and reported as not drained). `(None, false)` on one host.
+pub fn this_host_report<S: crate::queue::Store>(store: &S) -> (Option<String>, bool) {
+    let Some(fleet) = store.lease_renewer() else {
+        return (None, false);
+    };
+    let Some(host) = fleet.fleet().map(|f| f.host.to_string()) else {
+        return (None, false);
+    };
+    let drained = match fleet.drained_hosts() {
+        Ok(hosts) => hosts.iter().any(|d| d.host == host),
+        Err(e) => {
+            tracing::warn!("cannot read the drained hosts: {e}");
+            false
+        }
+    };
+    (Some(host), drained)
 }

@@ -387,6 +387,14 @@ pub fn submit_attached<L: Liveness, S: Store>(
         let (turn, strategy, effect) = attached_section(rt, me, &request, &task, &created)?;
         match effect {
             AttachedEffect::Wait { running } => {
+                if !told && running == turn.key {
+                    eprintln!(
+                        "tollgate: task {} turn {} waits: this host is drained \
+                         (`tollgate drain --undo HOST` lets it start turns again)",
+                        turn.key.task, turn.key.turn
+                    );
+                    told = true;
+                }
                 if !told {
                     eprintln!(
                         "tollgate: task {} turn {} waits: turn {} is active and the task's \
@@ -472,6 +480,7 @@ fn attached_section<L: Liveness, S: Store>(
                 turn.id = state.row(&turn.key).map(|r| r.queue_id);
                 turn.started_at_millis = Some(now);
                 turn.runner = Some(me);
+                turn.host = crate::fleet::section_host();
                 tasks::save_turn(&rt.home, &turn)?;
             }
             AttachedEffect::Dropped { .. } => {

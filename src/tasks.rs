@@ -95,6 +95,11 @@ pub struct TurnRecord {
     pub started_at_millis: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner: Option<ProcessIdentity>,
+    /// The host whose runner (or attached submitter) took the turn over: written in the
+    /// take-over's record on a PostgreSQL home (spec/fleet.md, "Operations"); `None` on a SQLite
+    /// home and in records written before hosts were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<crate::protocol::fleet::HostId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at_millis: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -627,6 +632,7 @@ pub fn create_turn_with(
         submitted_at_millis: now_millis,
         started_at_millis: None,
         runner: None,
+        host: None,
         ended_at_millis: None,
         exit_code: None,
         signal: None,

@@ -343,6 +343,7 @@ fn valid_turn() -> impl Strategy<Value = TurnRecord> {
                         pid: 7,
                         start_time_micros,
                     }),
+                    host: None,
                     ended_at_millis: ended.map(|(at, _, _)| at),
                     exit_code: ended.map(|(_, code, _)| code),
                     signal: None,

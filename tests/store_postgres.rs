@@ -468,7 +468,7 @@ fn a_version_1_database_migrates_to_the_current_version_keeping_its_rows() {
     client
         .batch_execute(
             "DROP TABLE IF EXISTS tasks, turns, record_imports, serve_dedupe, serve_refused,
-                 serve_payloads, serve_handed_off, serve_imports;
+                 serve_payloads, serve_handed_off, serve_imports, drained_hosts, turn_output;
              DROP TABLE leases;
              DROP TABLE entry_dependencies;
              DROP TABLE paused_tasks;

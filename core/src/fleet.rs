@@ -451,6 +451,11 @@ pub struct LeaseLiveness<'a, L: Liveness> {
 }
 
 impl<L: Liveness> Liveness for LeaseLiveness<'_, L> {
+    /// Draining is this host's own state: its local observer says.
+    fn may_start(&self) -> bool {
+        self.local.may_start()
+    }
+
     fn observe(&self, identity: &ProcessIdentity) -> Observation {
         if self
             .leases

@@ -337,6 +337,10 @@ fn submit_request_with(
             "task {} turn {} (id {})",
             key.task, key.turn, submitted.queue_id
         );
+        // A row parked on a drained host waits for another host, not for a slot here.
+        let drained = (runner.is_none() && placement == "parked")
+            .then(|| drained_host(&rt))
+            .flatten();
         let line = match (runner, held) {
             // Held for its dependencies first: that is what it waits for before any pause or time.
             _ if placement == "held" => match &submitted.placement {
@@ -360,6 +364,11 @@ fn submit_request_with(
             ),
             (runner, None) => match runner {
                 Some(runner) => format!("{named} started (runner pid {})", runner.pid),
+                None if placement == "parked" && drained.is_some() => format!(
+                    "{named} queued: this host ({}) is drained, so another host starts it \
+                     (`tollgate drain --undo` lets this one start turns again)",
+                    drained.as_deref().unwrap_or_default()
+                ),
                 None if placement == "parked" => format!(
                     "{named} parked: all {} worker slot(s) are busy; it starts when one frees",
                     rt.cap()
@@ -489,6 +498,15 @@ fn dropped(key: &TurnKey, running: &TurnKey, busy: Busy, json: bool) -> Result<i
         );
     }
     Ok(exit::DROPPED)
+}
+
+/// On a fleet: this host's name if it is drained (`tollgate drain`); `None` when it is not, or on
+/// one host.
+fn drained_host(rt: &Runtime) -> Option<String> {
+    match crate::status::this_host_report(&rt.store) {
+        (Some(host), true) => Some(host),
+        _ => None,
+    }
 }
 
 /// Waits for the turn's record to have an outcome (another process writes it), copying the
@@ -665,6 +683,9 @@ pub fn logs(home: Option<PathBuf>, args: LogsArgs) -> Result<i32, CliError> {
             args.task
         )));
     }
+    if let Some(remote) = remote_output(&rt, &key)? {
+        return remote_logs(&rt, &key, &remote, &args);
+    }
     if args.json {
         if args.follow {
             follow_turn(&rt, &key, false)?;
@@ -685,6 +706,134 @@ pub fn logs(home: Option<PathBuf>, args: LogsArgs) -> Result<i32, CliError> {
             eprintln!(
                 "tollgate: {key} has no output: {}",
                 why_no_output(&rt, &turn)?
+            );
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// Where `logs` reads a turn's output on a fleet when the turn ran on another host: the store's
+/// `turn_output` table (spec/fleet.md, "Logs across hosts"). `None`: the local files (one host, a
+/// turn of this host, or a turn whose record names no host).
+struct RemoteOutput {
+    store: crate::queue::PostgresStore,
+    host: String,
+}
+
+fn remote_output(rt: &Runtime, key: &TurnKey) -> Result<Option<RemoteOutput>, CliError> {
+    let Some(store) = crate::queue::Store::lease_renewer(&rt.store) else {
+        return Ok(None);
+    };
+    let here = store.fleet().map(|f| f.host.clone());
+    let turn = tasks::load_turn(&rt.home, key)?;
+    Ok(match turn.and_then(|t| t.host) {
+        Some(host) if Some(&host) != here.as_ref() => Some(RemoteOutput {
+            store,
+            host: host.to_string(),
+        }),
+        _ => None,
+    })
+}
+
+/// How often `logs --follow` of a turn running on another host reads the table again.
+const REMOTE_FOLLOW_POLL_MILLIS: u64 = 500;
+
+/// The line printed before a stream whose head the table no longer keeps.
+fn stored_truncation_line(dropped: u64, host: &str) -> String {
+    format!(
+        "[tollgate: output truncated: the database keeps the last {} bytes of each stream of a \
+         turn; {dropped} bytes before them dropped (the whole log is on host {host})]\n",
+        crate::queue::TURN_OUTPUT_MAX_BYTES
+    )
+}
+
+/// Prints what the table holds of both streams past `offsets`, moving them on; the bytes printed.
+fn print_stored(
+    remote: &RemoteOutput,
+    key: &TurnKey,
+    offsets: &mut [u64; 2],
+) -> Result<u64, CliError> {
+    use crate::queue::OutputStream;
+    let mut printed = 0;
+    for (stream, offset) in [OutputStream::Stdout, OutputStream::Stderr]
+        .into_iter()
+        .zip(offsets.iter_mut())
+    {
+        let stored = remote
+            .store
+            .read_output(&key.task, key.turn, stream, *offset)?;
+        let mut out: Box<dyn Write> = match stream {
+            OutputStream::Stdout => Box::new(std::io::stdout()),
+            OutputStream::Stderr => Box::new(std::io::stderr()),
+        };
+        let io = |e: std::io::Error| CliError::Environment(format!("writing the output: {e}"));
+        if stored.dropped_bytes > 0 {
+            out.write_all(stored_truncation_line(stored.dropped_bytes, &remote.host).as_bytes())
+                .map_err(io)?;
+        }
+        out.write_all(&stored.bytes).map_err(io)?;
+        out.flush().map_err(io)?;
+        printed += stored.bytes.len() as u64;
+        *offset = stored.next_offset;
+    }
+    Ok(printed)
+}
+
+/// Waits until the turn's record has an outcome, reading it every
+/// [`REMOTE_FOLLOW_POLL_MILLIS`] (its runner is on another host: no local event nor pidfd
+/// follows it), and prints the new output after each read when `stream` is set. The record is
+/// read before the output: its runner copies the last output before it records the outcome, so
+/// the output read after a settled record is complete.
+fn follow_remote(
+    rt: &Runtime,
+    key: &TurnKey,
+    remote: &RemoteOutput,
+    stream: bool,
+    offsets: &mut [u64; 2],
+) -> Result<(TurnRecord, u64), CliError> {
+    let mut printed = 0;
+    loop {
+        let turn = tasks::load_turn(&rt.home, key)?.ok_or_else(|| {
+            CliError::Environment(format!(
+                "the record of {key} disappeared from {}",
+                tasks::turn_record_location(&rt.home, key)
+            ))
+        })?;
+        if stream {
+            printed += print_stored(remote, key, offsets)?;
+        }
+        if turn.is_settled() {
+            return Ok((turn, printed));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(REMOTE_FOLLOW_POLL_MILLIS));
+    }
+}
+
+/// `logs` of a turn that ran on another host of the fleet: its output from the table.
+fn remote_logs(
+    rt: &Runtime,
+    key: &TurnKey,
+    remote: &RemoteOutput,
+    args: &LogsArgs,
+) -> Result<i32, CliError> {
+    let mut offsets = [0u64; 2];
+    if args.json {
+        if args.follow {
+            follow_remote(rt, key, remote, false, &mut offsets)?;
+        }
+        return logs_json_from(rt, key, Some(remote));
+    }
+    let printed = if args.follow {
+        follow_remote(rt, key, remote, true, &mut offsets)?.1
+    } else {
+        print_stored(remote, key, &mut offsets)?
+    };
+    if printed == 0 {
+        if let Some(turn) = tasks::load_turn(&rt.home, key)? {
+            eprintln!(
+                "tollgate: {key} has no output: {} (it ran on host {})",
+                why_no_output(rt, &turn)?,
+                remote.host
             );
         }
     }
@@ -715,6 +864,16 @@ fn log_tail(path: &std::path::Path) -> Result<(String, u64), CliError> {
 
 /// `logs --json`: the turn and both of its streams in one document.
 fn logs_json(rt: &Runtime, key: &TurnKey) -> Result<i32, CliError> {
+    logs_json_from(rt, key, None)
+}
+
+/// [`logs_json`] with the streams read from the local files, or from the table when the turn
+/// ran on another host (`remote`).
+fn logs_json_from(
+    rt: &Runtime,
+    key: &TurnKey,
+    remote: Option<&RemoteOutput>,
+) -> Result<i32, CliError> {
     let turn = tasks::load_turn(&rt.home, key)?.ok_or_else(|| {
         CliError::Environment(format!(
             "the record of {key} disappeared from {}",
@@ -727,8 +886,23 @@ fn logs_json(rt: &Runtime, key: &TurnKey) -> Result<i32, CliError> {
         key,
         status_shell::turn_state(&queue, &turn, &rt.liveness),
     );
-    let (stdout, stdout_skipped) = log_tail(&rt.home.stdout_log(key))?;
-    let (stderr, stderr_skipped) = log_tail(&rt.home.stderr_log(key))?;
+    let ((stdout, stdout_skipped), (stderr, stderr_skipped)) = match remote {
+        None => (
+            log_tail(&rt.home.stdout_log(key))?,
+            log_tail(&rt.home.stderr_log(key))?,
+        ),
+        Some(remote) => {
+            use crate::queue::OutputStream;
+            let read = |stream| -> Result<(String, u64), CliError> {
+                let stored = remote.store.read_output(&key.task, key.turn, stream, 0)?;
+                Ok((
+                    String::from_utf8_lossy(&stored.bytes).into_owned(),
+                    stored.dropped_bytes,
+                ))
+            };
+            (read(OutputStream::Stdout)?, read(OutputStream::Stderr)?)
+        }
+    };
     let note = if stdout.is_empty() && stderr.is_empty() {
         Some(why_no_output(rt, &turn)?)
     } else {
@@ -737,7 +911,7 @@ fn logs_json(rt: &Runtime, key: &TurnKey) -> Result<i32, CliError> {
     print_json(&json!({
         "task": key.task, "turn": key.turn, "id": turn.id, "state": state,
         "outcome": turn.outcome, "exit_code": turn.exit_code, "signal": turn.signal,
-        "error": turn.error,
+        "error": turn.error, "host": turn.host,
         "stdout": stdout, "stderr": stderr,
         "stdout_skipped_bytes": stdout_skipped, "stderr_skipped_bytes": stderr_skipped,
         "no_output": note,

@@ -1,10 +1,11 @@
 //! `tollgate hosts [--json]`: the hosts of a fleet (a PostgreSQL home) as the lease table shows
-//! them, every time on the database clock (spec/fleet.md, "Operations"). It changes nothing.
+//! them, every time on the database clock, with the drained ones (`tollgate drain`; spec/fleet.md,
+//! "Operations"). It changes nothing.
 
 use super::CliError;
 use crate::home::Home;
 use crate::protocol::fleet::{HostId, LeaseTable};
-use crate::queue::{LeaseSnapshot, Store};
+use crate::queue::{DrainedHost, LeaseSnapshot, Store};
 use clap::Args;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -15,7 +16,8 @@ pub const HOSTS_JSON_VERSION: u32 = 1;
 
 #[derive(Debug, Args)]
 pub struct HostsArgs {
-    /// Print JSON (`{"version": 1, "this_host", "now_db_millis", "hosts": [...]}`).
+    /// Print JSON (`{"version": 1, "this_host", "now_db_millis", "hosts": [...], "drained":
+    /// [...]}`).
     #[arg(long)]
     pub json: bool,
 }
@@ -27,6 +29,15 @@ pub struct HostsView {
     pub this_host: String,
     pub now_db_millis: u64,
     pub hosts: Vec<HostView>,
+    /// Every drained host (`tollgate drain`), with or without leases.
+    pub drained: Vec<DrainedView>,
+}
+
+#[derive(Debug, PartialEq, Eq, Serialize)]
+pub struct DrainedView {
+    pub host: String,
+    /// The database clock when it was drained.
+    pub drained_at_db_millis: u64,
 }
 
 #[derive(Debug, PartialEq, Eq, Serialize)]
@@ -44,6 +55,8 @@ pub struct HostView {
     /// expiry minus the lease duration of *this* command (exact when the fleet shares the lease
     /// numbers, as it should). A healthy host stays under its renew interval.
     pub lease_age_millis: i64,
+    /// The host is drained: it starts no turn; its running ones finish.
+    pub drained: bool,
 }
 
 /// The view of `leases` read at `now_db_millis`, seen from `this_host`, with this command's lease
@@ -52,6 +65,7 @@ pub fn hosts_view(
     snapshot: &LeaseSnapshot,
     this_host: &HostId,
     lease_duration_millis: u64,
+    drained: &[DrainedHost],
 ) -> HostsView {
     let now = snapshot.now_db_millis;
     let mut by_host: BTreeMap<&str, (usize, usize, u64)> = BTreeMap::new();
@@ -74,6 +88,7 @@ pub fn hosts_view(
             expired_leases: expired,
             expires_in_millis: signed(newest) - signed(now),
             lease_age_millis: signed(now) - (signed(newest) - signed(lease_duration_millis)),
+            drained: drained.iter().any(|d| d.host == host),
         })
         .collect();
     HostsView {
@@ -81,6 +96,13 @@ pub fn hosts_view(
         this_host: this_host.to_string(),
         now_db_millis: now,
         hosts,
+        drained: drained
+            .iter()
+            .map(|d| DrainedView {
+                host: d.host.clone(),
+                drained_at_db_millis: d.drained_at_db_millis,
+            })
+            .collect(),
     }
 }
 
@@ -99,7 +121,13 @@ pub fn hosts(home: Option<PathBuf>, args: HostsArgs) -> Result<i32, CliError> {
         unreachable!("a lease renewer is a fleet's store");
     };
     let snapshot = fleet_store.leases()?;
-    let view = hosts_view(&snapshot, &fleet.host, fleet.timing.lease_duration_millis);
+    let drained = fleet_store.drained_hosts()?;
+    let view = hosts_view(
+        &snapshot,
+        &fleet.host,
+        fleet.timing.lease_duration_millis,
+        &drained,
+    );
     if args.json {
         let text = serde_json::to_string(&view)
             .map_err(|e| CliError::Environment(format!("cannot render the hosts: {e}")))?;
@@ -116,8 +144,9 @@ pub fn hosts(home: Option<PathBuf>, args: HostsArgs) -> Result<i32, CliError> {
         } else {
             ""
         };
+        let drained = if host.drained { " drained" } else { "" };
         println!(
-            "{:<40} {:>5} {:>8} {:>9}s {:>11}s{this}",
+            "{:<40} {:>5} {:>8} {:>9}s {:>11}s{this}{drained}",
             host.host,
             host.live_executors,
             host.expired_leases,
@@ -127,6 +156,18 @@ pub fn hosts(home: Option<PathBuf>, args: HostsArgs) -> Result<i32, CliError> {
     }
     if view.hosts.is_empty() {
         println!("(no host holds a lease: nothing runs on this fleet)");
+    }
+    for d in view
+        .drained
+        .iter()
+        .filter(|d| !view.hosts.iter().any(|h| h.host == d.host))
+    {
+        let this = if d.host == view.this_host {
+            " (this host)"
+        } else {
+            ""
+        };
+        println!("{:<40} drained, no lease{this}", d.host);
     }
     Ok(0)
 }
@@ -167,7 +208,17 @@ mod tests {
             },
             now_db_millis: 10_000,
         };
-        let view = hosts_view(&snapshot, &HostId::new("a").unwrap(), 30_000);
+        let drained = [
+            DrainedHost {
+                host: "b".into(),
+                drained_at_db_millis: 9_500,
+            },
+            DrainedHost {
+                host: "c".into(),
+                drained_at_db_millis: 9_600,
+            },
+        ];
+        let view = hosts_view(&snapshot, &HostId::new("a").unwrap(), 30_000, &drained);
         assert_eq!(view.version, HOSTS_JSON_VERSION);
         assert_eq!(
             view.hosts,
@@ -178,6 +229,7 @@ mod tests {
                     expired_leases: 1,
                     expires_in_millis: 29_000,
                     lease_age_millis: 1_000,
+                    drained: false,
                 },
                 HostView {
                     host: "b".into(),
@@ -185,8 +237,15 @@ mod tests {
                     expired_leases: 0,
                     expires_in_millis: 30_000,
                     lease_age_millis: 0,
+                    drained: true,
                 },
             ]
+        );
+        let names: Vec<&str> = view.drained.iter().map(|d| d.host.as_str()).collect();
+        assert_eq!(
+            names,
+            ["b", "c"],
+            "a drained host without leases is listed too"
         );
     }
 }

@@ -5,6 +5,7 @@ mod config;
 mod deps;
 pub mod docs;
 mod doctor;
+mod drain;
 mod error;
 mod hosts;
 mod lifecycle;
@@ -106,6 +107,8 @@ pub enum Command {
     Doctor(doctor::DoctorArgs),
     /// List a fleet's hosts (PostgreSQL store): live executors and lease age, by the database clock.
     Hosts(hosts::HostsArgs),
+    /// Drain a fleet's host (PostgreSQL store): it starts no new turn, its running turns finish.
+    Drain(drain::DrainArgs),
     /// Run a pack: every item with its deadline, under the run ceiling, rows by lane.
     Run(run::RunArgs),
     /// Kill what dead runs left running; remove listed worktrees no live process holds any more.
@@ -471,6 +474,7 @@ pub fn main() -> i32 {
         Command::Reconcile(args) => commands::reconcile(home, args),
         Command::Doctor(args) => doctor::doctor(home, args),
         Command::Hosts(args) => hosts::hosts(home, args),
+        Command::Drain(args) => drain::drain(home, args),
         #[cfg(feature = "serve")]
         Command::Serve(args) => serve::serve(home, args),
         #[cfg(feature = "serve")]

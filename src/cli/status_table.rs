@@ -97,6 +97,12 @@ pub fn render(view: &StatusView, now_millis: u64, style: &TableStyle) -> String 
         "{} of {} worker slot(s) busy, {} queued  (home {})",
         view.occupied, view.workers, view.parked, view.home
     );
+    if let (Some(host), true) = (&view.this_host, view.this_host_drained) {
+        let _ = writeln!(
+            out,
+            "this host ({host}) is drained: it starts no turn, other hosts start its queued ones (`tollgate drain --undo {host}`)"
+        );
+    }
     if view.paused.home {
         let _ = writeln!(
             out,
@@ -111,14 +117,19 @@ pub fn render(view: &StatusView, now_millis: u64, style: &TableStyle) -> String 
             names.join(", ")
         );
     }
-    const COLUMNS: usize = 9;
-    /// Columns whose numbers are right-aligned, and the state column (coloured).
-    const NUMERIC: [usize; 3] = [0, 2, 7];
+    // A PostgreSQL home (a fleet) gets a HOST column after STATE: the host that ran the turn.
+    let fleet = view.this_host.is_some();
+    const HOST: usize = 5;
+    // Columns whose numbers are right-aligned, and the state column (coloured).
+    let numeric: [usize; 3] = [0, 2, if fleet { 8 } else { 7 }];
     const STATE: usize = 4;
-    let header: [&str; COLUMNS] = [
+    let mut header: Vec<&str> = vec![
         "ID", "TASK", "TURN", "LABEL", "STATE", "STARTED", "TOOK", "EXIT", "COMMAND",
     ];
-    let mut rows: Vec<[String; COLUMNS]> = Vec::new();
+    if fleet {
+        header.insert(HOST, "HOST");
+    }
+    let mut rows: Vec<Vec<String>> = Vec::new();
     let mut states: Vec<Colour> = Vec::new();
     let mut hidden = 0;
     for task in &view.tasks {
@@ -169,7 +180,7 @@ pub fn render(view: &StatusView, now_millis: u64, style: &TableStyle) -> String 
                 }
                 _ => word.to_string(),
             };
-            rows.push([
+            let mut row = vec![
                 turn.id.map_or_else(|| "-".to_string(), |id| id.to_string()),
                 task.name.clone(),
                 turn.turn.to_string(),
@@ -179,20 +190,24 @@ pub fn render(view: &StatusView, now_millis: u64, style: &TableStyle) -> String 
                 took,
                 exit,
                 command,
-            ]);
+            ];
+            if fleet {
+                row.insert(HOST, turn.host.clone().unwrap_or_else(|| "-".to_string()));
+            }
+            rows.push(row);
             states.push(colour);
         }
     }
     if rows.is_empty() {
         let _ = writeln!(out, "no turns yet: `tollgate submit -- CMD` queues one");
     } else {
-        let mut widths = header.map(|h| h.chars().count());
+        let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
         for row in &rows {
             for (w, cell) in widths.iter_mut().zip(row.iter()) {
                 *w = (*w).max(cell.chars().count());
             }
         }
-        let line = |cells: [&str; COLUMNS], state_colour: Option<Colour>| {
+        let line = |cells: &[&str], state_colour: Option<Colour>| {
             let mut text = String::new();
             for (i, cell) in cells.iter().enumerate() {
                 let pad = widths[i].saturating_sub(cell.chars().count());
@@ -202,7 +217,7 @@ pub fn render(view: &StatusView, now_millis: u64, style: &TableStyle) -> String 
                 };
                 if i == cells.len() - 1 {
                     text.push_str(&shown);
-                } else if NUMERIC.contains(&i) {
+                } else if numeric.contains(&i) {
                     let _ = write!(text, "{}{}  ", " ".repeat(pad), shown);
                 } else {
                     let _ = write!(text, "{}{}  ", shown, " ".repeat(pad));
@@ -210,10 +225,10 @@ pub fn render(view: &StatusView, now_millis: u64, style: &TableStyle) -> String 
             }
             text.trim_end().to_string()
         };
-        let _ = writeln!(out, "{}", line(header, None));
+        let _ = writeln!(out, "{}", line(&header, None));
         for (row, colour) in rows.iter().zip(states) {
-            let cells: [&str; COLUMNS] = std::array::from_fn(|i| row[i].as_str());
-            let _ = writeln!(out, "{}", line(cells, Some(colour)));
+            let cells: Vec<&str> = row.iter().map(String::as_str).collect();
+            let _ = writeln!(out, "{}", line(&cells, Some(colour)));
         }
     }
     if hidden > 0 {

@@ -53,6 +53,11 @@ impl Liveness for ProcLiveness {
     fn observe_work(&self, work: &WorkRecord) -> Observation {
         crate::fleet::observe_work(work, super::work::observe_work)
     }
+
+    /// Inside a fleet section: false while this host is drained (`tollgate drain`).
+    fn may_start(&self) -> bool {
+        crate::fleet::section_may_start()
+    }
 }
 
 fn observe_here(identity: &ProcessIdentity) -> Observation {

@@ -189,6 +189,11 @@ fn spawn_runner(
     remove_env: &[OsString],
 ) -> Result<ProcessIdentity, SpawnError> {
     let log_path = home.runner_log(key);
+    if crate::queue::records::in_postgres(home) {
+        // A turn queued by another host of the fleet has no folder in this home yet: its logs
+        // are written here, on the host that runs it (spec/fleet.md, "Logs across hosts").
+        let _ = std::fs::create_dir_all(home.turn_dir(key));
+    }
     let log = OpenOptions::new()
         .create(true)
         .append(true)

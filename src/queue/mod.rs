@@ -15,6 +15,10 @@ pub use lock::{LockError, QueueLock};
 pub use postgres::{
     redact, FleetContext, PostgresLock, PostgresStore, PostgresUrl, POSTGRES_SCHEMA_VERSION,
 };
+pub use postgres::{
+    DrainChange, DrainedHost, OutputStream, StoredOutput, TURN_OUTPUT_CHUNK_BYTES,
+    TURN_OUTPUT_MAX_BYTES, TURN_OUTPUT_MAX_CHUNKS,
+};
 pub use postgres::{LeaseSnapshot, LEASE_LOCK};
 pub use sqlite::{check_database, DoctorReport, SqliteStore, SCHEMA_VERSION};
 pub use store::{parse_queue, Commit, MemoryStore, QueueStore, Store, StoreError};

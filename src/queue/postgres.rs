@@ -29,7 +29,12 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod lease;
+mod ops;
 pub use lease::{FleetContext, LeaseSnapshot, LEASE_LOCK};
+pub use ops::{
+    DrainChange, DrainedHost, OutputStream, StoredOutput, TURN_OUTPUT_CHUNK_BYTES,
+    TURN_OUTPUT_MAX_BYTES, TURN_OUTPUT_MAX_CHUNKS,
+};
 
 /// The newest schema this tollgate writes in a PostgreSQL database.
 pub const POSTGRES_SCHEMA_VERSION: i32 = 7;
@@ -138,6 +143,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (3, "dependencies of queue rows", SCHEMA_V3),
     (4, "the fleet's leases", lease::SCHEMA_V4_LEASES),
     (5, "task and turn records", super::records::PG_SCHEMA_V5),
+    (6, "drained hosts and the turns' output", ops::SCHEMA_V6_OPS),
     (
         7,
         "serve: dedupe marks, refused, handed-off deliveries and payloads",

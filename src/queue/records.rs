@@ -132,6 +132,12 @@ pub fn in_database(home: &Home) -> bool {
     !matches!(choice(home).0, RecordHome::Files)
 }
 
+/// Whether `home`'s records are in a PostgreSQL database: homes of a fleet, where a turn may run
+/// on a host whose home has no folder for it yet.
+pub fn in_postgres(home: &Home) -> bool {
+    matches!(choice(home).0, RecordHome::Postgres { .. })
+}
+
 /// The database holding `home`'s records, as messages name it: `tollgate.db`'s path, or the
 /// PostgreSQL URL (password redacted) and the queue.
 pub fn database_name(home: &Home) -> PathBuf {
@@ -661,6 +667,11 @@ impl Db<'_> {
             Db::Postgres(c, queue) => {
                 c.execute(
                     "DELETE FROM turns WHERE queue = $1 AND task = $2 AND turn = $3",
+                    &[queue, &task, &i64::from(turn)],
+                )?;
+                // Its output copied for other hosts (schema version 6) goes with it.
+                c.execute(
+                    "DELETE FROM turn_output WHERE queue = $1 AND task = $2 AND turn = $3",
                     &[queue, &task, &i64::from(turn)],
                 )?;
                 Ok(())

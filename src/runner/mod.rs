@@ -10,6 +10,7 @@
 mod execute;
 pub mod hooks;
 pub mod lease;
+pub mod output_pg;
 pub mod repair;
 pub mod signals;
 
@@ -81,8 +82,12 @@ pub fn run_worker<L: Liveness, S: Store>(
     let mut turn = turn;
     // On a fleet: renewals, and self-fencing if they fail (spec/fleet.md, F1).
     let lease = lease::start_if_fleet(rt, key, me, work, cgroup.clone(), take_over_sent)?;
+    let output = output_pg::start_if_fleet(rt, key); // for `logs` on other hosts
     let execution = run_work_in(rt, &turn, me, work, cgroup, false);
     drop(lease); // the work is dead: the renewals end, no fence any more
+    if let Some(output) = output {
+        output.finish(); // before the outcome: a reader that sees it ended has all the output
+    }
     execution.record(&mut turn, tasks::now_millis());
     let outcome = execution.outcome;
     let next = record_and_start_next(rt, &turn, me)?;
@@ -154,6 +159,7 @@ fn take_over_section<L: Liveness, S: Store>(
             TakeOverEffect::Run { .. } if record_started => {
                 turn.started_at_millis = Some(tasks::now_millis());
                 turn.runner = Some(me);
+                turn.host = crate::fleet::section_host();
                 tasks::save_turn(&rt.home, &turn)?;
             }
             TakeOverEffect::Refused { .. } => {

@@ -57,6 +57,16 @@ pub trait Liveness {
     fn is_live(&self, identity: &ProcessIdentity) -> bool {
         self.observe(identity).is_live()
     }
+
+    /// Whether the host this step runs on may start a turn (reserve a runner slot for one). False
+    /// on a drained host (spec/fleet.md, "Draining a host"):
+    /// every reservation then answers as if the cap were reached, so a submit parks its row, a
+    /// finish or reconcile starts nothing and a dead executor's row is parked, and an undrained
+    /// host's next section starts them. It never stops running work. The default (one host, the
+    /// models that do not drain) is true.
+    fn may_start(&self) -> bool {
+        true
+    }
 }
 
 impl<F: Fn(&ProcessIdentity) -> Observation> Liveness for F {

@@ -85,6 +85,10 @@ pub fn reserve_runner_slot_with(
                 token: Some(existing.token),
             });
         }
+        // A drained host steals no dead reservation either: that would start the turn here.
+        if !liveness.may_start() {
+            return Ok(ReserveOutcome::Saturated);
+        }
         if existing.token == fresh_token {
             return Err(SlotError::TokenReused {
                 key: key.clone(),
@@ -114,7 +118,8 @@ pub fn reserve_runner_slot_with(
         exclude_reserver,
         Some(Reserving { key, reserver }),
     );
-    if occupied >= cap {
+    // A drained host (`Liveness::may_start`) starts nothing: as if every slot were taken.
+    if occupied >= cap || !liveness.may_start() {
         return Ok(ReserveOutcome::Saturated);
     }
     state.entries[index].slot_reservation = Some(RunnerSlotReservation::new(reserver, fresh_token));

@@ -489,7 +489,8 @@ pub enum AttachedEffect {
     Dropped { running: TurnKey, busy: Busy },
     /// The task's strategy has no room now (`concurrent=N` with N turns active, or one at a time
     /// with a turn active): nothing changed; the shell waits in the foreground and calls again.
-    /// `running` is one of the active turns.
+    /// `running` is one of the active turns, or the turn itself when this host is drained
+    /// ([`Liveness::may_start`]).
     Wait { running: TurnKey },
 }
 
@@ -508,6 +509,13 @@ pub fn attached_start<L: Liveness>(
         plan_submit(state, key, input.strategy, input.now_millis)
     {
         return Ok(AttachedEffect::Dropped { running, busy });
+    }
+    // A drained host starts nothing, a foreground run included: it waits (outside the queue)
+    // until the host is undrained; `running` is then the turn itself.
+    if !input.liveness.may_start() {
+        return Ok(AttachedEffect::Wait {
+            running: key.clone(),
+        });
     }
     if !attached_may_start(state, &key.task, input.strategy) {
         let running = state

@@ -110,7 +110,7 @@ impl PostgresStore {
             &[&LOCK_NAMESPACE, &LEASE_LOCK],
         )
         .map_err(|e| self.busy_or(started, e))?;
-        let now_db_millis = db_now_millis(tx).map_err(|e| self.error(e))?;
+        let (now_db_millis, drained) = self.now_and_drained(tx, &fleet.host)?;
         let original = self.read_leases(tx)?;
         let mut leases = original.clone();
         fleet::sweep_expired(&mut leases, now_db_millis);
@@ -121,6 +121,7 @@ impl PostgresStore {
                 timing: fleet.timing,
                 leases,
                 now_db_millis,
+                may_start: !drained,
             },
         }))
     }

@@ -10,6 +10,8 @@ use uuid::Uuid;
 struct World {
     live: BTreeSet<ProcessIdentity>,
     live_works: BTreeSet<WorkId>,
+    /// The host the steps run on is drained (`Liveness::may_start` is false).
+    drained: bool,
 }
 
 impl Liveness for World {
@@ -27,6 +29,10 @@ impl Liveness for World {
         } else {
             Observation::Gone
         }
+    }
+
+    fn may_start(&self) -> bool {
+        !self.drained
     }
 }
 
@@ -141,6 +147,64 @@ fn settled_records(settled: &BTreeSet<TurnKey>) -> TurnRecords {
             (k.clone(), turn)
         })
         .collect()
+}
+
+#[test]
+fn a_drained_host_starts_nothing_and_an_undrained_one_starts_what_it_queued() {
+    let mut state = QueueState::default();
+    let mut world = World {
+        drained: true,
+        ..World::default()
+    };
+    let (submitter, reconciler) = (id(10), id(20));
+    world.live.insert(submitter);
+    let key = TurnKey::new("t", 1);
+    // Its submit queues the row though a slot is free.
+    let decision = submit_one(
+        &mut state,
+        &world,
+        &key,
+        submitter,
+        1,
+        2,
+        Strategy::default(),
+    );
+    assert_eq!(decision.effect, SubmitEffect::Park);
+    assert!(state
+        .row(&key)
+        .is_some_and(|r| r.slot_reservation.is_none()));
+    // Its reconcile starts nothing, and its attached start waits with the turn itself.
+    assert_eq!(
+        reconcile_once(&mut state, &world, reconciler, 2, &BTreeSet::new()),
+        ReconcileEffect::Saturated
+    );
+    let attached = TurnKey::new("fg", 1);
+    let effect = attached_start(
+        &mut state,
+        AttachedInput {
+            key: &attached,
+            me: submitter,
+            fresh_token: token(3),
+            now_millis: 1_000,
+            strategy: Strategy::default(),
+            liveness: &world,
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        effect,
+        AttachedEffect::Wait {
+            running: attached.clone()
+        }
+    );
+    assert!(state.row(&attached).is_none(), "nothing was enqueued");
+    // Another (undrained) host's reconcile starts the queued row.
+    world.drained = false;
+    let effect = reconcile_once(&mut state, &world, reconciler, 4, &BTreeSet::new());
+    assert!(
+        matches!(&effect, ReconcileEffect::Spawn { handoff, replaced: None } if handoff.key() == &key),
+        "{effect:?}"
+    );
 }
 
 #[test]

@@ -131,6 +131,29 @@ pub fn kill_unit(unit: &UnitIdentity, grace: Duration) -> WorkKill {
     }
 }
 
+/// The detached runner's end of its work, once it has collected its command: whether its own
+/// observations prove the whole work dead ([`containment::owner_proves_dead`]: a subreaper with
+/// no child left, the work's group unpopulated), so the `/proc` walk of [`kill_unit`] is not
+/// needed; the empty group is then removed here. `false`: nothing is proven, and the caller kills
+/// the work as any other process would. Only for a process all of whose children belong to the
+/// work, since it reaps whatever child has exited.
+pub fn owner_proves_gone(unit: &UnitIdentity) -> bool {
+    let subreaper = nix::sys::prctl::get_child_subreaper().unwrap_or(false);
+    let reaped = if subreaper {
+        containment::reap_exited_children()
+    } else {
+        containment::Reaped::Unknown
+    };
+    let populated = unit.cgroup.as_deref().map(containment::cgroup::populated);
+    if !containment::owner_proves_dead(subreaper, reaped, populated) {
+        return false;
+    }
+    match &unit.cgroup {
+        Some(dir) => containment::cgroup::remove_tree(dir),
+        None => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

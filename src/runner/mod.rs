@@ -251,7 +251,13 @@ pub fn run_work_in<L: Liveness, S: Store>(
         leader,
         cgroup: unit.cgroup.as_ref().map(|d| d.display().to_string()),
     };
-    driver::kill_work(rt.spawner.as_ref(), &record);
+    // Detached, this runner is a subreaper whose only children are its work's: having collected
+    // the command and found no child left proves the work dead without a walk of /proc
+    // (spec/containment.md, "The owner's proof at a unit's end"). Else the kill finds and ends
+    // whatever is left.
+    if attached || !work::owner_proves_gone(&unit) {
+        driver::kill_work(rt.spawner.as_ref(), &record);
+    }
     logs.finish();
     execution
 }

@@ -214,6 +214,25 @@ pub fn procs(dir: &Path) -> Vec<i32> {
     out
 }
 
+/// Whether `dir` or a group below it holds a live process: the `populated` key of its
+/// `cgroup.events` (the kernel keeps it for the whole subtree, zombies excluded). `None` when the
+/// file cannot be read or parsed (no group there, or not a v2 group): the caller then knows nothing.
+pub fn populated(dir: &Path) -> Option<bool> {
+    parse_populated(&fs::read_to_string(dir.join("cgroup.events")).ok()?)
+}
+
+/// The `populated` key of a `cgroup.events` text (`populated 0` / `populated 1`).
+pub fn parse_populated(events: &str) -> Option<bool> {
+    events
+        .lines()
+        .find_map(|l| l.strip_prefix("populated "))
+        .and_then(|v| match v.trim() {
+            "0" => Some(false),
+            "1" => Some(true),
+            _ => None,
+        })
+}
+
 /// SIGKILLs everything in `dir` and below, atomically with respect to forks (`cgroup.kill`).
 pub fn kill(dir: &Path) -> io::Result<()> {
     write_file(&dir.join("cgroup.kill"), b"1")
@@ -321,6 +340,15 @@ mod tests {
                 "/sys/fs/cgroup v2/user.slice/user-1000.slice/session-2.scope"
             ))
         );
+    }
+
+    #[test]
+    fn populated_is_read_from_cgroup_events() {
+        assert_eq!(parse_populated("populated 0\nfrozen 0\n"), Some(false));
+        assert_eq!(parse_populated("populated 1\nfrozen 0\n"), Some(true));
+        assert_eq!(parse_populated("frozen 0\n"), None);
+        assert_eq!(parse_populated("populated x\n"), None);
+        assert_eq!(populated(Path::new("/nonexistent/tollgate-test")), None);
     }
 
     #[test]

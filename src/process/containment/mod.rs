@@ -379,6 +379,60 @@ pub fn kill_unit(unit: &UnitIdentity, grace: Duration) -> KillReport {
     report
 }
 
+/// What the owner saw when it reaped its children after its unit's leader was collected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reaped {
+    /// `waitpid` said ECHILD: this process has no child left, live or zombie.
+    NoChildren,
+    /// A child is still alive (or stopped, or still exiting).
+    LiveChild,
+    /// `waitpid` failed otherwise: nothing is known.
+    Unknown,
+}
+
+/// Bound on the exited children one [`reap_exited_children`] collects (a fork bomb's orphans).
+const MAX_REAPED: usize = 65_536;
+
+/// Collects every child of this process that has exited (`waitpid(-1, WNOHANG | __WALL)`, so
+/// clone children too) and says whether any is left. Only for a process whose every child is part
+/// of the unit being ended (the detached runner after its command was collected): it takes the
+/// exit status of whatever child it finds.
+pub fn reap_exited_children() -> Reaped {
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    let flags = WaitPidFlag::WNOHANG | WaitPidFlag::__WALL;
+    for _ in 0..MAX_REAPED {
+        match waitpid(Pid::from_raw(-1), Some(flags)) {
+            Ok(WaitStatus::StillAlive) => return Reaped::LiveChild,
+            // An orphan of the unit that had already died: collected, look again.
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(nix::errno::Errno::ECHILD) => return Reaped::NoChildren,
+            Err(_) => return Reaped::Unknown,
+        }
+    }
+    Reaped::Unknown
+}
+
+/// The pure rule by which the owner of a unit knows, without a `/proc` walk, that every process
+/// it started for the unit is dead (spec/containment.md, "The owner's proof at a unit's end"): it
+/// is a child subreaper, so every descendant of its unit that lost its parent was reparented to
+/// it, and each stays its child (live, or a zombie until reaped) — so once it has collected the
+/// leader and then found no child at all, no descendant is left; and the unit's group, if it has
+/// one, is not populated (`cgroup_populated`: `None` without a group, `Some(None)` unreadable).
+/// Anything else (not a subreaper, a live child, an unreadable or populated group) is no proof:
+/// the caller falls back to [`kill_unit`] and its walk.
+pub fn owner_proves_dead(
+    subreaper: bool,
+    reaped: Reaped,
+    cgroup_populated: Option<Option<bool>>,
+) -> bool {
+    subreaper
+        && reaped == Reaped::NoChildren
+        && match cgroup_populated {
+            None => true,
+            Some(populated) => populated == Some(false),
+        }
+}
+
 /// The owner's cheap leftover kill when a unit's leader has exited: whatever escaped the process
 /// group was reparented to us (we are a subreaper), so SIGKILL our children that carry the marker,
 /// with their subtrees (each stopped first so it cannot fork while its subtree is collected).
@@ -492,6 +546,21 @@ mod tests {
             "recycled or empty"
         );
         assert_eq!(group_is_ours(None, true, &[7]), None);
+    }
+
+    #[test]
+    fn the_owner_proves_its_unit_dead_only_as_a_subreaper_with_no_child_and_an_empty_group() {
+        use Reaped::*;
+        assert!(owner_proves_dead(true, NoChildren, None));
+        assert!(owner_proves_dead(true, NoChildren, Some(Some(false))));
+        // Not a subreaper: an orphan went to init, and no child says nothing.
+        assert!(!owner_proves_dead(false, NoChildren, None));
+        // A child left behind is alive: the walk and the kill run.
+        assert!(!owner_proves_dead(true, LiveChild, None));
+        assert!(!owner_proves_dead(true, Unknown, None));
+        // The group still holds a process (one that is not our descendant), or cannot be read.
+        assert!(!owner_proves_dead(true, NoChildren, Some(Some(true))));
+        assert!(!owner_proves_dead(true, NoChildren, Some(None)));
     }
 
     #[test]

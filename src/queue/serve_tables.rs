@@ -614,6 +614,33 @@ pub(crate) fn kept_payloads(db: &mut Db<'_>) -> Result<Vec<(String, u32, Vec<u8>
         .collect()
 }
 
+const PAYLOAD_OF: Sql = Sql {
+    sqlite: "SELECT body FROM serve_payloads WHERE task = ?1 AND turn = ?2 LIMIT 1",
+    postgres: "SELECT body FROM serve_payloads WHERE queue = $1 AND task = $2 AND turn = $3
+               LIMIT 1",
+};
+
+/// The kept payload of the turn `task`/`turn`, if any: what a runner on another host of the
+/// queue writes into its own home's turn folder before the command starts (the file the
+/// delivery's serve wrote is in the home that queued the turn).
+pub(crate) fn payload_of(
+    db: &mut Db<'_>,
+    task: &str,
+    turn: u32,
+) -> Result<Option<Vec<u8>>, DbError> {
+    let rows = query(
+        db,
+        &PAYLOAD_OF,
+        &[Arg::Text(task), Arg::Int(i64::from(turn))],
+        &[Col::Bytes],
+    )?;
+    Ok(rows
+        .into_iter()
+        .next()
+        .and_then(|row| row.into_iter().next())
+        .map(Val::bytes))
+}
+
 /// Runs `sql` (a `SAVEPOINT`, `RELEASE` or `ROLLBACK TO`, the same in both dialects): one
 /// delivery of a group commit.
 pub(crate) fn savepoint(db: &mut Db<'_>, sql: &str) -> Result<(), DbError> {

@@ -77,7 +77,7 @@ impl Execution {
         }
     }
 
-    fn unstartable(error: String) -> Self {
+    pub(crate) fn unstartable(error: String) -> Self {
         Execution {
             outcome: TurnOutcome::Unstartable,
             exit_code: Some(127),

@@ -11,6 +11,7 @@ mod execute;
 pub mod hooks;
 pub mod lease;
 pub mod output_pg;
+pub mod payload;
 pub mod repair;
 pub mod signals;
 
@@ -234,6 +235,15 @@ pub fn run_work_in<L: Liveness, S: Store>(
     cgroup: Option<PathBuf>,
     attached: bool,
 ) -> Execution {
+    let turn = match payload::localised(&rt.home, turn) {
+        Ok(turn) => turn,
+        Err(e) => {
+            return Execution::unstartable(format!(
+                "cannot place the delivery's payload in this home: {e}"
+            ))
+        }
+    };
+    let turn = turn.as_ref();
     let mut leader = None;
     let mut unit = work::unit_from(work, None, cgroup.as_deref());
     let mut logs = LogDrains::new(rt.config.log_bytes, rt.config.log_tail_bytes);

@@ -202,8 +202,10 @@ fn one(app: &App, state: &mut QueueState, pending: &Pending) -> Committed {
         } else {
             crate::fsutil::publish_bytes(&path, body)?;
         }
-        turn.env
-            .insert("TOLLGATE_PAYLOAD".into(), path.display().to_string());
+        turn.env.insert(
+            crate::runner::payload::PAYLOAD_VAR.into(),
+            path.display().to_string(),
+        );
         turn.delivery = Some(meta);
         Ok(())
     });

@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 /// What a refused sender is told to wait before retrying, in seconds.
 pub const RETRY_AFTER_SECS: u64 = 5;
 /// The file a delivery's body is written to, in its turn's directory.
-pub const PAYLOAD_FILE: &str = "payload";
+pub use crate::runner::payload::PAYLOAD_FILE;
 
 /// Everything a request needs; shared by every request of one `serve`.
 pub struct App {

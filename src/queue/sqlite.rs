@@ -50,9 +50,12 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
 
 /// Version 7: the rows holding a reservation, indexed (a few: one per slot being handed off), so
 /// the active part of the queue ([`Store::load_active`]: the rows that are not parked, found by
-/// `entries_by_state`, and the reserved ones) is read without a scan of the parked rows.
+/// `entries_by_state`, and the reserved ones) is read without a scan of the parked rows. `IF NOT
+/// EXISTS`: an index only, so a database taken back to an earlier version by hand (the migration
+/// tests do) migrates again.
 const SCHEMA_V7: &str = "
-CREATE INDEX entries_reserved ON entries (queue_id) WHERE reservation_token IS NOT NULL;
+CREATE INDEX IF NOT EXISTS entries_reserved ON entries (queue_id)
+    WHERE reservation_token IS NOT NULL;
 ";
 
 /// Version 3: a row's dependencies (`submit --after`), in their own table so rows without any

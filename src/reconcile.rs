@@ -1,19 +1,21 @@
 //! `tollgate reconcile`: repeat the core's reconcile step until nothing is left to repair.
 //!
 //! Each iteration is one locked section: read what the turn records say of the turns the step
-//! looks at ([`steps::records_needed`]: every row's, and the pass's orphan candidates), call
+//! looks at ([`steps::records_needed`]: the rows that are not parked, the parked ones only when a
+//! slot may be free for one, and the pass's orphan candidates), call
 //! [`steps::reconcile`], publish, and perform the effect (a handoff or the kill of a dead runner's
 //! work through [`crate::driver`], or the line naming a forgotten row). Whether the pass goes on
 //! is the core's [`ReconcileEffect::continues`]. No decision about protocol state is taken here.
 
 use crate::dispatch::{DispatchError, Handoff};
 use crate::driver;
+use crate::fsutil::FileError;
 use crate::process::work::WorkKill;
 use crate::protocol::slots::steps::{
     self, ReconcileEffect, ReconcileInput, TurnOnDisk, TurnRecords,
 };
-use crate::protocol::slots::{Liveness, ProcessIdentity, ReconcileStep, TurnKey};
-use crate::queue::Store;
+use crate::protocol::slots::{Liveness, ProcessIdentity, ReconcileStep, SlotError, TurnKey};
+use crate::queue::{Store, StoreError};
 use crate::runtime::Runtime;
 use crate::tasks::{self, TurnRecord};
 use std::io::Write;
@@ -78,24 +80,114 @@ pub fn reconcile<L: Liveness, S: Store>(
 }
 
 /// One reconcile critical section. `orphan_candidates` are the turns found without a row before
-/// the pass; their records are read again here, under the lock, with those of every row, so a
-/// turn that started or ended meanwhile is seen as it is now.
+/// the pass; their records are read again here, under the lock, with those the core names
+/// ([`steps::records_needed`]: the rows that are not parked, and the parked ones only when the
+/// step may start one), so a turn that started or ended meanwhile is seen as it is now.
+///
+/// A slot can come free between the core naming what to read and its step (a process seen live
+/// dies meanwhile): if the step then starts a parked row although the parked rows' records and
+/// strategies were not read, the section is rolled back and run once more reading all of them.
 pub fn reconcile_once<L: Liveness, S: Store>(
     rt: &Runtime<L, S>,
     me: ProcessIdentity,
     orphan_candidates: &[TurnKey],
 ) -> Result<ReconcileEffect, DispatchError> {
+    let section = match section(rt, me, orphan_candidates, Reads::AsNeeded) {
+        Err(SectionError::StartedUnread) => section(rt, me, orphan_candidates, Reads::Everything),
+        other => other,
+    };
+    let (effect, wake) = section.map_err(|e| match e {
+        SectionError::Failed(e) => e,
+        // Only an `AsNeeded` section asks for a second run; the second reads everything.
+        SectionError::StartedUnread => DispatchError::io(
+            "reconcile",
+            std::io::Error::other("a section that read every record asked to read them again"),
+        ),
+    })?;
+    crate::deps::after_commit(
+        rt,
+        &crate::deps::AfterDeparture {
+            wake_at_millis: wake,
+            retried_as: None,
+        },
+    );
+    Ok(effect)
+}
+
+/// Which records and strategies a reconcile section reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reads {
+    /// Those the core names for the state under the lock.
+    AsNeeded,
+    /// Every row's record and every parked task's strategy (the second run of a section whose
+    /// step started a parked row it had not read for).
+    Everything,
+}
+
+/// Why a reconcile section published nothing.
+#[derive(Debug)]
+enum SectionError {
+    Failed(DispatchError),
+    /// The step started a parked row whose record and strategy the section had not read: rolled
+    /// back, to be run again reading everything.
+    StartedUnread,
+}
+
+impl From<StoreError> for SectionError {
+    fn from(e: StoreError) -> Self {
+        SectionError::Failed(e.into())
+    }
+}
+
+impl From<DispatchError> for SectionError {
+    fn from(e: DispatchError) -> Self {
+        SectionError::Failed(e)
+    }
+}
+
+impl From<FileError> for SectionError {
+    fn from(e: FileError) -> Self {
+        SectionError::Failed(e.into())
+    }
+}
+
+impl From<SlotError> for SectionError {
+    fn from(e: SlotError) -> Self {
+        SectionError::Failed(e.into())
+    }
+}
+
+/// The section of [`reconcile_once`]: its effect and the waker time of a departure.
+fn section<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    me: ProcessIdentity,
+    orphan_candidates: &[TurnKey],
+    reads: Reads,
+) -> Result<(ReconcileEffect, Option<u64>), SectionError> {
     let cap = rt.cap();
-    let mut wake = None;
-    let effect = rt.store.transact_internal(|state| {
+    rt.store.transact_internal(|state| {
+        let keys: Vec<&TurnKey> = match reads {
+            Reads::AsNeeded => {
+                steps::records_needed(state, orphan_candidates, cap, &rt.liveness).collect()
+            }
+            Reads::Everything => state
+                .entries
+                .iter()
+                .map(|e| &e.key)
+                .chain(orphan_candidates)
+                .collect(),
+        };
         let mut records = TurnRecords::new();
-        for key in steps::records_needed(state, orphan_candidates) {
-            records.insert(
-                key.clone(),
-                on_disk(tasks::load_turn(&rt.home, key)?.as_ref()),
-            );
+        for key in keys {
+            let record = tasks::load_turn(&rt.home, key)?;
+            records.insert(key.clone(), on_disk(record.as_ref()));
         }
-        let strategies = rt.strategies_for(state)?;
+        let strategies = match reads {
+            Reads::AsNeeded => {
+                rt.strategies_of(steps::reconcile_strategies_needed(state, cap, &rt.liveness))?
+            }
+            Reads::Everything => rt.strategies_for(state)?,
+        };
         let effect = steps::reconcile(
             state,
             ReconcileInput {
@@ -108,22 +200,62 @@ pub fn reconcile_once<L: Liveness, S: Store>(
                 liveness: &rt.liveness,
             },
         )?;
+        if let ReconcileEffect::Spawn {
+            handoff,
+            replaced: None,
+        } = &effect
+        {
+            let key = handoff.key();
+            if !records.contains_key(key) || !strategies.contains_key(&key.task) {
+                return Err(SectionError::StartedUnread);
+            }
+        }
         // A row that left here (its turn had ended, or has no record): its departure, in this
         // section (a retry the dead runner's section did not commit is re-queued now).
+        let mut wake = None;
         if let ReconcileEffect::Removed { key } | ReconcileEffect::Forgotten { key } = &effect {
             let after = crate::deps::departed_on_disk(rt, state, key, me)?;
             wake = after.wake_at_millis;
         }
-        Ok::<_, DispatchError>(effect)
-    })?;
-    crate::deps::after_commit(
-        rt,
-        &crate::deps::AfterDeparture {
-            wake_at_millis: wake,
-            retried_as: None,
+        Ok((effect, wake))
+    })
+}
+
+/// Whether the bounded repair after a command's section has anything to do: the core's
+/// [`steps::reconcile_would_act`] on the active part of the queue ([`Store::load_active`]: not
+/// the parked rows, so its cost stays flat in the queue's depth), with the records the core names
+/// for it, read without the lock. A "no" is a look at one instant, like the repair itself: what
+/// breaks after it is repaired by the next command's repair or by `tollgate reconcile`.
+pub fn repair_due<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    me: ProcessIdentity,
+) -> Result<bool, DispatchError> {
+    let cap = rt.cap();
+    let mut active = rt.store.load_active()?;
+    let mut records = TurnRecords::new();
+    for key in steps::records_needed(&active, &[], cap, &rt.liveness) {
+        records.insert(
+            key.clone(),
+            on_disk(tasks::load_turn(&rt.home, key)?.as_ref()),
+        );
+    }
+    let strategies = rt.strategies_of(steps::reconcile_strategies_needed(
+        &active,
+        cap,
+        &rt.liveness,
+    ))?;
+    Ok(steps::reconcile_would_act(
+        &mut active,
+        ReconcileInput {
+            me,
+            fresh_token: rt.spawner.fresh_token(),
+            now_millis: rt.spawner.now_millis(),
+            cap,
+            strategies: &strategies,
+            records: &records,
+            liveness: &rt.liveness,
         },
-    );
-    Ok(effect)
+    )?)
 }
 
 /// What a turn's record says, field by field, for the core's reconcile step.

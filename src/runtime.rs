@@ -58,8 +58,18 @@ impl<L: Liveness, S: Store> Runtime<L, S> {
         &self,
         state: &QueueState,
     ) -> Result<BTreeMap<String, Strategy>, FileError> {
+        self.strategies_of(steps::strategies_needed(state))
+    }
+
+    /// The strategies of `tasks`, read from their task records (a task without a record has the
+    /// default strategy): the core names the tasks ([`steps::strategies_needed`],
+    /// [`steps::reconcile_strategies_needed`]), the shell only reads them.
+    pub fn strategies_of<'a>(
+        &self,
+        tasks: impl IntoIterator<Item = &'a str>,
+    ) -> Result<BTreeMap<String, Strategy>, FileError> {
         let mut strategies = BTreeMap::new();
-        for task in steps::strategies_needed(state) {
+        for task in tasks {
             let strategy = tasks::load_task(&self.home, task)?
                 .map(|t| t.strategy)
                 .unwrap_or_default();

@@ -284,18 +284,20 @@ impl Mirror {
             .collect();
         let bound = 3 * (self.state.entries.len() + self.state.works.len() + candidates.len()) + 2;
         for _ in 0..bound {
-            // What the shell reads from the records: every row's turn and the candidates.
-            let records: TurnRecords = records_needed(&self.state, &candidates)
-                .map(|k| {
-                    let on_disk = TurnOnDisk::Record {
-                        settled: self.settled.contains(k),
-                        attached: false,
-                        started: self.state.row(k).is_some(),
-                        runner: false,
-                    };
-                    (k.clone(), on_disk)
-                })
-                .collect();
+            // What the shell reads from the records: the turns the core names (the rows that
+            // are not parked, the parked ones when a slot may be free, and the candidates).
+            let records: TurnRecords =
+                records_needed(&self.state, &candidates, self.cap, &self.world)
+                    .map(|k| {
+                        let on_disk = TurnOnDisk::Record {
+                            settled: self.settled.contains(k),
+                            attached: false,
+                            started: self.state.row(k).is_some(),
+                            runner: false,
+                        };
+                        (k.clone(), on_disk)
+                    })
+                    .collect();
             let fresh_token = self.world.token();
             let effect = reconcile(
                 &mut self.state,

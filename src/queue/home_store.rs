@@ -136,6 +136,13 @@ impl Store for HomeStore {
         }
     }
 
+    fn load_active(&self) -> Result<QueueState, StoreError> {
+        match self {
+            HomeStore::Database(store) => store.load_active(),
+            other => Store::load(other),
+        }
+    }
+
     fn transact_as<R, E>(
         &self,
         commit: Commit,

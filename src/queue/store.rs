@@ -39,6 +39,16 @@ pub trait Store {
     /// Reads the queue without the lock (publication is atomic: a whole document).
     fn load(&self) -> Result<QueueState, StoreError>;
 
+    /// The active part of the queue, read without the lock, for a look that decides whether a
+    /// section is needed at all (the bounded repair, [`crate::reconcile::repair_due`]): the meta
+    /// row, the pause set, every row that is not parked, holds a reservation or is named by a
+    /// runner or work record, and every runner and work record. Other parked rows may be left out, so
+    /// its cost does not grow with the parked rows; a store that cannot leave them out returns
+    /// the whole queue (this default). Never a section's input, never published.
+    fn load_active(&self) -> Result<QueueState, StoreError> {
+        self.load()
+    }
+
     /// Runs `change` on the queue under the lock and publishes the result if it changed and
     /// `change` returned `Ok`; on an `Err` nothing is published. `commit` says whether the
     /// publication must be durable before this returns.

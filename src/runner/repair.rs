@@ -2,7 +2,8 @@
 //! after its own section, so a user rarely has to run `tollgate reconcile`: a few sections of the
 //! core's reconcile step ([`crate::reconcile::reconcile_once`]), their effects performed by the
 //! driver, ending at the first final one and after at most one kill (a kill waits out the grace;
-//! a full pass is `tollgate reconcile`'s job). Orphaned turns (a record without a row) are left
+//! a full pass is `tollgate reconcile`'s job). None runs when the core, looking at the active
+//! part of the queue, says a step would do nothing ([`crate::reconcile::repair_due`]). Orphaned turns (a record without a row) are left
 //! to `reconcile`, which lists them. Last, the empty cgroups of owners that are gone (a runner
 //! SIGKILLed while its work then ended by itself leaves its work's group behind) are removed.
 
@@ -31,7 +32,14 @@ pub fn bounded_repair<L: Liveness, S: Store>(
     me: ProcessIdentity,
 ) -> Result<Repair, DispatchError> {
     let mut repair = Repair::default();
-    for _ in 0..MAX_REPAIR_SECTIONS {
+    // A healthy queue (nothing to repair, no slot free for a parked row) takes no section: the
+    // look reads the active rows only, so a parking submit's repair costs the same at any depth.
+    let sections = if crate::reconcile::repair_due(rt, me)? {
+        MAX_REPAIR_SECTIONS
+    } else {
+        0
+    };
+    for _ in 0..sections {
         let effect = crate::reconcile::reconcile_once(rt, me, &[])?;
         repair.steps.push(effect.step());
         match effect {

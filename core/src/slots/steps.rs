@@ -165,7 +165,7 @@ pub fn spawn_failed(state: &mut QueueState, handoff: Handoff) -> bool {
 // ---------------------------------------------------------------------------------------------
 
 /// The tasks whose strategies a start decision needs (those with parked rows): the shell reads
-/// their records and passes the map as `strategies` to [`runner_finish`] and [`reconcile`].
+/// their records and passes the map as `strategies` to [`runner_finish`] and [`resume`].
 pub fn strategies_needed(state: &QueueState) -> BTreeSet<&str> {
     state
         .entries
@@ -173,6 +173,43 @@ pub fn strategies_needed(state: &QueueState) -> BTreeSet<&str> {
         .filter(|e| matches!(e.state, RowState::Parked))
         .map(|e| e.key.task.as_str())
         .collect()
+}
+
+/// Whether a reconcile step on `state` may start a parked row (its step 4): fewer slots are taken
+/// than `cap`, counting as free what can end without an earlier step of the same section firing
+/// on it first (a live runner whose row already left, on its way out; a dead runner's work, which
+/// is dropped once seen gone). Every other holder of a slot that dies makes steps 0 to 3 act on
+/// its row instead. `false` means the start decision cannot reserve a slot, so neither the
+/// parked rows' records nor their tasks' strategies change what the step does (spec/slots.md,
+/// "What reconcile reads"). Under [`ProductionRules`]: the shell's rules.
+pub fn start_reachable(state: &QueueState, cap: usize, liveness: &impl Liveness) -> bool {
+    let occupied = ProductionRules.occupied_runner_slots(state, liveness, None, None);
+    let leaving = state
+        .runners
+        .iter()
+        .filter(|r| liveness.is_live(&r.identity) && state.row(&r.key).is_none())
+        .count();
+    let dead_runners_works = state
+        .works
+        .iter()
+        .filter(|w| !liveness.is_live(&w.runner))
+        .count();
+    occupied.saturating_sub(leaving + dead_runners_works) < cap
+}
+
+/// The tasks whose strategies one reconcile section needs: those with parked rows when the step
+/// may start one ([`start_reachable`]), none otherwise (a task without a strategy in the map is
+/// taken with the default one; with no slot free that decides nothing).
+pub fn reconcile_strategies_needed<'a>(
+    state: &'a QueueState,
+    cap: usize,
+    liveness: &impl Liveness,
+) -> BTreeSet<&'a str> {
+    if start_reachable(state, cap, liveness) {
+        strategies_needed(state)
+    } else {
+        BTreeSet::new()
+    }
 }
 
 /// What a turn's record on disk says, as [`reconcile`] needs it. The shell copies the fields
@@ -228,13 +265,26 @@ pub fn orphan_candidates(state: &QueueState, on_disk: &TurnRecords) -> Vec<TurnK
         .collect()
 }
 
-/// The turns whose records one reconcile section needs, read under its lock: every row's turn
-/// (settled? record gone?) and the pass's orphan candidates.
+/// The turns whose records one reconcile section needs, read under its lock (spec/slots.md,
+/// "What reconcile reads"): every row's that is not parked (a dead executor's turn: settled or
+/// not?), the pass's orphan candidates, and the parked rows' (record gone? then the row is
+/// Forgotten) only when the step may start a parked row ([`start_reachable`]). With no slot free
+/// a parked row's record decides nothing now; a row whose record vanished is forgotten by the
+/// first section in which a slot is free, before any parked row can start. So a parking submit's
+/// repair reads the records of the active rows, not of the whole queue.
 pub fn records_needed<'a>(
     state: &'a QueueState,
     candidates: &'a [TurnKey],
+    cap: usize,
+    liveness: &impl Liveness,
 ) -> impl Iterator<Item = &'a TurnKey> {
-    state.entries.iter().map(|e| &e.key).chain(candidates)
+    let parked_too = start_reachable(state, cap, liveness);
+    state
+        .entries
+        .iter()
+        .filter(move |e| parked_too || !matches!(e.state, RowState::Parked))
+        .map(|e| &e.key)
+        .chain(candidates)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -712,9 +762,12 @@ pub struct ReconcileInput<'a, L: Liveness> {
     pub fresh_token: SlotToken,
     pub now_millis: u64,
     pub cap: usize,
+    /// The strategies of [`reconcile_strategies_needed`] (a task missing from the map has the
+    /// default strategy).
     pub strategies: &'a BTreeMap<String, Strategy>,
     /// What the records say of the turns in [`records_needed`] (a turn missing from the map is
-    /// taken as "a record, not settled, started": the step neither requeues nor removes it).
+    /// taken as "a record, not settled, started": the step neither requeues nor removes it, so a
+    /// parked row whose record was not read is not forgotten by this step).
     pub records: &'a TurnRecords,
     pub liveness: &'a L,
 }
@@ -802,6 +855,27 @@ pub fn reconcile<L: Liveness>(
     input: ReconcileInput<'_, L>,
 ) -> Result<ReconcileEffect, SlotError> {
     reconcile_with(&ProductionRules, state, input)
+}
+
+/// Whether a reconcile step on `state` would do anything but end the pass (`Saturated`, `Idle`):
+/// yes when a parked row may start ([`start_reachable`]), else what the step itself decides when
+/// run on `state`, a scratch copy the caller then drops. With no slot free the step looks at no
+/// parked row that holds no reservation and that no runner or work record names, so `state` may
+/// be the active part of the queue only (the other rows, every runner and work record;
+/// spec/slots.md, "What reconcile reads"), with `input.records` from [`records_needed`] on it.
+/// Dropping a stale runner or work record counts as doing something (a section publishes it).
+/// The bounded repair after a command's own section asks this first, and takes no section when
+/// it says no.
+pub fn reconcile_would_act<L: Liveness>(
+    state: &mut QueueState,
+    input: ReconcileInput<'_, L>,
+) -> Result<bool, SlotError> {
+    if start_reachable(state, input.cap, input.liveness) {
+        return Ok(true);
+    }
+    let records_before = (state.runners.len(), state.works.len());
+    let effect = reconcile(state, input)?;
+    Ok(!effect.is_final() || (state.runners.len(), state.works.len()) != records_before)
 }
 
 /// [`reconcile`] under explicit [`SlotRules`]: the seam the model's broken occupancy variants use.

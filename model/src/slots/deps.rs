@@ -618,16 +618,17 @@ impl Model for DepsModel {
                 for _ in 0..=slots::MAX_QUEUE_ROWS.min(32) {
                     let mut records = TurnRecords::new();
                     let on_disk = st.on_disk();
-                    let needed: Vec<TurnKey> = steps::records_needed(&st.queue, &candidates)
-                        .cloned()
-                        .collect();
+                    let live = st.live(Some(RECONCILER));
+                    let needed: Vec<TurnKey> =
+                        steps::records_needed(&st.queue, &candidates, CAP, &live)
+                            .cloned()
+                            .collect();
                     for key in needed {
                         if let Some(r) = on_disk.get(&key) {
                             records.insert(key, *r);
                         }
                     }
                     let token = st.fresh_token();
-                    let live = st.live(Some(RECONCILER));
                     let strategies = BTreeMap::new();
                     let effect = steps::reconcile(
                         &mut st.queue,

@@ -1,0 +1,234 @@
+//! Issue 12, point 4: a reconcile section reads the records of parked rows only when a slot may
+//! be free for one of them (spec/slots.md, "What reconcile reads"). With the only slot held by a
+//! live runner, a section leaves parked rows whose turn records were deleted where they are (it
+//! did not read them: before, it read every row's record and forgot them at once); once a slot is
+//! free, the first section forgets them (`Forgotten`), before any parked row starts.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+use tollgate::dispatch::Handoff;
+use tollgate::home::Home;
+use tollgate::process::{identity_of, self_identity, ProcLiveness, RunnerSpawner, SpawnError};
+use tollgate::protocol::slots::steps::{self, ReconcileEffect};
+use tollgate::protocol::slots::{ProcessIdentity, RowState, SlotToken, TurnKey};
+use tollgate::queue::Store;
+use tollgate::runtime::{store_for, Runtime};
+use tollgate::submit::{submit_detached, Placement, SubmitRequest};
+
+/// Parked rows behind the held slot.
+const PARKED: usize = 40;
+
+/// Starts a real `sleep` as the "runner" (it never takes its slot over, so it holds the slot for
+/// as long as it lives) and reads its identity from /proc; killed when the test ends.
+struct SleepSpawner(Mutex<Vec<std::process::Child>>);
+
+impl RunnerSpawner for SleepSpawner {
+    fn spawn(&self, key: &TurnKey, _token: SlotToken) -> Result<ProcessIdentity, SpawnError> {
+        let failed = |source| SpawnError::Spawn {
+            key: key.clone(),
+            source,
+        };
+        let child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .map_err(failed)?;
+        let id = identity_of(child.id())
+            .ok_or_else(|| failed(std::io::Error::other("no /proc entry for the sleep")))?;
+        self.0.lock().expect("children").push(child);
+        Ok(id)
+    }
+}
+
+impl Drop for SleepSpawner {
+    fn drop(&mut self) {
+        for child in self.0.get_mut().expect("children").iter_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn request(task: &str) -> SubmitRequest {
+    SubmitRequest {
+        task: Some(task.into()),
+        strategy: None,
+        argv: vec!["true".into()],
+        cwd: None,
+        env: BTreeMap::new(),
+        labels: Vec::new(),
+        timeout_millis: None,
+        schedule: Default::default(),
+    }
+}
+
+/// Deletes the turn record of `key` from the home's database, as an operator removing it would.
+fn delete_record(home: &Home, key: &TurnKey) {
+    let conn = rusqlite::Connection::open(home.db_path()).expect("open the database");
+    conn.busy_timeout(Duration::from_secs(10)).expect("busy");
+    let deleted = conn
+        .execute(
+            "DELETE FROM turns WHERE task = ?1 AND turn = ?2",
+            rusqlite::params![key.task, key.turn],
+        )
+        .expect("delete the record");
+    assert_eq!(deleted, 1, "{key} had a record");
+}
+
+fn rows(rt: &Runtime<ProcLiveness, tollgate::queue::HomeStore>) -> Vec<TurnKey> {
+    let state = rt.store.load().expect("load");
+    state.entries.iter().map(|e| e.key.clone()).collect()
+}
+
+#[test]
+fn parked_rows_records_are_read_only_when_a_slot_may_be_free() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = Home::at(dir.path());
+    let config = home.init(Some(1)).expect("init");
+    let store = store_for(&home, &config);
+    let mut rt = Runtime {
+        home: home.clone(),
+        config,
+        store,
+        spawner: Box::new(SleepSpawner(Mutex::new(Vec::new()))),
+        liveness: ProcLiveness,
+    };
+    let me = self_identity().expect("me");
+
+    // The only slot: a live "runner" bound to the turn `hold`.
+    let held = submit_detached(&rt, me, request("hold")).expect("submit hold");
+    assert!(
+        matches!(
+            held.placement,
+            Placement::Started(Handoff::Completed { .. })
+        ),
+        "hold started: {:?}",
+        held.placement
+    );
+    let mut parked = Vec::new();
+    for n in 0..PARKED {
+        let submitted = submit_detached(&rt, me, request(&format!("p-{n}"))).expect("submit");
+        assert_eq!(submitted.placement, Placement::Parked, "p-{n} parks");
+        parked.push(submitted.key);
+    }
+    let head = parked[0].clone();
+    let deep = parked[PARKED - 5].clone();
+
+    // What the core names for a section on this queue: the held row's record, no parked row's.
+    let state = rt.store.load().expect("load");
+    assert!(!steps::start_reachable(&state, 1, &ProcLiveness));
+    let needed: Vec<&TurnKey> = steps::records_needed(&state, &[], 1, &ProcLiveness).collect();
+    assert_eq!(needed, [&held.key]);
+    assert!(steps::reconcile_strategies_needed(&state, 1, &ProcLiveness).is_empty());
+    // With a second slot, every row's record and every parked task's strategy.
+    assert!(steps::start_reachable(&state, 2, &ProcLiveness));
+    assert_eq!(
+        steps::records_needed(&state, &[], 2, &ProcLiveness).count(),
+        PARKED + 1
+    );
+    assert_eq!(
+        steps::reconcile_strategies_needed(&state, 2, &ProcLiveness).len(),
+        PARKED
+    );
+
+    delete_record(&home, &head);
+    delete_record(&home, &deep);
+
+    // No slot free: the section does not read the parked rows' records, so the rows stay.
+    let effect = tollgate::reconcile::reconcile_once(&rt, me, &[]).expect("reconcile");
+    assert_eq!(effect, ReconcileEffect::Saturated);
+    let before = rows(&rt);
+    assert_eq!(before.len(), PARKED + 1);
+    assert!(before.contains(&head) && before.contains(&deep));
+
+    // A slot comes free (a second worker): the first sections forget both rows, the head first,
+    // before any parked row starts; then the next parked row starts on the free slot.
+    rt.config.workers = 2;
+    let effects: Vec<ReconcileEffect> = (0..3)
+        .map(|_| tollgate::reconcile::reconcile_once(&rt, me, &[]).expect("reconcile"))
+        .collect();
+    assert_eq!(effects[0], ReconcileEffect::Forgotten { key: head.clone() });
+    assert_eq!(effects[1], ReconcileEffect::Forgotten { key: deep.clone() });
+    match &effects[2] {
+        ReconcileEffect::Spawn {
+            handoff,
+            replaced: None,
+        } => assert_eq!(handoff.key(), &parked[1]),
+        other => panic!("expected the next parked row to start, got {other:?}"),
+    }
+    let after = rows(&rt);
+    assert!(!after.contains(&head) && !after.contains(&deep));
+    assert_eq!(after.len(), PARKED + 1 - 2);
+    let state = rt.store.load().expect("load");
+    let started = state.row(&parked[1]).expect("the started row");
+    assert!(
+        !matches!(started.state, RowState::Parked),
+        "{} left the parked rows: {:?}",
+        parked[1],
+        started.state
+    );
+}
+
+/// The bounded repair's look: on a healthy deep queue (the only slot held by a live runner) the
+/// store's active part holds the held row alone and the core says no section is needed; once the
+/// runner is gone, the look sees its dead row and the repair runs (and replaces it).
+#[test]
+fn the_repairs_look_reads_the_active_rows_and_sees_a_dead_runner() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = Home::at(dir.path());
+    let config = home.init(Some(1)).expect("init");
+    let store = store_for(&home, &config);
+    let rt = Runtime {
+        home: home.clone(),
+        config,
+        store,
+        spawner: Box::new(SleepSpawner(Mutex::new(Vec::new()))),
+        liveness: ProcLiveness,
+    };
+    let me = self_identity().expect("me");
+    let held = submit_detached(&rt, me, request("hold")).expect("submit hold");
+    let Placement::Started(Handoff::Completed { child }) = held.placement else {
+        panic!("hold started: {:?}", held.placement);
+    };
+    for n in 0..PARKED {
+        let submitted = submit_detached(&rt, me, request(&format!("p-{n}"))).expect("submit");
+        assert_eq!(submitted.placement, Placement::Parked);
+    }
+
+    let active = rt.store.load_active().expect("load the active part");
+    let keys: Vec<&TurnKey> = active.entries.iter().map(|e| &e.key).collect();
+    assert_eq!(keys, [&held.key], "only the held row is active");
+    assert_eq!(active.runners.len(), 1);
+    assert_eq!(rt.store.load().expect("load").entries.len(), PARKED + 1);
+    assert!(!tollgate::reconcile::repair_due(&rt, me).expect("look"));
+    let repair = tollgate::runner::repair::bounded_repair(&rt, me).expect("repair");
+    assert!(repair.steps.is_empty(), "no section: {:?}", repair.steps);
+
+    // The runner dies: its row needs a repair, and the repair replaces it.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the runner");
+    let gone = (0..200).any(|_| {
+        if tollgate::process::identity_of(child.pid) != Some(child) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        false
+    });
+    assert!(gone, "the killed runner left /proc");
+    assert!(tollgate::reconcile::repair_due(&rt, me).expect("look"));
+    let repair = tollgate::runner::repair::bounded_repair(&rt, me).expect("repair");
+    assert!(
+        matches!(
+            repair.steps.first(),
+            Some(tollgate::protocol::slots::ReconcileStep::Spawn {
+                replaced: Some(_),
+                ..
+            })
+        ),
+        "the dead runner was replaced: {:?}",
+        repair.steps
+    );
+}

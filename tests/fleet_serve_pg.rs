@@ -535,3 +535,64 @@ fn measure_accepts_per_second_on_postgres_and_sqlite() {
         });
     }
 }
+
+/// A delivery's turn that another host of the queue runs still reads its payload: serve on a
+/// drained host queues the turn (and starts nothing), a reconcile on the other host starts it, and
+/// the command finds the body through `TOLLGATE_PAYLOAD` in that host's own home (copied from the
+/// queue's `serve_payloads`), not at the path in the home that queued it.
+#[test]
+fn a_delivery_run_by_another_host_reads_its_payload_in_that_hosts_home() {
+    let Some(url) = server() else { return };
+    let queue = unique("serve-payload");
+    let shared = tempfile::tempdir().unwrap();
+    let body_out = shared.path().join("body");
+    let path_out = shared.path().join("path");
+    let script = format!(
+        "cat \"$TOLLGATE_PAYLOAD\" > '{}.tmp' && mv '{}.tmp' '{}'; printf '%s' \"$TOLLGATE_PAYLOAD\" > '{}.tmp' && mv '{}.tmp' '{}'",
+        body_out.display(),
+        body_out.display(),
+        body_out.display(),
+        path_out.display(),
+        path_out.display(),
+        path_out.display()
+    );
+    let route = format!(
+        "[[route]]\npath = \"/hooks/p\"\nadapter = \"generic\"\nsecret_env = \"{SECRET_ENV}\"\ntask = \"pay\"\nrun = [\"sh\", \"-c\", {script:?}]\n"
+    );
+    let a = pg_home(&url, &queue, "payload-a", 2, &route);
+    let b = pg_home(&url, &queue, "payload-b", 2, &route);
+    let drained = a.tollgate(&["drain", "payload-a"]);
+    assert!(
+        drained.status.success(),
+        "drain: {}",
+        String::from_utf8_lossy(&drained.stderr)
+    );
+    let serve = Serve::start(&a);
+    let body = br#"{"event":"push","n":42}"#;
+    let answer = serve.post("/hooks/p", &generic_headers("p1", None, body), body);
+    assert_eq!(accepted_or_duplicate(&answer), "accepted");
+    let on_a: Vec<Value> = a.status()["turns"].as_array().cloned().unwrap_or_default();
+    assert!(
+        on_a.iter().all(|t| t["host"] != "payload-a"),
+        "a drained host started the delivery's turn: {on_a:?}"
+    );
+    let reconciled = b.tollgate(&["reconcile"]);
+    assert!(
+        reconciled.status.success(),
+        "reconcile on b: {}",
+        String::from_utf8_lossy(&reconciled.stderr)
+    );
+    wait_until(60, "the delivery's turn to run on host b", || {
+        path_out.exists()
+    });
+    let named = std::fs::read_to_string(&path_out).unwrap();
+    let b_home = std::fs::canonicalize(&b.home).unwrap();
+    let named_canonical = std::fs::canonicalize(&named).unwrap_or_else(|_| PathBuf::from(&named));
+    assert!(
+        named_canonical.starts_with(&b_home) || Path::new(&named).starts_with(&b.home),
+        "TOLLGATE_PAYLOAD names {named}, not a file in host b's home {}",
+        b.home.display()
+    );
+    wait_until(10, "the command to copy the payload", || body_out.exists());
+    assert_eq!(std::fs::read(&body_out).unwrap(), body.to_vec());
+}

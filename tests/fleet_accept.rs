@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 const HOSTS: usize = 3;
 const CAP: usize = 3;
 const DEFAULT_SUBMITTERS: u64 = 60;
-const DEFAULT_SEED: u64 = 0xf1ee_7acc_e97;
+const DEFAULT_SEED: u64 = 0x0f1e_e7ac_ce97;
 /// Short leases (`TOLLGATE_LEASE_MILLIS`): a SIGKILLed runner's slot is free for another host
 /// 3 s after its last renewal, so the drain after the storm takes seconds, not half a minute.
 const LEASE_MILLIS: &str = "3000";

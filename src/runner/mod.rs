@@ -83,6 +83,7 @@ pub fn run_worker<L: Liveness, S: Store>(
     let lease = lease::start_if_fleet(rt, key, me, work, cgroup.clone(), take_over_sent)?;
     let execution = run_work_in(rt, &turn, me, work, cgroup, false);
     drop(lease); // the work is dead: the renewals end, no fence any more
+    lease::wait_out_a_fence(); // unless a fence killed it: then the fence ends this process
     execution.record(&mut turn, tasks::now_millis());
     let outcome = execution.outcome;
     let next = record_and_start_next(rt, &turn, me)?;

@@ -472,12 +472,14 @@ fn fleet_home(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
     home
 }
 
-/// The turn's command: the first run writes its pid to `DIR/work.pid` and sleeps (until killed);
-/// a second run of the same turn (the other host's, after the steal) ends at once.
+/// The turn's command: every run appends its pid to `DIR/runs`; the first run writes its pid to
+/// `DIR/work.pid` and sleeps (until killed); a second run of the same turn (the other host's,
+/// after the steal) ends at once.
 fn sleeper(dir: &std::path::Path) -> String {
     let d = dir.display();
     format!(
-        "if [ -e {d}/ran ]; then exit 0; fi; : > {d}/ran; echo $$ > {d}/work.pid; exec sleep 600"
+        "echo $$ >> {d}/runs; if [ -e {d}/ran ]; then exit 0; fi; : > {d}/ran; \
+         echo $$ > {d}/work.pid; exec sleep 600"
     )
 }
 
@@ -557,10 +559,30 @@ fn start_sleeper(
     (work, parent_of(work))
 }
 
+/// Milliseconds since the epoch on this machine's clock (the one `started_at_millis` is on).
+fn epoch_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Issue 14's partition acceptance: host a's turn runs with its runner's connection through a
+/// proxy the test cuts. Its work is dead (`/proc`) while its lease is unexpired, so before any
+/// other host may start a turn in that slot (host b's turn starts only after the death the test
+/// observed, and after the expiry); the runner exits with 75 (`FENCED_EXIT_CODE`) and records
+/// nothing; after the proxy heals everything drains: host a's turn ran again (on b, after the
+/// steal), b's turn and a turn a submits after the heal completed, and the queue is empty.
+///
+/// The test process makes itself a child subreaper (`PR_SET_CHILD_SUBREAPER`) so that the
+/// detached runner, orphaned when its `submit` exits, becomes its child and its exit status can be
+/// read with `waitpid`. Other tests of this binary then leave their ended runners as zombies of
+/// this process until it exits; zombies observe as gone everywhere (`running` here, `/proc`
+/// liveness in tollgate), so they see no difference.
 #[test]
 fn a_runner_cut_off_from_the_database_kills_its_work_and_exits_before_another_host_takes_its_slot()
 {
     let Some(url) = server() else { return };
+    nix::sys::prctl::set_child_subreaper(true).expect("PR_SET_CHILD_SUBREAPER");
     let tmp = tempfile::tempdir().unwrap();
     let home = fleet_home(tmp.path(), &url);
     let proxy = Proxy::start(Upstream::of(&url));
@@ -572,6 +594,11 @@ fn a_runner_cut_off_from_the_database_kills_its_work_and_exits_before_another_ho
     let (work, runner) = start_sleeper(&home, tmp.path(), &a, Some(&proxied));
     let (lease, _) = runner_lease(&direct, &a, runner);
     assert!(lease.is_some(), "the runner of host a holds a lease");
+    assert_eq!(
+        parent_of(runner),
+        std::process::id(),
+        "the detached runner is this subreaper's child once its submit exited"
+    );
 
     let cut_at = Instant::now();
     proxy.cut();
@@ -580,6 +607,7 @@ fn a_runner_cut_off_from_the_database_kills_its_work_and_exits_before_another_ho
         "the cut runner kills its work",
         || !running(work),
     );
+    let dead_at_millis = epoch_millis();
     // Its work is dead before its lease expired on the database clock: nobody could steal yet.
     let (lease, now_db) = runner_lease(&direct, &a, runner);
     let expiry = lease.expect("the lease is still there: nothing stole it");
@@ -587,9 +615,25 @@ fn a_runner_cut_off_from_the_database_kills_its_work_and_exits_before_another_ho
         now_db <= expiry,
         "the work died after the lease expired ({now_db} > {expiry})"
     );
-    poll(Duration::from_secs(5), "the fenced runner exits", || {
-        !running(runner)
-    });
+    // The fenced runner exits 75, having recorded nothing.
+    let pid = nix::unistd::Pid::from_raw(runner as i32);
+    let mut status = None;
+    poll(
+        Duration::from_secs(5),
+        "the fenced runner exits",
+        || match nix::sys::wait::waitpid(pid, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
+            Ok(nix::sys::wait::WaitStatus::StillAlive) => false,
+            other => {
+                status = Some(other);
+                true
+            }
+        },
+    );
+    assert_eq!(
+        status,
+        Some(Ok(nix::sys::wait::WaitStatus::Exited(pid, 75))),
+        "the fenced runner's exit"
+    );
     eprintln!(
         "work dead {:?} after the cut, {} ms before the expiry",
         cut_at.elapsed(),
@@ -619,11 +663,18 @@ fn a_runner_cut_off_from_the_database_kills_its_work_and_exits_before_another_ho
     });
     let (state, started) = turn_of(&home, &b, "other");
     assert_eq!(state, "completed");
+    let started = started.expect("started");
     // One machine, one clock: the database's and the turn's times are comparable here.
+    assert!(started >= expiry, "b started before a's lease expired");
     assert!(
-        started.expect("started") >= expiry,
-        "b started before a's lease expired"
+        started >= dead_at_millis,
+        "b's turn started ({started}) before a's work was seen dead ({dead_at_millis})"
     );
+    // a's turn ran again (on b, after the steal) and completed: two runs, the first one killed.
+    let (state, _) = turn_of(&home, &b, "held");
+    assert_eq!(state, "completed", "host a's fenced turn ran again");
+    let runs = std::fs::read_to_string(tmp.path().join("runs")).expect("runs");
+    assert_eq!(runs.lines().count(), 2, "runs of the fenced turn: {runs:?}");
 
     // The partition heals: host a runs turns again, and everything drains.
     proxy.heal();
@@ -635,6 +686,11 @@ fn a_runner_cut_off_from_the_database_kills_its_work_and_exits_before_another_ho
     ));
     assert_eq!(turn_of(&home, &a, "healed").0, "completed");
     assert_eq!(queue_rows(&home, &a), 0);
+    for task in ["held", "other", "healed"] {
+        assert_eq!(turn_of(&home, &a, task).0, "completed", "{task}");
+    }
+    let (lease, _) = runner_lease(&direct, &a, runner);
+    assert_eq!(lease, None, "the fenced runner's lease was swept");
 }
 
 #[test]

@@ -2,7 +2,11 @@
 //! production core's slot and lease steps, and its teeth: each deliberately broken lease decision
 //! must be rejected with a counterexample of the fleet-wide S1 or S2.
 //!
-//! The `f_*` configurations run in CI with their unique state counts pinned.
+//! The `f_*` configurations run in CI with their unique state counts pinned. The counts grew
+//! (351 936 → 368 824, 419 699 → 444 083, 182 802 → 193 514, 331 669 → 348 359) when a handoff
+//! became two actions: between a dispatcher's spawn and its publishes the child's take-over may
+//! run ahead of the first publish, find no lease and be retried (the shell's
+//! `take_over_retrying`), which adds the states of that gap.
 //! `TOLLGATE_MODEL_FULL=1` adds larger ones (three hosts, a crash, a slow clock); they report their
 //! counts only. `TOLLGATE_MODEL_REPIN=1` reports every count without asserting it.
 #![cfg(feature = "model-check")]
@@ -88,7 +92,7 @@ fn full() -> bool {
 /// the database clock (a steal comes 5 ticks after the last renewal's send at the earliest).
 #[test]
 fn f_two_hosts_two_turns_cap_one_one_partition() {
-    check(FleetConfig::new(2, 2, 1), true, Some(351_936));
+    check(FleetConfig::new(2, 2, 1), true, Some(368_824));
 }
 
 /// A host crash instead of the partition: its leases expire on the database clock and the other
@@ -98,7 +102,7 @@ fn f_two_hosts_two_turns_cap_one_one_crash() {
     let mut cfg = FleetConfig::new(2, 2, 1);
     cfg.partitions = 0;
     cfg.crashes = 1;
-    check(cfg, false, Some(419_699));
+    check(cfg, false, Some(444_083));
 }
 
 /// Three hosts, one partition: the turns of a cut-off host and of the third host meet in one
@@ -107,7 +111,7 @@ fn f_two_hosts_two_turns_cap_one_one_crash() {
 fn f_three_hosts_two_turns_cap_one_one_partition() {
     let mut cfg = FleetConfig::new(3, 2, 1);
     cfg.horizon_ticks = 6;
-    check(cfg, true, Some(182_802));
+    check(cfg, true, Some(193_514));
 }
 
 /// Cap 2 with two runners at once on two hosts whose pids collide, renewals and replies delayed
@@ -117,7 +121,7 @@ fn f_two_hosts_two_turns_cap_two() {
     let mut cfg = FleetConfig::new(2, 2, 2);
     cfg.partitions = 0;
     cfg.horizon_ticks = 5;
-    check(cfg, false, Some(331_669));
+    check(cfg, false, Some(348_359));
 }
 
 /// Measured on the 2 shared cores: a slow clock over 8 ticks with the partition, 2.8 million

@@ -7,10 +7,16 @@
 //!
 //! What can happen (each one action):
 //! - a **submitter** on the turn's host (turn `k` belongs to host `(k - 1) % hosts`) runs `submit`;
-//!   on `Spawn` it spawns a runner on its host and runs both handoff publishes, the first of which
-//!   takes the child's lease (`acquire`, F4);
-//! - a **runner** renews its lease and runs `runner_take_over` in one transaction (a lost lease:
-//!   it exits; a refused take-over: it releases the lease and exits); its work then runs until it
+//!   on `Spawn` it spawns a runner on its host; later (its own action, `Publish`) it runs both
+//!   handoff publishes, the first of which takes the child's lease (`acquire`, F4). The child may
+//!   reach its take-over first: the dispatcher is alive on its host meanwhile, and it stays so
+//!   until its publishes are done;
+//! - a **runner** renews its lease and runs `runner_take_over` in one transaction. A take-over
+//!   that finds no lease is retried, not taken as lost, while the runner's own clock is within
+//!   `TAKE_OVER_RETRY_MILLIS` of its start (the shell's `take_over_retrying`: the first publish may
+//!   not have taken the lease yet); a failed attempt changes nothing, so a retry is the same
+//!   action again. After that a lost lease makes it exit; a refused take-over: it releases the
+//!   lease and exits. Its work then runs until it
 //!   exits (any time) or the runner kills it. Its renewal timer fires at every tick unless the
 //!   last renewal is still on its way; the database processes a renewal with `renew` at its own
 //!   clock whenever the host can reach it, and the reply comes back whenever the host can reach
@@ -37,9 +43,14 @@
 //! queue is empty. States at the time horizon where time would still matter are not quiescent
 //! (the bound cut them, not the protocol).
 //!
-//! Reductions: a handoff (reservation, spawn, first and second publish) is one action: the
-//! interleavings inside it are the slot model's subject (`model/src/slots/`), this model's are
-//! time, leases, partitions and host crashes. A kill is instantaneous (the margin of the real
+//! Reductions: a handoff is two actions, the reservation with the spawn (inside the dispatcher's
+//! section), then both publishes (`Publish`): the take-over may run between them, which is what
+//! the take-over's retry is for. Nothing else happens between them (the gap is milliseconds, a
+//! tick is a second): no other section, no fault, no tick, so the retry's bound never runs out
+//! while its publish is pending, and another host's section never sees the reservation of a
+//! live dispatcher that holds no lease (the slot model covers a reservation's interleavings on
+//! one host; that one across hosts is not covered here); the other interleavings inside a handoff are the slot model's
+//! subject (`model/src/slots/`), this model's are time, leases, partitions and host crashes. A kill is instantaneous (the margin of the real
 //! timing pays for its duration). Renewals are sent only by runners whose command runs, once per
 //! tick (the renew interval is one tick). Every spawned runner's pid collides with a runner's pid
 //! on the other hosts (each host hands out pids from the same number; start times differ), which
@@ -78,6 +89,11 @@ pub const MODEL_TIMING: LeaseTiming = LeaseTiming {
 
 /// The task every turn belongs to: `concurrent` without a limit, so the cap is what bites.
 pub const TASK: &str = "job";
+
+/// How long a runner retries a take-over that finds no lease (the shell's
+/// `TAKE_OVER_LEASE_WAIT_MILLIS`, 2 s): two ticks from its start, less than the 3 ticks to its
+/// first fence deadline.
+pub const TAKE_OVER_RETRY_MILLIS: u64 = 2 * TICK_MILLIS;
 
 /// The first pid every host hands out: pids collide across hosts (start times do not).
 const FIRST_PID: u32 = 10;
@@ -219,6 +235,15 @@ pub struct Runner {
     pub message: Option<Message>,
 }
 
+/// A dispatcher between its spawn and its publishes: alive on its host (its own host's `/proc`
+/// sees it; no other host does, it holds no lease), and the child it spawned for `handoff`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Dispatch {
+    pub by: ProcessIdentity,
+    pub child: ProcessIdentity,
+    pub handoff: Handoff,
+}
+
 /// A live work: the process tree of a turn on one host.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LiveWork {
@@ -236,6 +261,8 @@ pub struct HostState {
     pub next_pid: u32,
     pub runners: Vec<Runner>,
     pub works: Vec<LiveWork>,
+    /// Handoffs spawned but not published yet.
+    pub dispatching: Vec<Dispatch>,
 }
 
 /// Flags of transitions that broke a property (checked by the properties).
@@ -269,6 +296,7 @@ pub struct FleetState {
 pub enum FleetAction {
     Submit { turn: u32 },
     TakeOver { host: usize, runner: usize },
+    Publish { host: usize, dispatch: usize },
     WorkExits { host: usize, runner: usize },
     Finish { host: usize, runner: usize },
     DeliverRequest { host: usize, runner: usize },
@@ -298,7 +326,8 @@ impl Liveness for HostView<'_> {
     fn observe(&self, identity: &ProcessIdentity) -> Observation {
         let live = self.host.up
             && (identity == &self.reconciler
-                || self.host.runners.iter().any(|r| &r.id == identity));
+                || self.host.runners.iter().any(|r| &r.id == identity)
+                || self.host.dispatching.iter().any(|d| &d.by == identity));
         if live {
             Observation::Matching
         } else {
@@ -350,6 +379,7 @@ impl FleetModel {
                     next_pid: FIRST_PID,
                     runners: Vec::new(),
                     works: Vec::new(),
+                    dispatching: Vec::new(),
                 })
                 .collect(),
             submitted: 0,
@@ -443,13 +473,9 @@ impl FleetModel {
         result
     }
 
-    /// A spawn for `handoff` on `host`, then both publishes (one action, see the module docs).
-    ///
-    /// The first publish records the child as the row's executor, so in the same transaction it
-    /// takes the child's lease: from then on every host sees the child through it (F4). The child
-    /// started before that transaction was sent, so its own start time is a safe fence base until
-    /// its take-over renews the lease.
-    fn perform_handoff(&self, st: &mut FleetState, host: usize, handoff: Handoff) {
+    /// The spawn for `handoff` on `host` by the dispatcher `by`, in the dispatcher's section:
+    /// the child starts, its publishes are left to [`FleetAction::Publish`].
+    fn spawn_for(st: &mut FleetState, host: usize, handoff: Handoff, by: ProcessIdentity) {
         let child = Self::fresh_pid(st, host);
         let spawned_at = st.hosts[host].local_millis;
         st.hosts[host].runners.push(Runner {
@@ -460,6 +486,19 @@ impl FleetModel {
             fence_base_local_millis: spawned_at,
             message: None,
         });
+        st.hosts[host]
+            .dispatching
+            .push(Dispatch { by, child, handoff });
+    }
+
+    /// Both publishes of a dispatch (one action, see the module docs).
+    ///
+    /// The first publish records the child as the row's executor, so in the same transaction it
+    /// takes the child's lease: from then on every host sees the child through it (F4). The child
+    /// started before that transaction was sent, so its own start time is a safe fence base until
+    /// its take-over renews the lease.
+    fn publish(&self, st: &mut FleetState, host: usize, dispatch: usize) {
+        let Dispatch { child, handoff, .. } = st.hosts[host].dispatching.remove(dispatch);
         let bound = if self.cfg.variant == FleetVariant::ChildLeaseAtTakeOver {
             steps::handoff_publish_first(&mut st.queue, handoff, child).ok()
         } else {
@@ -561,7 +600,7 @@ impl FleetModel {
                         .iter()
                         .any(|l| l.holder.process == old && l.holder.host != here)
                 });
-                self.perform_handoff(&mut next, host, handoff);
+                Self::spawn_for(&mut next, host, handoff, me);
             }
             Ok(ReconcileEffect::Kill { work, .. }) => {
                 next.hosts[host].works.retain(|w| w.id != work.id);
@@ -648,7 +687,7 @@ impl FleetModel {
                 st.submitted |= bit(turn);
                 if let Ok(decision) = decision {
                     if let SubmitEffect::Spawn(handoff) = decision.effect {
-                        self.perform_handoff(&mut st, host, handoff);
+                        Self::spawn_for(&mut st, host, handoff, me);
                     }
                 }
             }
@@ -657,9 +696,15 @@ impl FleetModel {
                 let me = Self::fleet_id(host, r.id);
                 // The take-over's transaction renews the lease the first publish took for the
                 // child; without it (expired, or never taken: the row moved on) the child exits.
+                // A lease not there (yet): within its first `TAKE_OVER_RETRY_MILLIS` the runner
+                // retries (the failed attempt changed nothing: no new state), then it exits.
                 if self.cfg.variant != FleetVariant::ChildLeaseAtTakeOver
                     && !self.renew(&mut st, &me).is_renewed()
                 {
+                    let started = r.fence_base_local_millis;
+                    if st.hosts[host].local_millis < started + TAKE_OVER_RETRY_MILLIS {
+                        return None;
+                    }
                     st.hosts[host].runners.remove(runner);
                     return Some(st);
                 }
@@ -712,6 +757,7 @@ impl FleetModel {
                     }
                 }
             }
+            FleetAction::Publish { host, dispatch } => self.publish(&mut st, host, dispatch),
             FleetAction::WorkExits { host, runner } => {
                 let h = &mut st.hosts[host];
                 let r = &mut h.runners[runner];
@@ -751,7 +797,7 @@ impl FleetModel {
                 if let Ok(next) = result {
                     st.ended |= bit(r.key.turn);
                     if let Some(handoff) = next {
-                        self.perform_handoff(&mut st, host, handoff);
+                        Self::spawn_for(&mut st, host, handoff, r.id);
                     }
                 }
             }
@@ -830,6 +876,7 @@ impl FleetModel {
                 h.cut = false;
                 h.runners.clear();
                 h.works.clear();
+                h.dispatching.clear();
                 st.crashes_left -= 1;
             }
         }
@@ -889,6 +936,7 @@ pub mod names {
     pub const STOLEN: &str = "a host replaced an expired executor of another host";
     pub const FENCED: &str = "a cut-off runner fenced itself";
     pub const DRAINED_AFTER_PARTITION: &str = "drained after a partition healed";
+    pub const TAKE_OVER_AHEAD: &str = "a take-over ran ahead of its first publish (retried)";
 }
 
 fn s1_fleet_cap(model: &FleetModel, st: &FleetState) -> bool {
@@ -916,6 +964,19 @@ fn f2_renewal_is_the_owners(_: &FleetModel, st: &FleetState) -> bool {
     st.violations & violation::RENEWED_ANOTHERS_LEASE == 0
 }
 
+/// A child can attempt its take-over (its host reaches the database) while its dispatcher has
+/// not published yet and its retry window is open: the attempt finds no lease and is retried.
+fn take_over_ahead_of_publish(_: &FleetModel, st: &FleetState) -> bool {
+    st.hosts.iter().any(|h| {
+        h.up && !h.cut
+            && h.runners.iter().any(|r| {
+                r.pc == RunnerPc::Starting
+                    && h.local_millis < r.fence_base_local_millis + TAKE_OVER_RETRY_MILLIS
+                    && h.dispatching.iter().any(|d| d.child == r.id)
+            })
+    })
+}
+
 fn s9_every_turn_ends(model: &FleetModel, st: &FleetState) -> bool {
     !model.quiescent(st) || (st.submitted == st.ended && st.queue.entries.is_empty())
 }
@@ -931,6 +992,22 @@ impl Model for FleetModel {
     fn actions(&self, st: &FleetState, actions: &mut Vec<FleetAction>) {
         // A state that already breaks a safety property ends its path.
         if !self.safe(st) {
+            return;
+        }
+        // Between a dispatcher's spawn and its publishes (a gap of milliseconds) only the two
+        // of them move: the publishes, and the child's take-over running ahead of them.
+        if st.hosts.iter().any(|h| h.up && !h.dispatching.is_empty()) {
+            for (host, h) in st.hosts.iter().enumerate().filter(|(_, h)| h.up && !h.cut) {
+                for dispatch in 0..h.dispatching.len() {
+                    actions.push(FleetAction::Publish { host, dispatch });
+                }
+                for (runner, r) in h.runners.iter().enumerate() {
+                    let pending = h.dispatching.iter().any(|d| d.child == r.id);
+                    if pending && r.pc == RunnerPc::Starting {
+                        actions.push(FleetAction::TakeOver { host, runner });
+                    }
+                }
+            }
             return;
         }
         for turn in 1..=self.cfg.turns {
@@ -1014,6 +1091,7 @@ impl Model for FleetModel {
             Property::always(names::S9, s9_every_turn_ends),
             Property::sometimes(names::STOLEN, |_, st: &FleetState| st.stolen),
             Property::sometimes(names::FENCED, |_, st: &FleetState| st.fenced_cut_off),
+            Property::sometimes(names::TAKE_OVER_AHEAD, take_over_ahead_of_publish),
             Property::sometimes(
                 names::DRAINED_AFTER_PARTITION,
                 |m: &FleetModel, st: &FleetState| {

@@ -10,7 +10,7 @@ use crate::home::Home;
 use crate::protocol::slots::{ProcessIdentity, SlotToken, TurnKey, WorkRecord};
 use std::ffi::OsString;
 use std::fs::OpenOptions;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -189,10 +189,17 @@ fn spawn_runner(
     remove_env: &[OsString],
 ) -> Result<ProcessIdentity, SpawnError> {
     let log_path = home.runner_log(key);
-    if crate::queue::records::in_postgres(home) {
-        // A turn queued by another host of the fleet has no folder in this home yet: its logs
-        // are written here, on the host that runs it (spec/fleet.md, "Logs across hosts").
-        let _ = std::fs::create_dir_all(home.turn_dir(key));
+    // On a fleet the turn may have been submitted from another home (its record is in the
+    // database): this home has no folder for it yet.
+    if let Some(dir) = log_path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|source| SpawnError::Log {
+                path: log_path.clone(),
+                source,
+            })?;
     }
     let log = OpenOptions::new()
         .create(true)

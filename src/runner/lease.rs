@@ -115,11 +115,36 @@ pub fn start_if_fleet<L: Liveness, S: Store>(
     Ok(Some(RunnerLease { keeper }))
 }
 
+/// Set when this process's fence began: from then on nothing may touch the queue.
+static FENCING: AtomicBool = AtomicBool::new(false);
+
+/// How long the main thread waits for a fence that began to end the process itself (its kill is
+/// bounded by the kill budget; this is the bound of the bound).
+const FENCE_WAIT_MILLIS: u64 = 30_000;
+
+/// Called by the runner after its work ended and its lease was dropped, before it records
+/// anything: if the fence already began (its kill is what ended the work), the runner must not
+/// record the killed run nor free the slot; it waits for the fence to finish the kill and exit
+/// with [`FENCED_EXIT_CODE`] (bounded; then it exits with that code itself). Without this the
+/// main thread raced the fence: it saw its command die and ran its finishing section, and exited
+/// 3 when that could not reach the database (tests/fleet_postgres.rs, the partition test).
+pub fn wait_out_a_fence() {
+    if !FENCING.load(Ordering::SeqCst) {
+        return;
+    }
+    let until = std::time::Instant::now() + Duration::from_millis(FENCE_WAIT_MILLIS);
+    while std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::process::exit(FENCED_EXIT_CODE);
+}
+
 /// The runner's fence action: kill the work's unit within the kill budget (its marker finds
 /// every process of it, the cgroup too where there is one), then exit at once without touching
 /// the queue. The command's first process also dies with this process (`PR_SET_PDEATHSIG`),
 /// which covers a command spawned while the kill ran.
 fn fence_and_exit(key: &TurnKey, record: &WorkRecord, timing: &LeaseTiming, reason: &FenceReason) {
+    FENCING.store(true, Ordering::SeqCst);
     let grace =
         Duration::from_millis((timing.kill_budget_millis / 2).min(work::WORK_TERM_GRACE_MILLIS));
     let killed = work::kill_unit(&work::unit_of(record), grace);

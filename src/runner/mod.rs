@@ -86,6 +86,7 @@ pub fn run_worker<L: Liveness, S: Store>(
     let output = output_pg::start_if_fleet(rt, key); // for `logs` on other hosts
     let execution = run_work_in(rt, &turn, me, work, cgroup, false);
     drop(lease); // the work is dead: the renewals end, no fence any more
+    lease::wait_out_a_fence(); // unless a fence killed it: then the fence ends this process
     if let Some(output) = output {
         output.finish(); // before the outcome: a reader that sees it ended has all the output
     }

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Fleet throughput (issue 14, acceptance "Benchmark"): N × `true` (500) spread over 3 hosts (three
+# homes with distinct `host` settings on one PostgreSQL queue, each `workers = 4`: the global cap
+# is 4), submitted by 3 concurrent loops, one per home; against the same N on one SQLite home with
+# 4 workers, submitted by one loop and by 3 concurrent loops. One run, interleaved nowhere (each
+# setup runs alone). Wall time is from the first submit to the queue being empty (every turn
+# completed, checked); the figure the issue asks for is the fleet's throughput relative to the
+# single host's: single wall / fleet wall (target ≥ 0.8; River's users saw 0.5).
+#
+# PostgreSQL: TOLLGATE_BENCH_POSTGRES=postgres://… uses that server (a fresh queue in it);
+# otherwise the script starts a throwaway cluster as .ci/run does (initdb as the `postgres` user
+# when run as root, a unix socket in a temporary directory, stopped and removed at the end).
+#
+# Usage: benches/fleet.sh            N=500 (env); BIN=path uses that binary, otherwise
+#        target/release/tollgate is built first.
+# No timed assertion: it prints figures (docs/PERFORMANCE.md, "Fleet").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N="${N:-500}"
+HOSTS=3
+WORKERS=4
+if [ -z "${BIN:-}" ]; then
+  cargo build --release --quiet --bin tollgate
+  BIN="${CARGO_TARGET_DIR:-target}/release/tollgate"
+fi
+BIN="$(realpath "$BIN")"
+command -v python3 >/dev/null || { echo "fleet.sh reads status --json with python3" >&2; exit 2; }
+
+work="$(mktemp -d /tmp/tollgate-fleet-bench.XXXXXX)"
+PG_DIR=""
+PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
+as_pg() { if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else (cd / && "$@"); fi; }
+cleanup() {
+  if [ -n "$PG_DIR" ]; then
+    as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m immediate -w stop >/dev/null 2>&1 || true
+    rm -rf "$PG_DIR"
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+if [ -n "${TOLLGATE_BENCH_POSTGRES:-}" ]; then
+  URL="$TOLLGATE_BENCH_POSTGRES"
+else
+  [ -x "$PG_BIN/initdb" ] || { echo "no PostgreSQL server binaries in $PG_BIN (set PG_BIN or TOLLGATE_BENCH_POSTGRES)" >&2; exit 2; }
+  PG_DIR="$(mktemp -d /tmp/tollgate-bench-pg.XXXXXX)"
+  if [ "$(id -u)" = 0 ]; then chown postgres "$PG_DIR"; PG_USER=postgres; else PG_USER="$(id -un)"; fi
+  as_pg "$PG_BIN/initdb" -D "$PG_DIR/data" -A trust -U "$PG_USER" >"$PG_DIR/initdb.log" 2>&1 \
+    || { cat "$PG_DIR/initdb.log" >&2; exit 1; }
+  as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w \
+    -o "-k $PG_DIR -c listen_addresses= -c max_connections=200" start >/dev/null \
+    || { cat "$PG_DIR/server.log" >&2; exit 1; }
+  as_pg "$PG_BIN/createdb" -h "$PG_DIR" -U "$PG_USER" tollgate_bench
+  URL="postgresql://$PG_USER@localhost/tollgate_bench?host=$PG_DIR"
+fi
+case "$URL" in *\?*) SEP='&' ;; *) SEP='?' ;; esac
+STORE="${URL}${SEP}queue=fleet-bench-$$-$(date +%s)"
+
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+
+# The queue's rows, from `status --json TASK` of home $1 (one task's records read, not all N).
+rows_of() {
+  "$BIN" --home "$1" status --json "$2" | python3 -c 'import json, sys; print(len(json.load(sys.stdin).get("rows", [])))'
+}
+
+# Polls (every 50 ms, at most 10 minutes) until home $1's queue is empty ($2: a task of it).
+drain() {
+  local i
+  for i in $(seq 1 12000); do
+    [ "$(rows_of "$1" "$2")" = 0 ] && return 0
+    sleep 0.05
+  done
+  echo "home $1 did not drain: $(rows_of "$1" "$2") rows left" >&2
+  exit 1
+}
+
+# Checks (after the timing) that home $1 recorded $2 turns of tasks named $3-*, all completed.
+check_completed() {
+  "$BIN" --home "$1" status --json | python3 -c '
+import json, sys
+want, prefix = int(sys.argv[1]), sys.argv[2]
+turns = [u for t in json.load(sys.stdin).get("tasks", []) if t["name"].startswith(prefix)
+         for u in t.get("turns", [])]
+done = sum(1 for u in turns if u.get("state") == "completed")
+if len(turns) != want or done != want:
+    sys.exit(f"{prefix}: {len(turns)} turns recorded, {done} completed, {want} submitted")' "$2" "$3-"
+}
+
+# Submits $3 × `true` to home $1, tasks named $2-<i> (each turn its own task).
+submit_loop() {
+  local home="$1" prefix="$2" count="$3" i
+  for i in $(seq 1 "$count"); do
+    "$BIN" --home "$home" submit --task "$prefix-$i" -- true >/dev/null
+  done
+}
+
+# Splits N over $1 loops: prints the count of loop $2 (0-based).
+share() { echo $(( N / $1 + ($2 < N % $1 ? 1 : 0) )); }
+
+# Runs one setup: $1 its name, then home paths; one loop per home given (a home may repeat).
+# Prints and sets WALL_MS.
+run_setup() {
+  local name="$1"; shift
+  local homes=("$@") pids=() j t0 t1 loops
+  loops=${#homes[@]}
+  t0=$(now_ms)
+  for j in $(seq 0 $((loops - 1))); do
+    submit_loop "${homes[$j]}" "$name-l$j" "$(share "$loops" "$j")" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  t1=$(now_ms)
+  drain "${homes[0]}" "$name-l0-1"
+  WALL_MS=$(( $(now_ms) - t0 ))
+  check_completed "${homes[0]}" "$N" "$name"
+  echo "$name: $N turns, $loops submit loop(s): submits done in $(( t1 - t0 )) ms, all completed in $WALL_MS ms ($(python3 -c "print(f'{$N * 1000 / $WALL_MS:.1f}')") turns/s)"
+}
+
+# The fleet: three homes on one queue, distinct hosts, workers = 4 each (one global cap).
+fleet=()
+for h in $(seq 0 $((HOSTS - 1))); do
+  home="$work/fleet-$h"
+  "$BIN" --home "$home" init --workers "$WORKERS" >/dev/null
+  printf 'store = "%s"\nhost = "bench-host-%s"\n' "$STORE" "$h" >>"$home/tollgate.toml"
+  fleet+=("$home")
+done
+single="$work/single"
+"$BIN" --home "$single" init --workers "$WORKERS" >/dev/null
+single3="$work/single3"
+"$BIN" --home "$single3" init --workers "$WORKERS" >/dev/null
+
+echo "binary $BIN, N=$N, global cap $WORKERS, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+run_setup single-sqlite-1-loop "$single"
+single_ms=$WALL_MS
+run_setup single-sqlite-3-loops "$single3" "$single3" "$single3"
+single3_ms=$WALL_MS
+run_setup fleet-postgres-3-hosts "${fleet[@]}"
+fleet_ms=$WALL_MS
+python3 - "$single_ms" "$single3_ms" "$fleet_ms" <<'PY'
+import sys
+single, single3, fleet = (int(a) for a in sys.argv[1:])
+print(f"fleet throughput / single host (1 loop):  {single / fleet:.2f}x")
+print(f"fleet throughput / single host (3 loops): {single3 / fleet:.2f}x  (target >= 0.8x)")
+PY

@@ -66,6 +66,32 @@ pub fn in_section<R>(
     (result, view)
 }
 
+/// Runs `f` as a reader outside any section (`status`, `wait`, `logs`) sees processes: on a
+/// fleet with the lease table and the database clock read once beforehand as this thread's view,
+/// so that another host's runner is judged by its lease as the slot steps judge it, not by this
+/// host's `/proc` (where it never appears, and would look orphaned); elsewhere `f` alone. The
+/// view only observes: `f` must not run a section (it would nest one).
+pub fn observing<S: crate::queue::Store, R>(
+    store: &S,
+    f: impl FnOnce() -> R,
+) -> Result<R, crate::queue::StoreError> {
+    let Some(fleet_store) = store.lease_renewer() else {
+        return Ok(f());
+    };
+    let Some(fleet) = fleet_store.fleet().cloned() else {
+        return Ok(f());
+    };
+    let snapshot = fleet_store.leases()?;
+    let view = FleetView {
+        host: fleet.host,
+        timing: fleet.timing,
+        leases: snapshot.table,
+        now_db_millis: snapshot.now_db_millis,
+        may_start: true,
+    };
+    Ok(in_section(Some(view), f).0)
+}
+
 fn with_view<R>(f: impl FnOnce(&mut FleetView) -> R) -> Option<R> {
     SECTION.with(|s| s.borrow_mut().as_mut().map(f))
 }

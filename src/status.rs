@@ -285,6 +285,16 @@ pub fn status_with<L: Liveness>(
     all: bool,
 ) -> Result<StatusView, DispatchError> {
     let queue = rt.store.load()?;
+    // Another host's runners by their leases, read after the queue (spec/fleet.md, "Operations").
+    crate::fleet::observing(&rt.store, || status_of(rt, queue, only, all))?
+}
+
+fn status_of<L: Liveness>(
+    rt: &Runtime<L>,
+    queue: crate::protocol::slots::QueueState,
+    only: Option<&str>,
+    all: bool,
+) -> Result<StatusView, DispatchError> {
     let now_millis = crate::clock::now_millis();
     let names = match only {
         Some(task) => {

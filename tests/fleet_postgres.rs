@@ -747,6 +747,13 @@ fn another_host_steals_a_killed_runners_slot_only_after_its_lease_expired() {
     // runner, and it has not expired, so b does not steal.
     run_ok(as_host(&home, &b, None, &["reconcile"]));
     assert_eq!(turn_of(&home, &b, "other").0, "parked");
+    // b's `status` judges a's runner as b's reconcile does, by its lease: running, not orphaned
+    // (b cannot see a's processes; only a's own /proc could tell it died).
+    assert_eq!(
+        turn_of(&home, &b, "held").0,
+        "running",
+        "host b's status judged host a's runner by b's /proc instead of its lease"
+    );
     let (lease, now_db) = runner_lease(&direct, &a, runner);
     assert!(
         lease.is_some_and(|e| now_db <= e),

@@ -550,13 +550,17 @@ pub(super) fn runner_alive(
     watch: &mut crate::watch::TurnWatch,
 ) -> Result<(), CliError> {
     let queue = rt.store.load()?;
-    if status_shell::turn_state(&queue, turn, &rt.liveness) == "orphaned" {
+    let state = |queue: &crate::protocol::slots::QueueState| {
+        crate::fleet::observing(&rt.store, || {
+            status_shell::turn_state(queue, turn, &rt.liveness)
+        })
+    };
+    if state(&queue)? == "orphaned" {
         // The row was read before the liveness check: a runner that recorded the turn's end
         // and exited in between looks orphaned. Read both again now that it was seen dead: a
         // commit it made before dying is visible.
         let again = tasks::load_turn(&rt.home, key)?;
-        if again.as_ref().is_none_or(|t| t.is_settled())
-            || status_shell::turn_state(&rt.store.load()?, turn, &rt.liveness) != "orphaned"
+        if again.as_ref().is_none_or(|t| t.is_settled()) || state(&rt.store.load()?)? != "orphaned"
         {
             return Ok(());
         }
@@ -884,7 +888,9 @@ fn logs_json_from(
     let state = tasks::recording_or(
         &rt.home,
         key,
-        status_shell::turn_state(&queue, &turn, &rt.liveness),
+        crate::fleet::observing(&rt.store, || {
+            status_shell::turn_state(&queue, &turn, &rt.liveness)
+        })?,
     );
     let ((stdout, stdout_skipped), (stderr, stderr_skipped)) = match remote {
         None => (
@@ -945,7 +951,9 @@ fn why_no_output(rt: &Runtime, turn: &TurnRecord) -> Result<String, CliError> {
         );
     }
     let queue = rt.store.load()?;
-    let state = status_shell::turn_state(&queue, turn, &rt.liveness);
+    let state = crate::fleet::observing(&rt.store, || {
+        status_shell::turn_state(&queue, turn, &rt.liveness)
+    })?;
     Ok(match state.as_str() {
         "parked" => "it is queued: it waits for a free worker slot".to_string(),
         "held" => {

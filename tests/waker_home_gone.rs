@@ -48,7 +48,17 @@ fn a_waker_whose_home_is_deleted_exits_instead_of_sleeping_on() {
         );
         std::thread::sleep(Duration::from_millis(10));
     };
-    std::fs::remove_dir_all(&home).expect("delete the home");
+    // The waker may still be opening the home's database (its `-wal`/`-shm` files appear while
+    // the tree is being removed: ENOTEMPTY), as it would under a user's `rm -rf`: remove again,
+    // a bounded number of times, until the home is gone.
+    let mut attempts = 0;
+    while let Err(e) = std::fs::remove_dir_all(&home) {
+        attempts += 1;
+        assert!(
+            attempts < 100 && e.kind() == std::io::ErrorKind::DirectoryNotEmpty,
+            "delete the home (attempt {attempts}): {e}"
+        );
+    }
     let until = Instant::now() + Duration::from_secs(20);
     while wakers
         .iter()

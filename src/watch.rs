@@ -80,14 +80,20 @@ pub fn inotify_instance() -> Option<Inotify> {
 /// Without inotify it sleeps the whole `duration`.
 pub fn sleep_unless_removed(dir: &Path, duration: Duration) -> bool {
     let deadline = Instant::now() + duration;
-    let watched = inotify_instance().and_then(|inotify| {
-        let mask =
-            AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_MOVE_SELF | AddWatchFlags::IN_ONLYDIR;
-        inotify.add_watch(dir, mask).ok().map(|_| inotify)
-    });
-    let Some(inotify) = watched else {
-        std::thread::sleep(duration);
-        return dir.is_dir();
+    let mask =
+        AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_MOVE_SELF | AddWatchFlags::IN_ONLYDIR;
+    let inotify = match inotify_instance().map(|inotify| {
+        let added = inotify.add_watch(dir, mask);
+        (inotify, added)
+    }) {
+        Some((inotify, Ok(_))) => inotify,
+        // Removed before the watch could be added (a waker that had just started when its home
+        // was deleted): there is nothing to sleep for.
+        Some((_, Err(_))) if !dir.is_dir() => return false,
+        Some((_, Err(_))) | None => {
+            std::thread::sleep(duration);
+            return dir.is_dir();
+        }
     };
     loop {
         let left = deadline.saturating_duration_since(Instant::now());

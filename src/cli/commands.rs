@@ -1164,11 +1164,14 @@ pub fn worker_wake(home: Option<PathBuf>, at_millis: u64) -> Result<i32, CliErro
     let wait_millis = at_millis
         .saturating_sub(tasks::now_millis())
         .min(MAX_WAKE_SLEEP_MILLIS);
-    let rt = open(home)?;
-    if !crate::watch::sleep_unless_removed(rt.home.root(), Duration::from_millis(wait_millis)) {
+    // Watch the home before opening it: opening creates what is missing, and a waker started
+    // just before its home was deleted would make the home again and sleep on for it.
+    let home = Home::resolve(home)?;
+    if !crate::watch::sleep_unless_removed(home.root(), Duration::from_millis(wait_millis)) {
         // The home is gone (deleted or moved): nothing is left to wake.
         return Ok(exit::OK);
     }
+    let rt = Runtime::open(home)?;
     reconcile_shell::reconcile(&rt, me()?)?;
     Ok(exit::OK)
 }

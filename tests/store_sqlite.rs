@@ -397,12 +397,74 @@ fn a_database_of_a_newer_schema_is_refused() {
             [],
         )
         .expect("insert");
+    let before = std::fs::read(&db).expect("read the database");
     let err = store(tmp.path()).load().expect_err("newer schema");
     let text = err.to_string();
     assert!(
         text.contains(&db.display().to_string()) && text.contains("newer"),
         "{text}"
     );
+    // Both versions are named: the database's and the newest this binary knows.
+    let known = tollgate::queue::SCHEMA_VERSION.to_string();
+    assert!(text.contains("99") && text.contains(&known), "{text}");
+    // Nothing changed: the file is byte for byte what it was and its log holds no frame.
+    assert_eq!(std::fs::read(&db).expect("read the database"), before);
+    let wal = tmp.path().join("tollgate.db-wal");
+    let wal_len = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    assert_eq!(wal_len, 0, "{} was written", wal.display());
+}
+
+/// The applied migrations of a database, oldest first, with when each was applied.
+fn applied_migrations(db: &Path) -> Vec<(u32, i64)> {
+    rusqlite::Connection::open(db)
+        .expect("open")
+        .prepare("SELECT version, applied_at_millis FROM schema_migrations ORDER BY version")
+        .expect("prepare")
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows")
+}
+
+#[test]
+fn only_the_migrations_newer_than_the_highest_applied_run() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    store(tmp.path()).load().expect("create");
+    let db = tmp.path().join("tollgate.db");
+    let newest = tollgate::queue::SCHEMA_VERSION;
+    // Take the database back to the version before the newest: its migration's row and what
+    // it made are removed; every earlier migration (CREATE TABLE without IF NOT EXISTS, which
+    // fails when run twice) stays applied.
+    let conn = rusqlite::Connection::open(&db).expect("open");
+    conn.execute("DELETE FROM schema_migrations WHERE version = ?1", [newest])
+        .expect("forget the newest migration");
+    conn.execute_batch("DROP INDEX entries_reserved")
+        .expect("drop what the newest migration made");
+    drop(conn);
+    let kept = applied_migrations(&db);
+    assert_eq!(
+        kept.iter().map(|m| m.0).collect::<Vec<_>>(),
+        (1..newest).collect::<Vec<_>>()
+    );
+    store(tmp.path())
+        .load()
+        .expect("migrate: only the newest migration runs");
+    let after = applied_migrations(&db);
+    assert_eq!(
+        after.iter().map(|m| m.0).collect::<Vec<_>>(),
+        (1..=newest).collect::<Vec<_>>()
+    );
+    // The earlier migrations were neither run nor recorded again.
+    assert_eq!(&after[..kept.len()], &kept[..]);
+    let index: bool = rusqlite::Connection::open(&db)
+        .expect("open")
+        .query_row(
+            "SELECT count(*) = 1 FROM sqlite_schema WHERE type = 'index' AND name = 'entries_reserved'",
+            [],
+            |row| row.get(0),
+        )
+        .expect("query");
+    assert!(index, "the newest migration did not run");
 }
 
 #[test]

@@ -611,12 +611,25 @@ fn unstartable_and_timed_out_turns_are_retried() {
 
 /// `--after` and `--delay` together: the dependency ends first, and then only time starts the
 /// held row, through the waker its submit started (watched through the library, not `status`,
-/// whose repair could start a due row itself).
+/// whose repair could start a due row itself). The dependency ends when the test opens its gate,
+/// after `b`'s submit: a timed dependency (`sleep 0.2`) could end before a slow submit was
+/// decided, and `b` was then not held for it at all.
 #[test]
 fn a_dependent_with_a_delay_starts_at_its_time_after_its_dependency_ended() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let home = init_home(tmp.path(), 2);
-    ok(&home, &["submit", "--task", "a", "--", "sleep", "0.2"]);
+    ok(
+        &home,
+        &[
+            "submit",
+            "--task",
+            "a",
+            "--",
+            "sh",
+            "-c",
+            &gated(tmp.path(), "a", 0),
+        ],
+    );
     let held = ok(
         &home,
         &[
@@ -624,6 +637,7 @@ fn a_dependent_with_a_delay_starts_at_its_time_after_its_dependency_ended() {
         ],
     );
     assert!(held.contains("waits for"), "{held}");
+    std::fs::write(tmp.path().join("gate"), "").expect("open the gate");
     let records = tollgate::home::Home::at(&home);
     let settled = |task: &str| {
         tollgate::tasks::load_turn(&records, &TurnKey::new(task, 1))

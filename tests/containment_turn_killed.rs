@@ -141,6 +141,9 @@ fn runner_killed_then_repaired(path: &str, force_subreaper: bool, repairer: &str
             "the work has no group of its own: {group}"
         );
     }
+    // The sampler must have watched the old copy before the runner dies, and (below) the new
+    // one before it stops, or its peak says nothing about the hand-over between them.
+    sampler.wait_seen(&old.to_string());
     let runner = runner_pid(&home, force_subreaper);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(runner),
@@ -184,11 +187,17 @@ fn runner_killed_then_repaired(path: &str, force_subreaper: bool, repairer: &str
     }
     // The turn runs again: the sampler watches the new copy start too.
     let new = wait_for_copy(&pids, &[old]);
+    sampler.wait_seen(&new.to_string());
     let report = sampler.finish();
     eprintln!(
         "{path} path, repaired by {repairer}: old copy {old}, new copy {new}, sampler {report:?}"
     );
-    assert!(report.samples > 10, "the sampler barely ran: {report:?}");
+    // Not a count of scans (under load a scan of /proc takes long): the scans saw both copies.
+    assert!(
+        report.copies_seen.contains(&old.to_string())
+            && report.copies_seen.contains(&new.to_string()),
+        "the sampler did not see both copies: {report:?}"
+    );
     assert_eq!(
         report.peak_copies, 1,
         "{path}: two copies of the turn's work were alive at once: {report:?}"

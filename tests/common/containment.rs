@@ -241,7 +241,14 @@ pub struct SamplerReport {
     /// The most copies one scan read, confirmed or not (at least `peak_copies`).
     pub peak_scanned: usize,
     pub peak_processes: usize,
+    /// Every copy (its `COPY` value) some scan read, the first [`MAX_COPIES_REMEMBERED`]: what
+    /// [`Sampler::wait_seen`] waits for, so a test knows the sampler watched the interval it cares
+    /// about instead of hoping it ran often enough.
+    pub copies_seen: std::collections::BTreeSet<String>,
 }
+
+/// The most distinct copies a [`Sampler`] remembers by name (a test starts a handful).
+pub const MAX_COPIES_REMEMBERED: usize = 64;
 
 impl Sampler {
     pub fn start(tag: &str) -> Self {
@@ -267,6 +274,14 @@ impl Sampler {
                         report.peak_witnesses = witnesses;
                     }
                     report.peak_processes = report.peak_processes.max(processes);
+                    for copy in found.keys() {
+                        if report.copies_seen.len() >= MAX_COPIES_REMEMBERED {
+                            break;
+                        }
+                        report
+                            .copies_seen
+                            .insert(String::from_utf8_lossy(copy).into_owned());
+                    }
                 }
             })
         };
@@ -280,6 +295,21 @@ impl Sampler {
     /// What was seen so far.
     pub fn report(&self) -> SamplerReport {
         self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Waits (bounded, polling the report) until a scan has read the copy `copy` (a `COPY`
+    /// value): under load a scan of `/proc` can take longer than a whole step of the test, and a
+    /// sampler that never saw a copy proves nothing about it.
+    pub fn wait_seen(&self, copy: &str) {
+        let until = Instant::now() + Duration::from_secs(30);
+        while !self.report().copies_seen.contains(copy) {
+            assert!(
+                Instant::now() < until,
+                "the sampler never saw copy {copy}: {:?}",
+                self.report()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Stops the thread and returns what it saw.

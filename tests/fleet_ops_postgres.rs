@@ -18,29 +18,15 @@
 //! with a message; with `TOLLGATE_REQUIRE_POSTGRES=1` a missing server fails them.
 mod common;
 
-use common::postgres::server;
+use common::postgres::{server, unique, with_queue};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use tollgate::protocol::slots::SlotToken;
 
-/// A name no other test (nor an earlier run) uses: queues and hosts are shared by the database,
-/// and a drained host is drained for every queue.
-fn unique(name: &str) -> String {
-    // The random tail of the v7 token: its head is the time, the same for tests that start
-    // together.
-    let token = SlotToken::generate().to_string();
-    format!(
-        "{name}-{}-{}",
-        std::process::id(),
-        &token[token.len() - 12..]
-    )
-}
-
-/// One queue of its own per test, named in the URL so both homes share it.
+/// One queue of its own per test, named in the URL so both homes share it (queues and hosts
+/// are shared by the database, and a drained host is drained for every queue).
 fn shared_url(url: &str, name: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}queue={}", unique(name))
+    with_queue(url, &unique(name))
 }
 
 /// A home at `dir` with `workers` slots on `url`, as host `host`.

@@ -18,16 +18,11 @@ use std::time::{Duration, Instant};
 use tollgate::config::Durability;
 use tollgate::fleet::boottime_millis;
 use tollgate::protocol::fleet::{FleetIdentity, HostId, LeaseLiveness, LeaseTiming, RenewOutcome};
-use tollgate::protocol::slots::{Liveness, Observation, ProcessIdentity, SlotToken};
+use tollgate::protocol::slots::{Liveness, Observation, ProcessIdentity};
 use tollgate::queue::{redact, PostgresStore, PostgresUrl};
 use tollgate::runner::lease::{FenceReason, LeaseKeeper};
 
-use common::postgres::server;
-
-fn unique(name: &str) -> String {
-    let token = SlotToken::generate().to_string();
-    format!("{name}-{}-{}", std::process::id(), &token[..8])
-}
+use common::postgres::{server, unique};
 
 fn store(url: &str, queue: &str) -> PostgresStore {
     PostgresStore::new(

@@ -14,24 +14,12 @@
 mod common;
 mod serve_support;
 
-use common::postgres::server;
+use common::postgres::{server, unique, with_queue};
 use serde_json::Value;
 use serve_support::*;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::Barrier;
-use tollgate::protocol::slots::SlotToken;
-
-fn unique(name: &str) -> String {
-    let token = SlotToken::generate().to_string();
-    format!("{name}-{}-{}", std::process::id(), &token[..8])
-}
-
-/// `url` naming queue `queue` (homes naming one queue share it, spec/store.md).
-fn with_queue(url: &str, queue: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}queue={queue}")
-}
 
 /// A home of `workers` slots on queue `queue` of the test server, as host `host`, with `rest`
 /// (routes) after the top-level settings.

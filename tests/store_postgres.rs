@@ -20,13 +20,7 @@ use tollgate::config::Durability;
 use tollgate::protocol::slots::{QueueState, SlotToken};
 use tollgate::queue::{Commit, PostgresLock, PostgresStore, PostgresUrl, Store, StoreError};
 
-use common::postgres::server;
-
-/// `url` naming `queue` (each test its own queue, so tests share one database in parallel).
-fn with_queue(url: &str, queue: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}queue={queue}")
-}
+use common::postgres::{server, with_queue};
 
 fn unique_queue(test: &str) -> String {
     format!("test-{test}-{}-{}", std::process::id(), uuid_suffix())

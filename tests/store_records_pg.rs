@@ -8,7 +8,7 @@
 //! with a message; with `TOLLGATE_REQUIRE_POSTGRES=1` a missing server fails them.
 mod common;
 
-use common::postgres::server;
+use common::postgres::{server, with_queue};
 use common::{describe, init_home, tollgate};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -19,11 +19,6 @@ fn unique_queue(test: &str) -> String {
         std::process::id(),
         tollgate::protocol::slots::SlotToken::generate()
     )
-}
-
-fn with_queue(url: &str, queue: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}queue={queue}")
 }
 
 /// Points `home`'s config at `url`'s database, queue `queue`.

@@ -33,3 +33,21 @@ pub fn server() -> Option<String> {
         }
     }
 }
+
+/// A name no other test (nor an earlier run) uses: queues and hosts are shared by the database,
+/// so each test takes its own. The random tail of a v7 token: its head is the time, the same for
+/// tests that start together.
+pub fn unique(name: &str) -> String {
+    let token = tollgate::protocol::slots::SlotToken::generate().to_string();
+    format!(
+        "{name}-{}-{}",
+        std::process::id(),
+        &token[token.len() - 12..]
+    )
+}
+
+/// `url` naming queue `queue` (homes naming one queue share it, spec/store.md).
+pub fn with_queue(url: &str, queue: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}queue={queue}")
+}

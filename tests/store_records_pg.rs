@@ -276,3 +276,91 @@ fn records_commit_and_roll_back_with_their_postgres_section() {
     assert_eq!(rows(&url, &queue), (1, 1, 1));
     assert_eq!(tasks::unfinished_turns(&home).expect("unfinished"), []);
 }
+
+/// `doctor` on a PostgreSQL home: the schema version, this queue's rows and serve's tables for
+/// the queue are checked; a broken row of each kind is reported naming its table and key (exit
+/// 1), a healthy home is clean (exit 0), and the check changes nothing.
+#[test]
+fn doctor_checks_a_postgresql_homes_schema_queue_and_serve_tables() {
+    let Some(url) = server() else { return };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = init_home(tmp.path(), 1);
+    let queue = unique_queue("doctor");
+    use_postgres(&home, &url, &queue);
+    let out = tollgate(&home, &["submit", "--task", "t", "--wait", "--", "true"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+    client
+        .execute(
+            "INSERT INTO serve_payloads (queue, delivery, task, turn, body)
+             VALUES ($1, 'good-delivery', 't', 1, '\\x7b7d')",
+            &[&queue],
+        )
+        .expect("a payload of a real turn");
+    let doctor = |home: &Path| {
+        let out = tollgate(home, &["doctor", "--json"]);
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("doctor --json: {e}: {}", describe(&out)));
+        (out.status.code(), report)
+    };
+    let (code, report) = doctor(&home);
+    assert_eq!(code, Some(0), "{report}");
+    let pg = &report["postgres"];
+    assert_eq!(pg["queue"], queue.as_str(), "{report}");
+    assert_eq!(
+        pg["schema_version"],
+        tollgate::queue::POSTGRES_SCHEMA_VERSION,
+        "{report}"
+    );
+    assert_eq!(pg["queue_checked"], true, "{report}");
+    assert_eq!(pg["table_problems"], serde_json::json!([]), "{report}");
+    assert_eq!(
+        pg["tables_checked"],
+        serde_json::json!([
+            "serve_dedupe",
+            "serve_payloads",
+            "serve_refused",
+            "serve_handed_off"
+        ]),
+        "{report}"
+    );
+
+    client
+        .batch_execute(&format!(
+            "INSERT INTO serve_dedupe (queue, key, marked_at_millis, expires_at_millis)
+                 VALUES ('{queue}', 'bad-mark', 5000, 4000);
+             INSERT INTO serve_payloads (queue, delivery, task, turn, body)
+                 VALUES ('{queue}', 'orphan-delivery', 'ghost', 7, '\\x7b7d');
+             INSERT INTO serve_refused (queue, body) VALUES ('{queue}', 'not json');
+             INSERT INTO serve_handed_off (queue, home, delivery, body)
+                 VALUES ('{queue}', '/some/home', 'bad-handoff', '[1]');"
+        ))
+        .expect("broken rows");
+    let refused_id: i64 = client
+        .query_one(
+            "SELECT max(id) FROM serve_refused WHERE queue = $1",
+            &[&queue],
+        )
+        .expect("refused id")
+        .get(0);
+    let (code, report) = doctor(&home);
+    assert_eq!(code, Some(1), "{report}");
+    assert_eq!(report["healthy"], false, "{report}");
+    assert_eq!(
+        report["postgres"]["table_problems"],
+        serde_json::json!([
+            "serve_dedupe key 'bad-mark': expires at 4000 ms, not after it was marked at 5000 ms",
+            "serve_payloads delivery 'orphan-delivery': its turn ghost:7 has no turn record",
+            format!("serve_refused id {refused_id}: its body is not a JSON object"),
+            "serve_handed_off delivery 'bad-handoff': its body is not a JSON object",
+        ]),
+        "{report}"
+    );
+    let out = tollgate(&home, &["doctor"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("serve tables: 4 problem(s):"),
+        "{}",
+        describe(&out)
+    );
+}

@@ -912,3 +912,123 @@ fn a_phase_one_database_home_has_its_record_files_imported_by_migration_4() {
     );
     assert_eq!(report["turn_records"], 1, "{report}");
 }
+
+/// `doctor --json` on `home`: its exit code and its report.
+fn doctor_json(home: &Path) -> (Option<i32>, serde_json::Value) {
+    let out = tollgate(home, &["doctor", "--json"]);
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("doctor --json: {e}: {}", describe(&out)));
+    (out.status.code(), report)
+}
+
+/// A home with a settled turn `t:1` and one well-formed row in each of serve's tables and the
+/// sweep list, as their writers write them.
+fn home_with_table_rows(dir: &Path) -> std::path::PathBuf {
+    let home = dir.join("home");
+    let out = tollgate(&home, &["init", "--workers", "1"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = tollgate(&home, &["submit", "--task", "t", "--wait", "--", "true"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    rusqlite::Connection::open(home.join("tollgate.db"))
+        .expect("open")
+        .execute_batch(
+            "INSERT INTO serve_dedupe (key, marked_at_millis, expires_at_millis)
+                 VALUES ('good-mark', 1000, 2000);
+             INSERT INTO serve_payloads (delivery, task, turn, body)
+                 VALUES ('good-delivery', 't', 1, x'7b7d');
+             INSERT INTO serve_refused (body) VALUES ('{\"reason\":\"bad signature\"}');
+             INSERT INTO serve_handed_off (delivery, body) VALUES ('good-handoff', '{}');
+             INSERT INTO sweep_runs (run_id, body) VALUES ('good-run', '{\"run_id\":\"good-run\"}');
+             INSERT INTO sweep_entries (path, run_id, body)
+                 VALUES ('/good/path', 'good-run', '{\"path\":\"/good/path\",\"run_id\":\"good-run\"}');",
+        )
+        .expect("well-formed rows");
+    home
+}
+
+#[test]
+fn doctor_finds_a_healthy_homes_serve_and_sweep_tables_clean() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = home_with_table_rows(tmp.path());
+    let (code, report) = doctor_json(&home);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["healthy"], true, "{report}");
+    assert_eq!(report["table_problems"], serde_json::json!([]), "{report}");
+    let checked: Vec<&str> = report["tables_checked"]
+        .as_array()
+        .expect("tables_checked")
+        .iter()
+        .filter_map(|t| t.as_str())
+        .collect();
+    for table in [
+        "serve_dedupe",
+        "serve_payloads",
+        "serve_refused",
+        "serve_handed_off",
+        "sweep_runs",
+        "sweep_entries",
+    ] {
+        assert!(
+            checked.iter().any(|c| c.ends_with(&format!(": {table}"))),
+            "{table} not checked: {report}"
+        );
+    }
+    let out = tollgate(&home, &["doctor"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("serve and sweep tables: ok (6 table(s))"),
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn doctor_reports_a_broken_row_of_each_serve_and_sweep_table_naming_it_and_exits_1() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = home_with_table_rows(tmp.path());
+    let db = home.join("tollgate.db");
+    rusqlite::Connection::open(&db)
+        .expect("open")
+        .execute_batch(
+            "INSERT INTO serve_dedupe (key, marked_at_millis, expires_at_millis)
+                 VALUES ('bad-mark', 5000, 4000);
+             INSERT INTO serve_payloads (delivery, task, turn, body)
+                 VALUES ('orphan-delivery', 'ghost', 7, x'7b7d');
+             INSERT INTO serve_refused (id, body) VALUES (41, 'not json');
+             INSERT INTO serve_handed_off (delivery, body) VALUES ('bad-handoff', '[1, 2]');
+             INSERT INTO sweep_runs (run_id, body) VALUES ('bad-run', '{\"run_id\":\"other-run\"}');
+             INSERT INTO sweep_entries (path, run_id, body) VALUES ('/bad/path', 'good-run', '{');",
+        )
+        .expect("broken rows");
+    let before = std::fs::read(&db).expect("read");
+    let (code, report) = doctor_json(&home);
+    assert_eq!(code, Some(1), "{report}");
+    assert_eq!(report["healthy"], false, "{report}");
+    let problems: Vec<String> = report["table_problems"]
+        .as_array()
+        .expect("table_problems")
+        .iter()
+        .filter_map(|p| p.as_str().map(str::to_string))
+        .collect();
+    let expected = [
+        "serve_dedupe key 'bad-mark': expires at 4000 ms, not after it was marked at 5000 ms",
+        "serve_payloads delivery 'orphan-delivery': its turn ghost:7 has no turn record",
+        "serve_refused id 41: its body is not a JSON object",
+        "serve_handed_off delivery 'bad-handoff': its body is not a JSON object",
+        "sweep_runs run 'bad-run': its body names run 'other-run'",
+        "sweep_entries path '/bad/path': its body is not a JSON object",
+    ];
+    // Exactly the broken rows: none of the well-formed ones beside them.
+    assert_eq!(problems, expected, "{report}");
+    // The other checks still pass, and doctor wrote nothing.
+    assert_eq!(report["queue_problem"], serde_json::Value::Null, "{report}");
+    assert_eq!(std::fs::read(&db).expect("read"), before);
+    let out = tollgate(&home, &["doctor"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("serve and sweep tables: 6 problem(s):") && text.contains(expected[1]),
+        "{}",
+        describe(&out)
+    );
+}

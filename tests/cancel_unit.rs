@@ -12,10 +12,11 @@
 
 mod common;
 
-use common::containment::{is_alive, no_cgroup_value, paths, read_pid, tagged, wait_files, Reaper};
-use common::{describe, BIN};
+use common::containment::{
+    is_alive, ok_on as ok, paths, read_pid, tagged, tollgate_on as tollgate, wait_files, Reaper,
+};
+use common::describe;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use tollgate::home::Home;
 use tollgate::protocol::slots::TurnKey;
@@ -23,23 +24,6 @@ use tollgate::tasks::{self, TurnOutcome};
 
 /// The grace a cancel gives the unit between SIGTERM and SIGKILL.
 const GRACE: Duration = Duration::from_millis(tollgate::process::work::WORK_TERM_GRACE_MILLIS);
-
-fn tollgate(home: &Path, force_subreaper: bool, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .env("TOLLGATE_NO_CGROUP", no_cgroup_value(force_subreaper))
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tollgate")
-}
-
-fn ok(home: &Path, force_subreaper: bool, args: &[&str]) -> Output {
-    let out = tollgate(home, force_subreaper, args);
-    assert!(out.status.success(), "{args:?}: {}", describe(&out));
-    out
-}
 
 /// The turn's record once it has an outcome (bounded wait).
 fn settled(home: &Path, key: &TurnKey, within: Duration) -> tasks::TurnRecord {

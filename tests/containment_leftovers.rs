@@ -16,10 +16,7 @@
 
 mod common;
 
-use common::containment::{is_alive, no_cgroup_value, paths, read_pid, tagged, Reaper};
-use common::{describe, BIN};
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use common::containment::{is_alive, ok_on as ok, paths, read_pid, tagged, Reaper};
 use std::time::{Duration, Instant};
 use tollgate::home::Home;
 use tollgate::protocol::slots::TurnKey;
@@ -27,23 +24,6 @@ use tollgate::tasks::{self, TurnOutcome};
 
 /// The grace the end-of-work kill gives the unit between SIGTERM and SIGKILL.
 const GRACE: Duration = Duration::from_millis(tollgate::process::work::WORK_TERM_GRACE_MILLIS);
-
-fn tollgate(home: &Path, force_subreaper: bool, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .env("TOLLGATE_NO_CGROUP", no_cgroup_value(force_subreaper))
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tollgate")
-}
-
-fn ok(home: &Path, force_subreaper: bool, args: &[&str]) -> Output {
-    let out = tollgate(home, force_subreaper, args);
-    assert!(out.status.success(), "{args:?}: {}", describe(&out));
-    out
-}
 
 /// The work groups (`tollgate-<pid>-work-…`) directly under the base this host would use.
 fn work_groups() -> Vec<String> {

@@ -12,11 +12,10 @@
 mod common;
 
 use common::containment::{
-    is_alive, no_cgroup_value, paths, read_pid, tagged, wait_files, Reaper, Sampler,
+    is_alive, paths, read_pid, tagged, tollgate_on as tollgate, wait_files, Reaper, Sampler,
 };
-use common::{describe, BIN};
+use common::describe;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const ROLES: [&str; 4] = ["leader", "plain", "setsid", "pgroup"];
@@ -31,17 +30,6 @@ fn script(dir: &Path) -> String {
          perl -e 'setpgrp(0, 0); open(my $f, \">\", \"$ARGV[0].tmp\") or die; print $f $$; close $f; rename(\"$ARGV[0].tmp\", $ARGV[0]); exec(\"sleep\", \"600\")' {d}/$COPY-pgroup & \
          echo $$ > {d}/$COPY-leader.tmp && mv {d}/$COPY-leader.tmp {d}/$COPY-leader; wait"
     )
-}
-
-fn tollgate(home: &Path, force_subreaper: bool, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .env("TOLLGATE_NO_CGROUP", no_cgroup_value(force_subreaper))
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tollgate")
 }
 
 /// The copies (leader pids) that wrote a leader file so far.

@@ -10,22 +10,10 @@
 
 mod common;
 
-use common::containment::{is_alive, no_cgroup_value, paths, read_pid};
-use common::{describe, init_home, BIN};
+use common::containment::{is_alive, paths, read_pid, tollgate_on as tollgate};
+use common::{describe, init_home};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn tollgate(home: &Path, force_subreaper: bool, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .env("TOLLGATE_NO_CGROUP", no_cgroup_value(force_subreaper))
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tollgate")
-}
 
 fn add_config(home: &Path, text: &str) {
     let path = home.join("tollgate.toml");

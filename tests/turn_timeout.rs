@@ -10,22 +10,10 @@
 
 mod common;
 
-use common::containment::{is_alive, no_cgroup_value, paths, read_pid, unique_tag, Reaper};
-use common::{describe, init_home, BIN};
+use common::containment::{is_alive, paths, read_pid, tollgate_on as tollgate, unique_tag, Reaper};
+use common::{describe, init_home};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn tollgate(home: &Path, force_subreaper: bool, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .env("TOLLGATE_NO_CGROUP", no_cgroup_value(force_subreaper))
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tollgate")
-}
 
 /// A leader and a `setsid` grandchild, each writing its pid and sleeping far past any timeout.
 fn script(dir: &Path) -> String {

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -220,6 +221,26 @@ pub fn no_cgroup_value(force_subreaper: bool) -> &'static str {
     } else {
         "0"
     }
+}
+
+/// `tollgate --home <home> <args>` on the path `force_subreaper` picks (see [`paths`]), stdin
+/// closed: how every containment test runs the binary.
+pub fn tollgate_on(home: &Path, force_subreaper: bool, args: &[&str]) -> Output {
+    Command::new(super::BIN)
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .env("TOLLGATE_NO_CGROUP", no_cgroup_value(force_subreaper))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run tollgate")
+}
+
+/// [`tollgate_on`] that must succeed.
+pub fn ok_on(home: &Path, force_subreaper: bool, args: &[&str]) -> Output {
+    let out = tollgate_on(home, force_subreaper, args);
+    assert!(out.status.success(), "{args:?}: {}", super::describe(&out));
+    out
 }
 
 /// A thread that scans `/proc` as fast as it can and keeps the largest number of distinct copies

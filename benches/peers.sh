@@ -10,8 +10,9 @@
 # It builds tollgate in release (and its helper, benches/peers_helper.rs), installs the peers it
 # needs with apt-get when they are missing (nq, task-spooler, GNU parallel, strace; as root, unless
 # SKIP_INSTALL=1), and pueue with `cargo install --locked pueue` into target/peers-tools (Debian
-# does not package it; SKIP_PUEUE=1 skips it with a message). A peer that cannot be had is skipped
-# with a message saying how to get it.
+# does not package it; SKIP_PUEUE=1 skips it with a message). pueue is looked for first at
+# PUEUE_BIN (the `pueue` binary; `pueued` beside it), then on PATH, then in target/peers-tools/bin.
+# A peer that cannot be had is skipped with a message saying how to get it.
 #
 # Workloads:
 #   1. latency: `submit --wait -- true` end to end (default durability and `durability = "os"`)
@@ -39,7 +40,10 @@
 #   SKIP_LATENCY=1 SKIP_THROUGHPUT=1 SKIP_CONCURRENT=1 SKIP_DEPTH=1 SKIP_FSYNC=1 SKIP_SERVE=1
 #                    skip a workload;  SKIP_PUEUE=1 / SKIP_NQ=1 / SKIP_TSP=1 / SKIP_PARALLEL=1
 #                    skip a peer;  SKIP_INSTALL=1 installs nothing (missing peers are skipped)
-#   BIN=path         this tollgate binary (no build; the helper is still built)
+#   BIN=path         this tollgate binary (no build; the helper is still built when workload 3
+#                    or 5 runs)
+#   PUEUE_BIN=path   the pueue client to use (its daemon `pueued` in the same directory), e.g. one
+#                    installed elsewhere with `cargo install --root DIR pueue`: DIR/bin/pueue
 #   OUT=target/bench-peers.md   where the markdown report is written too (empty: stdout only)
 #   WORK=dir         parent of the scratch directory (default target/: the project's disk, whose
 #                    fsync latency is the one that matters; it is removed at the end)
@@ -72,10 +76,14 @@ if [ -z "${BIN:-}" ]; then
   cargo build --release --quiet --bin tollgate
   BIN="$ROOT/${CARGO_TARGET_DIR:-target}/release/tollgate"
 fi
-say "building the helper (benches/peers_helper.rs)"
-HELPER=$(cargo bench --bench peers_helper --no-run --message-format=json 2>/dev/null |
-  grep -o '"executable":"[^"]*peers_helper[^"]*"' | tail -1 | cut -d'"' -f4)
-[ -x "$HELPER" ] || { say "could not build benches/peers_helper.rs (run: cargo bench --bench peers_helper --no-run)"; exit 2; }
+# The helper fills deep queues (workload 3) and loads serve (workload 5): built only for them.
+HELPER=
+if ! skip SKIP_DEPTH || ! skip SKIP_SERVE; then
+  say "building the helper (benches/peers_helper.rs)"
+  HELPER=$(cargo bench --bench peers_helper --no-run --message-format=json 2>/dev/null |
+    grep -o '"executable":"[^"]*peers_helper[^"]*"' | tail -1 | cut -d'"' -f4)
+  [ -x "$HELPER" ] || { say "could not build benches/peers_helper.rs (run: cargo bench --bench peers_helper --no-run)"; exit 2; }
+fi
 
 apt_install() { # $1 = command, $2 = Debian package
   command -v "$1" >/dev/null 2>&1 && return 0
@@ -96,6 +104,13 @@ skip SKIP_PARALLEL || { apt_install parallel parallel && HAVE_PARALLEL=1; } || t
 apt_install strace strace && HAVE_STRACE=1 || true
 TOOLS="$ROOT/target/peers-tools"
 if ! skip SKIP_PUEUE; then
+  if [ -n "${PUEUE_BIN:-}" ]; then
+    if [ -x "$PUEUE_BIN" ] && [ -x "$(dirname "$PUEUE_BIN")/pueued" ]; then
+      export PATH="$(cd "$(dirname "$PUEUE_BIN")" && pwd):$PATH"
+    else
+      say "PUEUE_BIN=$PUEUE_BIN is not an executable pueue with pueued beside it: looking on PATH"
+    fi
+  fi
   export PATH="$PATH:$TOOLS/bin"
   if ! command -v pueued >/dev/null 2>&1 && ! skip SKIP_INSTALL; then
     if apt-cache show pueue >/dev/null 2>&1; then apt_install pueued pueue || true; fi

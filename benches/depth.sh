@@ -23,45 +23,25 @@ fi
 command -v sqlite3 >/dev/null || { echo "depth.sh needs the sqlite3 shell (apt-get install sqlite3)" >&2; exit 2; }
 
 work="$(mktemp -d)"
+# wait_state, park_synthetic.
+. benches/lib.sh # the cd above made the project root the working directory
+# Every parked row (the synthetic ones and the timed submits') is dropped before the held slot is
+# released, so no runner goes on to start them, and the held turn is waited for (bounded) before
+# its home is removed: a runner still finishing it wrote into the directory being removed.
 cleanup() {
-  for d in $DEPTHS; do touch "$work/release-$d"; done
-  sleep 0.2
+  local d h
+  for d in $DEPTHS; do
+    h="$work/home-$d"
+    [ -e "$h/tollgate.db" ] && sqlite3 "$h/tollgate.db" "PRAGMA busy_timeout = 10000; DELETE FROM entries WHERE state = 'parked';" >/dev/null
+    touch "$work/release-$d"
+  done
+  for d in $DEPTHS; do
+    h="$work/home-$d"
+    [ -e "$h/tollgate.db" ] && wait_state "$h" hold done
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT
-
-# Polls (at most 30 s) until `status` of home $1 shows a turn of task $2 in state $3.
-wait_state() {
-  local home="$1" task="$2" state="$3" i
-  for i in $(seq 1 600); do
-    if "$BIN" --home "$home" status "$task" 2>/dev/null | grep -q " $state "; then return 0; fi
-    sleep 0.05
-  done
-  echo "timed out waiting for $task to be $state in $home" >&2
-  exit 1
-}
-
-# Parks $2 rows behind the held slot of home $1 (queue ids from 1 000 000 on, after every real
-# row), each of its own task with a task and a turn record, in one transaction.
-park_synthetic() {
-  local home="$1" depth="$2"
-  sqlite3 "$home/tollgate.db" >/dev/null <<SQL
-PRAGMA busy_timeout = 10000;
-BEGIN IMMEDIATE;
-WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $depth)
-INSERT INTO entries (queue_id, task, turn, enqueued_at_millis, state)
-  SELECT 1000000 + i, 'bulk-' || i, 1,
-         (SELECT coalesce(max(enqueued_at_millis), 0) FROM entries), 'parked' FROM n;
-INSERT INTO tasks (name, next_turn, body)
-  SELECT task, 2, json_object('name', task, 'next_turn', 2) FROM entries WHERE task LIKE 'bulk-%';
-INSERT INTO turns (task, turn, short_id, settled, body)
-  SELECT task, 1, queue_id, 0,
-         json_object('task', task, 'turn', 1, 'argv', json_array('true'), 'id', queue_id)
-  FROM entries WHERE task LIKE 'bulk-%';
-UPDATE queue_meta SET next_queue_id = 1000000 + $depth + 1;
-COMMIT;
-SQL
-}
 
 # The queue's bound (MAX_QUEUE_ROWS): the deepest home is filled to just below it, leaving room
 # for the held turn, the untimed submit and the timed ones.

@@ -27,17 +27,8 @@ command -v strace >/dev/null || { echo "strace is needed (apt-get install strace
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 SYNCS=fsync,fdatasync,sync_file_range,msync,syncfs,rename,renameat,renameat2
-
-# Polls (at most 30 s) until `status` of home $1 shows a turn of task $2 in state $3.
-wait_state() {
-  local home="$1" task="$2" state="$3" i
-  for i in $(seq 1 600); do
-    if "$BIN" --home "$home" status "$task" 2>/dev/null | grep -q " $state "; then return 0; fi
-    sleep 0.05
-  done
-  echo "timed out waiting for $task to be $state" >&2
-  exit 1
-}
+# wait_state, park_synthetic.
+. benches/lib.sh # the cd above made the project root the working directory
 
 # Prints "<sync calls> <renames>" from an strace -c summary file (the calls column is the 4th;
 # the errors column, when present, comes after it).
@@ -87,28 +78,6 @@ measure() {
   local wait_ms
   wait_ms=$(median_ms "$BIN" --home "$home" submit --wait -- true)
   printf '%-8s %12s %14s %14s %16s %14s %16s %18s\n' "$store" "$park_syncs" "$park_renames" "$start_syncs" "$start_renames" "$all_syncs" "$all_renames" "$wait_ms"
-}
-
-# Parks DEPTH synthetic rows behind the held slot of home $1 (queue ids from 1 000 000 on, after
-# every real row), each of its own task with a task and a turn record, in one sqlite3 transaction.
-park_synthetic() {
-  local home="$1" depth="$2"
-  sqlite3 "$home/tollgate.db" >/dev/null <<SQL
-PRAGMA busy_timeout = 10000;
-BEGIN IMMEDIATE;
-WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $depth)
-INSERT INTO entries (queue_id, task, turn, enqueued_at_millis, state)
-  SELECT 1000000 + i, 'bulk-' || i, 1,
-         (SELECT coalesce(max(enqueued_at_millis), 0) FROM entries), 'parked' FROM n;
-INSERT INTO tasks (name, next_turn, body)
-  SELECT task, 2, json_object('name', task, 'next_turn', 2) FROM entries WHERE task LIKE 'bulk-%';
-INSERT INTO turns (task, turn, short_id, settled, body)
-  SELECT task, 1, queue_id, 0,
-         json_object('task', task, 'turn', 1, 'argv', json_array('true'), 'id', queue_id)
-  FROM entries WHERE task LIKE 'bulk-%';
-UPDATE queue_meta SET next_queue_id = 1000000 + $depth + 1;
-COMMIT;
-SQL
 }
 
 # A parking submit at DEPTH parked rows (database only): "<syncs> <median ms>".

@@ -37,49 +37,34 @@ pub fn doctor(home: Option<PathBuf>, args: DoctorArgs) -> Result<i32, CliError> 
     let report = match check_database(&home) {
         Ok(report) => report,
         Err(error) => {
-            if args.json {
-                let value = serde_json::json!({
-                    "database": home.db_path(),
-                    "healthy": false,
-                    "error": error.to_string(),
-                });
-                println!("{value}");
-            } else {
-                eprintln!("tollgate: cannot open the database: {error}");
-            }
-            return Ok(exit::CANNOT_OPEN);
+            return Ok(cannot_open(
+                args.json,
+                &home.db_path(),
+                "open the database",
+                &error,
+            ))
         }
     };
     let tables = match check_tables(&home, &report) {
         Ok(tables) => tables,
         Err(error) => {
-            if args.json {
-                let value = serde_json::json!({
-                    "database": error.database,
-                    "healthy": false,
-                    "error": error.to_string(),
-                });
-                println!("{value}");
-            } else {
-                eprintln!("tollgate: cannot check the tables: {error}");
-            }
-            return Ok(exit::CANNOT_OPEN);
+            return Ok(cannot_open(
+                args.json,
+                &error.database,
+                "check the tables",
+                &error,
+            ))
         }
     };
     let postgres = match check_postgres(&home) {
         Ok(postgres) => postgres,
         Err(error) => {
-            if args.json {
-                let value = serde_json::json!({
-                    "database": error.database,
-                    "healthy": false,
-                    "error": error.to_string(),
-                });
-                println!("{value}");
-            } else {
-                eprintln!("tollgate: cannot check the PostgreSQL store: {error}");
-            }
-            return Ok(exit::CANNOT_OPEN);
+            return Ok(cannot_open(
+                args.json,
+                &error.database,
+                "check the PostgreSQL store",
+                &error,
+            ))
         }
     };
     let healthy = report.healthy()
@@ -279,6 +264,21 @@ fn run_checks(
         }
     }
     Ok(())
+}
+
+/// Says that `database` could not be checked (`doing` it), as JSON or on stderr: exit 2.
+fn cannot_open(json: bool, database: &Path, doing: &str, error: &dyn std::fmt::Display) -> i32 {
+    if json {
+        let value = serde_json::json!({
+            "database": database,
+            "healthy": false,
+            "error": error.to_string(),
+        });
+        println!("{value}");
+    } else {
+        eprintln!("tollgate: cannot {doing}: {error}");
+    }
+    exit::CANNOT_OPEN
 }
 
 fn print_report(report: &DoctorReport, tables: &TableReport, healthy: bool) {

@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::containment::{no_cgroup_value, paths, tagged, Reaper, Sampler};
+use common::containment::{no_cgroup_value, paths, runners, sigkill, tagged, Reaper, Sampler};
 use common::{describe, BIN};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -73,42 +73,6 @@ fn run(home: &Path, force_subreaper: bool, args: &[&str]) -> Output {
     let mut cmd = command(home, force_subreaper, args);
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     cmd.output().expect("run tollgate")
-}
-
-fn sigkill(pid: i32) {
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    );
-}
-
-/// The live runners of `home`: `tollgate … worker runner …` processes whose command line names it.
-fn runners(home: &Path) -> Vec<i32> {
-    let home = home.as_os_str().as_encoded_bytes();
-    let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-        let is_runner = args
-            .windows(2)
-            .any(|w| w == [&b"worker"[..], &b"runner"[..]]);
-        if is_runner && args.contains(&home) && common::containment::is_alive(pid) {
-            out.push(pid);
-        }
-    }
-    out
 }
 
 impl Storm<'_> {

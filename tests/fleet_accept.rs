@@ -32,7 +32,7 @@
 //! `TOLLGATE_REQUIRE_POSTGRES=1` a missing server fails it.
 mod common;
 
-use common::containment::{confirmed, copies, is_alive, unique_tag, Reaper, TAG_VAR};
+use common::containment::{confirmed, copies, runners, sigkill, unique_tag, Reaper, TAG_VAR};
 use common::postgres::server;
 use common::{describe, BIN};
 use std::collections::{BTreeMap, BTreeSet};
@@ -93,42 +93,6 @@ fn tollgate(home: &Path, args: &[&str]) -> Command {
 fn run_ok(home: &Path, args: &[&str]) -> Output {
     let out = tollgate(home, args).output().expect("run tollgate");
     assert!(out.status.success(), "{args:?}: {}", describe(&out));
-    out
-}
-
-fn sigkill(pid: i32) {
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    );
-}
-
-/// The live runners of `home`: `tollgate … worker runner …` processes whose command line names it.
-fn runners(home: &Path) -> Vec<i32> {
-    let home = home.as_os_str().as_encoded_bytes();
-    let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-        let is_runner = args
-            .windows(2)
-            .any(|w| w == [&b"worker"[..], &b"runner"[..]]);
-        if is_runner && args.contains(&home) && is_alive(pid) {
-            out.push(pid);
-        }
-    }
     out
 }
 

@@ -352,6 +352,43 @@ impl Drop for Sampler {
     }
 }
 
+/// SIGKILLs `pid`, whatever it is now (a test's own process, or gone already).
+pub fn sigkill(pid: i32) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
+/// The live runners of `home`: `tollgate … worker runner …` processes whose command line names it.
+pub fn runners(home: &Path) -> Vec<i32> {
+    let home = home.as_os_str().as_encoded_bytes();
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        let is_runner = args
+            .windows(2)
+            .any(|w| w == [&b"worker"[..], &b"runner"[..]]);
+        if is_runner && args.contains(&home) && is_alive(pid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
 /// Whether `pid` exists and is not a zombie, read straight from `/proc`.
 pub fn is_alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {

@@ -7,30 +7,10 @@
 
 mod common;
 
-use common::{describe, BIN};
+use common::describe;
+use common::failpoints::{status, tollgate};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn tollgate(home: &Path, failpoints: Option<&str>, args: &[&str]) -> Output {
-    let mut command = Command::new(BIN);
-    command
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .stdin(Stdio::null())
-        .env_remove("FAILPOINTS");
-    if let Some(failpoints) = failpoints {
-        command.env("FAILPOINTS", failpoints);
-    }
-    command.output().expect("run tollgate")
-}
-
-fn status(home: &Path) -> serde_json::Value {
-    let out = tollgate(home, None, &["status", "--json"]);
-    assert!(out.status.success(), "{}", describe(&out));
-    serde_json::from_slice(&out.stdout).expect("status json")
-}
 
 fn turn_state(view: &serde_json::Value) -> String {
     view["tasks"][0]["turns"][0]["state"]

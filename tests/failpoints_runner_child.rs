@@ -14,35 +14,8 @@
 mod common;
 
 use common::containment::is_alive;
-use common::{describe, BIN};
+use common::failpoints::{ok as tollgate, wait_until};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
-
-fn tollgate(home: &Path, failpoints: Option<&str>, args: &[&str]) -> Output {
-    let mut command = Command::new(BIN);
-    command
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .stdin(Stdio::null())
-        .env_remove("FAILPOINTS");
-    if let Some(failpoints) = failpoints {
-        command.env("FAILPOINTS", failpoints);
-    }
-    let out = command.output().expect("run tollgate");
-    assert!(out.status.success(), "{args:?}: {}", describe(&out));
-    out
-}
-
-/// Polls `ready` every 5 ms for at most 20 s.
-fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
-    let until = Instant::now() + Duration::from_secs(20);
-    while !ready() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
 
 /// `(pid, ppid, argv)` of every process, read from `/proc`.
 fn processes() -> Vec<(i32, i32, Vec<Vec<u8>>)> {

@@ -15,38 +15,10 @@
 mod common;
 
 use common::containment::is_alive;
-use common::{describe, BIN};
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use common::failpoints::{ok as tollgate, wait_until};
 use tollgate::home::Home;
 use tollgate::protocol::slots::TurnKey;
 use tollgate::tasks::{self, TurnOutcome};
-
-fn tollgate(home: &Path, failpoints: Option<&str>, args: &[&str]) -> Output {
-    let mut command = Command::new(BIN);
-    command
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .stdin(Stdio::null())
-        .env_remove("FAILPOINTS");
-    if let Some(failpoints) = failpoints {
-        command.env("FAILPOINTS", failpoints);
-    }
-    let out = command.output().expect("run tollgate");
-    assert!(out.status.success(), "{args:?}: {}", describe(&out));
-    out
-}
-
-/// Polls `ready` every 5 ms for at most 20 s.
-fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
-    let until = Instant::now() + Duration::from_secs(20);
-    while !ready() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
 
 #[test]
 fn failpoints_a_cancel_before_the_runner_handles_signals_is_honoured_not_fatal() {

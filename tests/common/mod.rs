@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod containment;
+pub mod failpoints;
 pub mod postgres;
 pub mod queue_shapes;
 

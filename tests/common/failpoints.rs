@@ -1,0 +1,45 @@
+//! Helpers of the failpoint tests (`cargo test --features failpoints`): the binary with a
+//! `FAILPOINTS` setting of the test's own (never one inherited from the environment), and a
+//! bounded poll.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// `tollgate --home <home> <args>` with `FAILPOINTS=<failpoints>` (or none), stdin closed.
+pub fn tollgate(home: &Path, failpoints: Option<&str>, args: &[&str]) -> Output {
+    let mut command = Command::new(super::BIN);
+    command
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .stdin(Stdio::null())
+        .env_remove("FAILPOINTS");
+    if let Some(failpoints) = failpoints {
+        command.env("FAILPOINTS", failpoints);
+    }
+    command.output().expect("run tollgate")
+}
+
+/// [`tollgate`] that must succeed.
+pub fn ok(home: &Path, failpoints: Option<&str>, args: &[&str]) -> Output {
+    let out = tollgate(home, failpoints, args);
+    assert!(out.status.success(), "{args:?}: {}", super::describe(&out));
+    out
+}
+
+/// `status --json` of `home`, without failpoints.
+pub fn status(home: &Path) -> serde_json::Value {
+    let out = tollgate(home, None, &["status", "--json"]);
+    assert!(out.status.success(), "{}", super::describe(&out));
+    serde_json::from_slice(&out.stdout).expect("status json")
+}
+
+/// Polls `ready` every 5 ms for at most 20 s.
+pub fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
+    let until = Instant::now() + Duration::from_secs(20);
+    while !ready() {
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

@@ -16,22 +16,15 @@
 mod common;
 mod serve_support;
 
-use common::postgres::server;
+use common::http::post_raw;
+use common::postgres::{server, unique, with_queue};
 use serve_support::*;
 use std::sync::Barrier;
-use std::time::Duration;
-use tollgate::protocol::slots::SlotToken;
 
 const DELIVERIES: usize = 6;
 
-fn unique(name: &str) -> String {
-    let token = SlotToken::generate().to_string();
-    format!("{name}-{}-{}", std::process::id(), &token[..8])
-}
-
 fn pg_home(url: &str, queue: &str, host: &str, rest: &str) -> TestHome {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    let store = format!("{url}{sep}queue={queue}");
+    let store = with_queue(url, queue);
     TestHome::new(2, &format!("store = {store:?}\nhost = {host:?}\n{rest}"))
 }
 
@@ -47,30 +40,6 @@ fn mark_keys(url: &str, queue: &str) -> Vec<String> {
         .iter()
         .map(|row| row.get(0))
         .collect()
-}
-
-/// The raw answer to a request the server may die in the middle of (no HTTP head: empty).
-fn post_raw(addr: &str, path: &str, headers: &[(&str, String)], body: &[u8]) -> Vec<u8> {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
-        return Vec::new(); // the serve is gone already: nothing was answered
-    };
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let mut head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    let _ = stream.write_all(head.as_bytes());
-    let _ = stream.write_all(body);
-    let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw);
-    raw
 }
 
 #[test]
@@ -114,7 +83,7 @@ fn a_pg_serve_killed_in_its_group_commit_loses_no_acknowledged_delivery_and_leav
                 s.spawn(move || {
                     let headers = generic_headers(id, None, body);
                     barrier.wait();
-                    post_raw(addr, "/hooks/k", &headers, body)
+                    post_raw(addr, "/hooks/k", &headers, body).unwrap_or_default()
                 })
             })
             .collect();

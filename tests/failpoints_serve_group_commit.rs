@@ -8,37 +8,14 @@
 #![cfg(feature = "failpoints")]
 #![cfg(feature = "serve")]
 
+mod common;
 mod serve_support;
 
+use common::http::post_raw;
 use serve_support::*;
 use std::sync::Barrier;
-use std::time::Duration;
 
 const DELIVERIES: usize = 6;
-
-/// The raw answer to a request the server may die in the middle of (no HTTP head: empty).
-fn post_raw(addr: &str, path: &str, headers: &[(&str, String)], body: &[u8]) -> Vec<u8> {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
-        return Vec::new(); // the serve is gone already: nothing was answered
-    };
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let mut head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    let _ = stream.write_all(head.as_bytes());
-    let _ = stream.write_all(body);
-    let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw);
-    raw
-}
 
 #[test]
 fn a_serve_killed_before_the_group_commit_answered_none_and_retries_run_once() {
@@ -68,7 +45,7 @@ fn a_serve_killed_before_the_group_commit_answered_none_and_retries_run_once() {
                 s.spawn(move || {
                     let headers = generic_headers(id, None, body);
                     barrier.wait();
-                    post_raw(addr, "/hooks/c", &headers, body)
+                    post_raw(addr, "/hooks/c", &headers, body).unwrap_or_default()
                 })
             })
             .collect();

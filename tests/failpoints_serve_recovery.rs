@@ -8,38 +8,17 @@
 #![cfg(feature = "failpoints")]
 #![cfg(feature = "serve")]
 
+mod common;
 mod serve_support;
 
+use common::http::post_raw;
 use serve_support::*;
-use std::time::Duration;
 
 /// Starts `serve` with `FAILPOINTS` set, and returns it with the address it listens on.
 fn serve_with_failpoint(home: &TestHome, failpoints: &str) -> Serve {
     let mut cmd = Serve::command(home);
     cmd.env("FAILPOINTS", failpoints);
     Serve::spawn(cmd)
-}
-
-/// The raw answer to a request the server may die in the middle of (no HTTP head: empty).
-fn post_raw(addr: &str, path: &str, headers: &[(&str, String)], body: &[u8]) -> Vec<u8> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let mut head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).unwrap();
-    let _ = stream.write_all(body);
-    let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw);
-    raw
 }
 
 #[test]
@@ -66,7 +45,8 @@ fn a_serve_killed_after_reserving_a_row_has_its_delivery_run_by_the_next_serve()
     // delivery was committed before the spawn, so the serve either answered 200 or died before
     // its answer left; never anything else.
     let mut doomed = serve_with_failpoint(&home, "serve::after_reserve=return");
-    let raw = post_raw(&doomed.addr, "/hooks/r", &headers, body);
+    let raw = post_raw(&doomed.addr, "/hooks/r", &headers, body)
+        .expect("the serve is listening and reads the request");
     let text = String::from_utf8_lossy(&raw);
     assert!(
         raw.is_empty() || (text.starts_with("HTTP/1.1 200") && text.contains("\"accepted\"")),

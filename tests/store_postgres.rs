@@ -12,13 +12,14 @@
 mod common;
 
 use common::queue_shapes::every_shape;
+use common::store_contract;
 use common::{describe, init_home, tollgate};
 use std::path::Path;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 use tollgate::config::Durability;
 use tollgate::protocol::slots::{QueueState, SlotToken};
-use tollgate::queue::{Commit, PostgresLock, PostgresStore, PostgresUrl, Store, StoreError};
+use tollgate::queue::{PostgresLock, PostgresStore, PostgresUrl, Store, StoreError};
 
 use common::postgres::{server, with_queue};
 
@@ -43,75 +44,22 @@ fn store(url: &str, queue: &str) -> PostgresStore {
 fn every_queue_shape_round_trips_and_only_what_a_section_changed_changes() {
     let Some(url) = server() else { return };
     let queue = unique_queue("shapes");
-    let first = store(&url, &queue);
-    assert_eq!(first.load().expect("new queue"), QueueState::default());
-    let shape = every_shape();
-    first
-        .transact(|q| {
-            *q = shape.clone();
-            Ok::<_, StoreError>(())
-        })
-        .expect("publish");
-    assert_eq!(first.load().expect("load"), shape);
-    // Another connection (another command) reads the same document.
-    assert_eq!(store(&url, &queue).load().expect("load again"), shape);
+    store_contract::every_shape_round_trips_and_a_section_changes_only_what_it_changed(|| {
+        store(&url, &queue)
+    });
     // Another queue in the same database is not this one.
     let other = store(&url, &unique_queue("shapes-other"));
     assert_eq!(other.load().expect("other queue"), QueueState::default());
-
-    let mut expected = shape.clone();
-    expected.entries.remove(0);
-    expected.entries[0].slot_reservation = None;
-    expected.runners.remove(0);
-    expected.works.pop();
-    store(&url, &queue)
-        .transact_as(Commit::Internal, |q| {
-            q.entries.remove(0);
-            q.entries[0].slot_reservation = None;
-            q.runners.remove(0);
-            q.works.pop();
-            Ok::<_, StoreError>(())
-        })
-        .expect("internal commit");
-    assert_eq!(first.load().expect("load"), expected);
 }
 
 #[test]
 fn a_failed_or_unpublishable_section_changes_nothing() {
     let Some(url) = server() else { return };
     let queue = unique_queue("failed");
-    let store = store(&url, &queue);
-    store
-        .transact(|q| {
-            *q = every_shape();
-            Ok::<_, StoreError>(())
-        })
-        .expect("publish");
-    let before = store.load().expect("load");
-
-    let err = store
-        .transact(|q| {
-            q.entries.clear();
-            q.runners.clear();
-            Err::<(), _>(StoreError::Poisoned)
-        })
-        .expect_err("the section failed");
-    assert!(matches!(err, StoreError::Poisoned), "{err}");
-    assert_eq!(store.load().expect("load"), before);
-
-    // Rows out of FIFO order would make every later load fail: refused, nothing written.
-    let err = store
-        .transact(|q| {
-            q.entries.swap(0, 1);
-            Ok::<_, StoreError>(())
-        })
-        .expect_err("unpublishable");
-    assert!(
-        matches!(&err, StoreError::Unpublishable { path, .. }
-            if path.to_string_lossy().contains(&queue)),
-        "{err}"
+    store_contract::a_failed_or_unpublishable_section_changes_nothing(
+        &store(&url, &queue),
+        |path| path.to_string_lossy().contains(&queue),
     );
-    assert_eq!(store.load().expect("load"), before);
 }
 
 /// THREADS writers, each its own connection, released together, each doing SECTIONS

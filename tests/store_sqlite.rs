@@ -6,6 +6,7 @@
 mod common;
 
 use common::queue_shapes::{every_shape, id};
+use common::store_contract;
 use common::{describe, tollgate};
 use std::path::Path;
 use std::sync::{Arc, Barrier};
@@ -24,69 +25,18 @@ fn store(home: &Path) -> SqliteStore {
 #[test]
 fn every_queue_shape_round_trips_and_only_what_a_section_changed_changes() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let first = store(tmp.path());
-    assert_eq!(first.load().expect("new database"), QueueState::default());
-    let shape = every_shape();
-    first
-        .transact(|queue| {
-            *queue = shape.clone();
-            Ok::<_, StoreError>(())
-        })
-        .expect("publish");
-    assert_eq!(first.load().expect("load"), shape);
-    // Another connection (another command) reads the same document.
-    assert_eq!(store(tmp.path()).load().expect("load again"), shape);
-
-    // A section that changes one row, drops one and reorders nothing leaves the rest as it was.
-    let mut expected = shape.clone();
-    expected.entries.remove(0);
-    expected.entries[0].slot_reservation = None;
-    expected.runners.remove(0);
-    store(tmp.path())
-        .transact_as(Commit::Internal, |queue| {
-            queue.entries.remove(0);
-            queue.entries[0].slot_reservation = None;
-            queue.runners.remove(0);
-            Ok::<_, StoreError>(())
-        })
-        .expect("internal commit");
-    assert_eq!(first.load().expect("load"), expected);
+    store_contract::every_shape_round_trips_and_a_section_changes_only_what_it_changed(|| {
+        store(tmp.path())
+    });
 }
 
 #[test]
 fn a_failed_or_unpublishable_section_changes_nothing() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let store = store(tmp.path());
-    store
-        .transact(|queue| {
-            *queue = every_shape();
-            Ok::<_, StoreError>(())
-        })
-        .expect("publish");
     let db = tmp.path().join("tollgate.db");
-    let before = store.load().expect("load");
-
-    let err = store
-        .transact(|queue| {
-            queue.entries.clear();
-            Err::<(), _>(StoreError::Poisoned)
-        })
-        .expect_err("the section failed");
-    assert!(matches!(err, StoreError::Poisoned), "{err}");
-    assert_eq!(store.load().expect("load"), before);
-
-    // Rows out of FIFO order would make every later load fail: refused, nothing written.
-    let err = store
-        .transact(|queue| {
-            queue.entries.swap(0, 1);
-            Ok::<_, StoreError>(())
-        })
-        .expect_err("unpublishable");
-    assert!(
-        matches!(&err, StoreError::Unpublishable { path, .. } if path == &db),
-        "{err}"
-    );
-    assert_eq!(store.load().expect("load"), before);
+    store_contract::a_failed_or_unpublishable_section_changes_nothing(&store(tmp.path()), |path| {
+        path == db
+    });
 }
 
 /// S7 through the database: threads released together, each with its own connection (as

@@ -6,6 +6,7 @@ pub mod failpoints;
 pub mod http;
 pub mod postgres;
 pub mod queue_shapes;
+pub mod store_contract;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -14,6 +14,7 @@
 mod common;
 mod serve_support;
 
+use common::fifo::{gate, release};
 use common::postgres::{server, unique, with_queue};
 use serde_json::Value;
 use serve_support::*;
@@ -181,38 +182,6 @@ fn turn_states(home: &Path, task: &str) -> Vec<String> {
         .unwrap_or_default();
     turns.sort();
     turns.into_iter().map(|(_, state)| state).collect()
-}
-
-/// A fifo that blocks a turn's command (`cat FIFO`) until [`release`].
-fn gate(dir: &Path, name: &str) -> PathBuf {
-    let path = dir.join(name);
-    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap();
-    path
-}
-
-/// Opens the fifo for writing once its reader has it open and closes it: the reader's EOF. A
-/// non-blocking open fails with ENXIO until a reader exists, so the wait is bounded.
-fn release(fifo: &Path) {
-    use std::os::unix::fs::OpenOptionsExt;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(nix::libc::O_NONBLOCK)
-            .open(fifo)
-        {
-            Ok(_) => return,
-            Err(e) if e.raw_os_error() == Some(nix::libc::ENXIO) => {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "no turn ever opened {}",
-                    fifo.display()
-                );
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            Err(e) => panic!("{}: {e}", fifo.display()),
-        }
-    }
 }
 
 #[test]

@@ -2,6 +2,9 @@
 //! Turns are held running by a fifo the test opens when it is ready, so nothing is ordered by
 //! sleeping.
 
+mod common;
+
+use common::fifo::{gate, release};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -54,39 +57,6 @@ fn wait_until(secs: u64, what: &str, mut done: impl FnMut() -> bool) {
     while !done() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(25));
-    }
-}
-
-/// A fifo that blocks a turn's command until the test releases it.
-fn gate(dir: &Path, name: &str) -> PathBuf {
-    let path = dir.join(name);
-    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap();
-    path
-}
-
-/// Opening the fifo for writing (once its reader, the turn's `cat`, has it open) and closing it
-/// gives the reader EOF. A non-blocking open fails with ENXIO until a reader exists, so the wait
-/// for the turn to start is bounded.
-fn release(fifo: &Path) {
-    use std::os::unix::fs::OpenOptionsExt;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(nix::libc::O_NONBLOCK)
-            .open(fifo)
-        {
-            Ok(_) => return,
-            Err(e) if e.raw_os_error() == Some(nix::libc::ENXIO) => {
-                assert!(
-                    Instant::now() < deadline,
-                    "no turn ever opened {}",
-                    fifo.display()
-                );
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => panic!("{}: {e}", fifo.display()),
-        }
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod containment;
 pub mod failpoints;
+pub mod fifo;
 pub mod http;
 pub mod postgres;
 pub mod queue_shapes;

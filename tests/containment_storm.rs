@@ -12,6 +12,7 @@
 mod common;
 
 use common::containment::{no_cgroup_value, paths, runners, sigkill, tagged, Reaper, Sampler};
+use common::storm::{env_u64, Rng};
 use common::{describe, BIN};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -20,31 +21,6 @@ use std::time::{Duration, Instant};
 const WORKERS: usize = 2;
 const DEFAULT_ROUNDS: u64 = 200;
 const DEFAULT_SEED: u64 = 0x5eed_7011_6a7e;
-
-/// xorshift64*: a small seeded generator, so a seed names one storm.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 struct Storm<'a> {
     home: &'a Path,

@@ -34,6 +34,7 @@ mod common;
 
 use common::containment::{confirmed, copies, runners, sigkill, unique_tag, Reaper, TAG_VAR};
 use common::postgres::server;
+use common::storm::{env_u64, Rng};
 use common::{describe, BIN};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -49,31 +50,6 @@ const DEFAULT_SEED: u64 = 0x0f1e_e7ac_ce97;
 /// Short leases (`TOLLGATE_LEASE_MILLIS`): a SIGKILLed runner's slot is free for another host
 /// 3 s after its last renewal, so the drain after the storm takes seconds, not half a minute.
 const LEASE_MILLIS: &str = "3000";
-
-/// xorshift64*: a small seeded generator, so a seed names one storm.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// `tollgate --home HOME ARGS` with the test's lease numbers; the host is the home's `host`
 /// setting (no `TOLLGATE_HOST`, no `TOLLGATE_STORE`: each home's tollgate.toml says it all).
@@ -228,6 +204,25 @@ fn script(marks: &Path, task: &str) -> String {
     )
 }
 
+/// `submit --json --task TASK` of [`script`] on `home`, tagged with `tag_env` (`TEST_TAG=…`).
+fn submit_marked(home: &Path, task: &str, tag_env: &str, marks: &Path) -> Command {
+    tollgate(
+        home,
+        &[
+            "submit",
+            "--json",
+            "--task",
+            task,
+            "--env",
+            tag_env,
+            "--",
+            "sh",
+            "-c",
+            &script(marks, task),
+        ],
+    )
+}
+
 /// Three homes on one queue of the test server, each its own `host`, each `workers = 3`.
 fn fleet_homes(dir: &Path, url: &str) -> Vec<PathBuf> {
     let queue = format!("accept-{}", unique_tag("q"));
@@ -310,25 +305,11 @@ fn three_hosts_sixty_submitters_and_sigkills_never_exceed_the_global_cap_and_los
     for i in 0..submitters {
         let host = i % HOSTS;
         let task = format!("t{i}");
-        let child = tollgate(
-            &homes[host],
-            &[
-                "submit",
-                "--json",
-                "--task",
-                &task,
-                "--env",
-                &tag_env,
-                "--",
-                "sh",
-                "-c",
-                &script(&marks, &task),
-            ],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn submit");
+        let child = submit_marked(&homes[host], &task, &tag_env, &marks)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn submit");
         subs.push(Submitter {
             task,
             host,
@@ -388,23 +369,9 @@ fn three_hosts_sixty_submitters_and_sigkills_never_exceed_the_global_cap_and_los
                 continue;
             }
             let task = format!("p{host}-{}", probes.len());
-            let out = tollgate(
-                &homes[host],
-                &[
-                    "submit",
-                    "--json",
-                    "--task",
-                    &task,
-                    "--env",
-                    &tag_env,
-                    "--",
-                    "sh",
-                    "-c",
-                    &script(&marks, &task),
-                ],
-            )
-            .output()
-            .expect("run submit");
+            let out = submit_marked(&homes[host], &task, &tag_env, &marks)
+                .output()
+                .expect("run submit");
             assert!(out.status.success(), "{task}: {}", describe(&out));
             let view: serde_json::Value = serde_json::from_slice(&out.stdout)
                 .unwrap_or_else(|e| panic!("{task}: submit json: {e}: {}", describe(&out)));

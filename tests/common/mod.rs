@@ -8,6 +8,7 @@ pub mod http;
 pub mod postgres;
 pub mod queue_shapes;
 pub mod store_contract;
+pub mod storm;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -13,7 +13,8 @@
 mod common;
 
 use common::containment::{
-    is_alive, ok_on as ok, paths, read_pid, tagged, tollgate_on as tollgate, wait_files, Reaper,
+    is_alive, ok_on as ok, paths, read_pid, tagged, tollgate_on as tollgate, wait_files,
+    wait_untagged, Reaper,
 };
 use common::describe;
 use std::path::Path;
@@ -110,11 +111,7 @@ fn cancel_right_after_submit(path: &str, force_subreaper: bool, tries: usize) {
         records.push(settled(&home, &key, Duration::from_secs(30)));
     }
     // Every command has ended (or was never started) before markers are counted.
-    let until = Instant::now() + Duration::from_secs(10);
-    while !tagged(&tag).is_empty() {
-        assert!(Instant::now() < until, "left running: {:?}", tagged(&tag));
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_untagged(&tag, "the cancels");
     for turn in &records {
         let marked = marks.join(&turn.key.task).exists();
         *counts

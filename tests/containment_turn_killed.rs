@@ -12,7 +12,7 @@
 mod common;
 
 use common::containment::{
-    is_alive, paths, read_pid, tagged, tollgate_on as tollgate, wait_files, Reaper, Sampler,
+    is_alive, paths, read_pid, tollgate_on as tollgate, wait_files, wait_untagged, Reaper, Sampler,
 };
 use common::describe;
 use std::path::Path;
@@ -192,11 +192,7 @@ fn runner_killed_then_repaired(path: &str, force_subreaper: bool, repairer: &str
     );
     let cancel = tollgate(&home, force_subreaper, &["cancel", "victim"]);
     assert!(cancel.status.success(), "{}", describe(&cancel));
-    let until = Instant::now() + Duration::from_secs(10);
-    while !tagged(&tag).is_empty() {
-        assert!(Instant::now() < until, "cancel left {:?}", tagged(&tag));
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_untagged(&tag, "cancel");
 }
 
 #[test]

@@ -352,6 +352,16 @@ impl Drop for Sampler {
     }
 }
 
+/// Waits (bounded: 10 s, polling `/proc`) until no live process carries the tag; `what` names
+/// what should have ended them, for the failure message.
+pub fn wait_untagged(tag: &str, what: &str) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !tagged(tag).is_empty() {
+        assert!(Instant::now() < until, "{what} left {:?}", tagged(tag));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// SIGKILLs `pid`, whatever it is now (a test's own process, or gone already).
 pub fn sigkill(pid: i32) {
     let _ = nix::sys::signal::kill(

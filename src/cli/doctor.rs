@@ -110,10 +110,11 @@ struct TableCheck {
 }
 
 /// What is checked beyond the queue and the records: rows each table's writer never writes.
-/// A mark must expire after it was made (the dedupe window is positive), a kept payload belongs
-/// to a turn (it is committed with its turn, and pruned once the turn is settled or gone), the
-/// JSON bodies of refusals, hand-offs and the sweep list load as objects, and a sweep row's key
-/// columns say what its body says (they make its additions idempotent).
+/// A mark must expire after it was made (the dedupe window is positive), the JSON bodies of
+/// refusals, hand-offs and the sweep list load as objects, and a sweep row's key columns say what
+/// its body says (they make its additions idempotent). `serve_payloads` is not checked: a payload
+/// whose turn record is gone is a normal state (retention removed the turn while no serve ran),
+/// which the next serve's prune removes, not damage.
 const TABLE_CHECKS: &[TableCheck] = &[
     TableCheck {
         table: "serve_dedupe",
@@ -124,16 +125,6 @@ const TABLE_CHECKS: &[TableCheck] = &[
               FROM serve_dedupe
               WHERE expires_at_millis <= marked_at_millis OR marked_at_millis < 0
               ORDER BY key LIMIT ?1",
-    },
-    TableCheck {
-        table: "serve_payloads",
-        since_version: 5,
-        sweep: false,
-        sql: "SELECT 'serve_payloads delivery ' || quote(p.delivery) || ': its turn '
-                  || p.task || ':' || p.turn || ' has no turn record'
-              FROM serve_payloads p
-              WHERE NOT EXISTS (SELECT 1 FROM turns t WHERE t.task = p.task AND t.turn = p.turn)
-              ORDER BY p.delivery LIMIT ?1",
     },
     TableCheck {
         table: "serve_refused",
@@ -466,26 +457,15 @@ fn check_postgres(home: &Home) -> Result<Option<PostgresReport>, TableCheckError
         }
     }
     // The same rules as [`TABLE_CHECKS`], on this queue's rows.
-    let checks: [(&str, &str); 2] = [
-        (
-            "serve_dedupe",
-            "SELECT 'serve_dedupe key ' || quote_literal(key) || ': expires at '
+    let checks: [(&str, &str); 1] = [(
+        "serve_dedupe",
+        "SELECT 'serve_dedupe key ' || quote_literal(key) || ': expires at '
                  || expires_at_millis || ' ms, not after it was marked at '
                  || marked_at_millis || ' ms'
              FROM serve_dedupe
              WHERE queue = $1 AND (expires_at_millis <= marked_at_millis OR marked_at_millis < 0)
              ORDER BY key LIMIT $2",
-        ),
-        (
-            "serve_payloads",
-            "SELECT 'serve_payloads delivery ' || quote_literal(p.delivery) || ': its turn '
-                 || p.task || ':' || p.turn || ' has no turn record'
-             FROM serve_payloads p
-             WHERE p.queue = $1 AND NOT EXISTS (SELECT 1 FROM turns t
-                 WHERE t.queue = p.queue AND t.task = p.task AND t.turn = p.turn)
-             ORDER BY p.delivery LIMIT $2",
-        ),
-    ];
+    )];
     for (table, sql) in checks {
         if !has(&mut client, table)? {
             continue;

@@ -229,3 +229,76 @@ fn a_sigkilled_runner_on_a_live_host_leaves_nothing_running_before_its_lease_exp
         "the first run's grandchild ran beside the second run: {beside:?}"
     );
 }
+
+/// The guards of this home's runners (`worker guard`, found by their command line and the
+/// `TOLLGATE_HOME` they inherited from their runner), alive ones only.
+fn guards_of(home: &Path) -> Vec<u32> {
+    let wanted = format!("TOLLGATE_HOME={}", home.display());
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            args.windows(2)
+                .any(|w| w[0] == b"worker" && w[1] == b"guard")
+                && environ.split(|&b| b == 0).any(|v| v == wanted.as_bytes())
+                && running(pid)
+        })
+        .collect()
+}
+
+/// The guard is not what kills a work on the runner's own paths: with its guard SIGKILLed, a
+/// cancel still kills the turn's whole tree (the grandchild included), and a guard whose runner
+/// ended normally exits without being told anything else.
+#[test]
+fn a_killed_guard_leaves_the_runners_own_kill_and_an_ended_runners_guard_exits() {
+    let Some(url) = server() else { return };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = fleet_home(tmp.path(), &url);
+    let a = unique("guard-own");
+    let (_, grandchild, runner) = start_forking(&home, tmp.path(), &a);
+    let mut guards = Vec::new();
+    poll(Duration::from_secs(5), "the runner's guard runs", || {
+        guards = guards_of(&home);
+        !guards.is_empty()
+    });
+    assert_eq!(guards.len(), 1, "one guard per runner: {guards:?}");
+    assert_ne!(
+        parent_of(guards[0]),
+        runner,
+        "the guard is not the runner's child"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(guards[0] as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL the guard");
+    poll(Duration::from_secs(5), "the guard is dead", || {
+        !running(guards[0])
+    });
+    assert!(running(grandchild), "killing the guard kills nothing");
+    run_ok(as_host(&home, &a, &["cancel", "held"]));
+    poll(Duration::from_secs(15), "the cancelled turn ends", || {
+        turn_state(&home, &a, "held") == "cancelled"
+    });
+    assert!(
+        !running(grandchild),
+        "the cancel left the grandchild running"
+    );
+
+    // A turn that ends normally: its guard is told `done` and exits.
+    run_ok(as_host(
+        &home,
+        &a,
+        &["submit", "--wait", "--task", "short", "--", "true"],
+    ));
+    assert_eq!(turn_state(&home, &a, "short"), "completed");
+    poll(
+        Duration::from_secs(5),
+        "the ended runner's guard exits",
+        || guards_of(&home).is_empty(),
+    );
+}

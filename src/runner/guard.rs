@@ -8,11 +8,12 @@
 //!
 //! How: the runner, before it becomes a child subreaper, starts the hidden `worker guard`, whose
 //! standard input is the read end of a pipe only the runner holds the write end of
-//! (close-on-exec, so no command or hook inherits it). The guard forks once and its first process
-//! exits, so the guard is not on the runner's child list (the runner's proof at its work's end,
-//! spec/containment.md, needs it to have no child but its work's) and has its own session. The
-//! runner writes the unit it is about to start (`unit <json>`: the marker and the cgroup, before
-//! the spawn; again with the process group and leader after it) and `done` once its work is dead.
+//! (close-on-exec, so no command or hook inherits it). The runner's forked child forks once more
+//! before the exec and exits, so the guard is not on the runner's child list (the runner's proof at
+//! its work's end, spec/containment.md, needs it to have no child but its work's) and has its own
+//! session. The runner writes the unit it is about to start (`unit <json>`: the marker and the
+//! cgroup, before the spawn; again with the process group and leader after it) and `done` once its
+//! work is dead.
 //! End of file without `done` means the runner is gone (the kernel closes its descriptors when it
 //! dies, however it dies): the guard kills the last unit it was told of with the fence's kill
 //! (TERM, the fence's grace, KILL and `cgroup.kill`, until observed empty, bounded) and exits.
@@ -27,8 +28,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// How long the runner waits for the guard's first process to fork and exit (an exec of this
-/// binary and a fork: milliseconds). Past it the runner goes on unguarded (logged).
+/// How long the runner waits for the guard's first process to fork and exit (two forks: well
+/// under a millisecond). Past it the runner goes on unguarded (logged).
 const GUARD_START_MILLIS: u64 = 5_000;
 
 /// The longest line the guard reads: a unit's JSON is a few hundred bytes.
@@ -42,14 +43,17 @@ pub struct Guard {
 }
 
 impl Guard {
-    /// Starts `exe worker guard --grace-millis GRACE` and waits until its first process has
-    /// forked the guard and exited. Must be called before this process becomes a child subreaper
-    /// (else the guard is reparented to it) and after its signal mask was restored (the guard
-    /// inherits it).
+    /// Starts `exe worker guard --grace-millis GRACE` as a grandchild: the forked child forks
+    /// again before the exec and exits, and this waits for that exit (the spawn itself returns
+    /// once the grandchild has exec'd). Must be called before this process becomes a child
+    /// subreaper (else the grandchild is reparented to it) and after its signal mask was restored
+    /// (the guard inherits it).
     pub fn start(exe: &Path, grace_millis: u64) -> std::io::Result<Guard> {
+        use std::os::unix::process::CommandExt;
         let (read, write): (OwnedFd, OwnedFd) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(std::io::Error::from)?;
-        let mut child = Command::new(exe)
+        let mut command = Command::new(exe);
+        command
             .args([
                 "worker",
                 "guard",
@@ -58,8 +62,22 @@ impl Guard {
             ])
             .stdin(Stdio::from(read))
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()?;
+            .stderr(Stdio::inherit());
+        // SAFETY: runs in the forked child before exec and calls only fork(2), _exit(2) and
+        // setsid(2), all async-signal-safe; it allocates nothing and takes no lock. The first
+        // child exits at once; the grandchild returns and is exec'd, in a session of its own.
+        unsafe {
+            command.pre_exec(|| {
+                match libc::fork() {
+                    -1 => return Err(std::io::Error::last_os_error()),
+                    0 => {}
+                    _ => libc::_exit(0),
+                }
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let mut child = command.spawn()?;
         let until = Instant::now() + Duration::from_millis(GUARD_START_MILLIS);
         loop {
             match child.try_wait()? {
@@ -147,23 +165,11 @@ pub fn listen(mut input: impl BufRead) -> Heard {
     }
 }
 
-/// The hidden `worker guard --grace-millis GRACE`: fork, the first process exits 0 at once (the
-/// runner waits for it); the second leaves the runner's session and serves the runner's pipe on
-/// standard input. Returns the exit code of the process that returns.
+/// The hidden `worker guard --grace-millis GRACE` ([`Guard::start`] made it the runner's
+/// grandchild, in its own session): serves the runner's pipe on standard input until `done` or
+/// end of file, and then kills the announced unit if the runner is gone. Its exit code: 0, or 1
+/// when processes of the unit survived the kill.
 pub fn serve(grace_millis: u64) -> i32 {
-    // SAFETY: fork(2) in a process that has started no thread of its own (the CLI dispatches here
-    // before anything else); the child goes on with ordinary code, as after any fork of a
-    // single-threaded process.
-    match unsafe { nix::unistd::fork() } {
-        Ok(nix::unistd::ForkResult::Parent { .. }) => return 0,
-        Ok(nix::unistd::ForkResult::Child) => {}
-        Err(e) => {
-            eprintln!("tollgate worker guard: cannot fork: {e}");
-            return 1;
-        }
-    }
-    // Its own session: a signal to the runner's process group does not reach the guard.
-    let _ = nix::unistd::setsid();
     match listen(std::io::stdin().lock()) {
         Heard::Done | Heard::RunnerGone(None) => 0,
         Heard::RunnerGone(Some(unit)) => {

@@ -6,7 +6,9 @@
 //! (351 936 → 368 824, 419 699 → 444 083, 182 802 → 193 514, 331 669 → 348 359) when a handoff
 //! became two actions: between a dispatcher's spawn and its publishes the child's take-over may
 //! run ahead of the first publish, find no lease and be retried (the shell's
-//! `take_over_retrying`), which adds the states of that gap.
+//! `take_over_retrying`), which adds the states of that gap. A runner dying alone on a live host
+//! (`RunnerDies`, issue 14's guard) has its own configuration (492 345 states); the four above
+//! have no runner-crash budget and kept their counts.
 //! `TOLLGATE_MODEL_FULL=1` adds larger ones (three hosts, a crash, a slow clock); they report their
 //! counts only. `TOLLGATE_MODEL_REPIN=1` reports every count without asserting it.
 #![cfg(feature = "model-check")]
@@ -16,7 +18,8 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 use tollgate::model::fleet::{names, render_trail, FleetConfig, FleetModel, FleetVariant};
 
-fn check(cfg: FleetConfig, require_examples: bool, unique_states: Option<usize>) {
+/// Checks `cfg` exhaustively; returns whether the dead-runner replacement was reached.
+fn check(cfg: FleetConfig, require_examples: bool, unique_states: Option<usize>) -> bool {
     let started = Instant::now();
     let checker = FleetModel::new(cfg.clone()).checker().spawn_dfs().join();
     tollgate::model::report(&format!(
@@ -30,7 +33,11 @@ fn check(cfg: FleetConfig, require_examples: bool, unique_states: Option<usize>)
     let model = checker.model();
     for property in model.properties() {
         match (property.expectation, checker.discovery(property.name)) {
-            (Expectation::Sometimes, None) if require_examples => {
+            // The dead-runner example needs a runner crash in the budget.
+            (Expectation::Sometimes, None)
+                if require_examples
+                    && (cfg.runner_crashes > 0 || property.name != names::RUNNER_DIED_STOLEN) =>
+            {
                 panic!("{cfg}: no example reached for \"{}\"", property.name)
             }
             (Expectation::Always, Some(path)) => panic!(
@@ -41,8 +48,9 @@ fn check(cfg: FleetConfig, require_examples: bool, unique_states: Option<usize>)
             _ => {}
         }
     }
+    let replaced = checker.discovery(names::RUNNER_DIED_STOLEN).is_some();
     if std::env::var("TOLLGATE_MODEL_REPIN").is_ok_and(|v| v == "1") {
-        return;
+        return replaced;
     }
     if let Some(expected) = unique_states {
         assert_eq!(
@@ -51,6 +59,7 @@ fn check(cfg: FleetConfig, require_examples: bool, unique_states: Option<usize>)
             "{cfg}: the state space changed; if that is intended, pin the new count"
         );
     }
+    replaced
 }
 
 /// The checker must find a counterexample for S1 or S2 (fleet-wide) under `cfg`'s broken variant;
@@ -143,6 +152,25 @@ fn f_larger_configurations_when_asked() {
     let mut cap_two = FleetConfig::new(2, 2, 2);
     cap_two.horizon_ticks = 5;
     check(cap_two, false, None);
+    let mut runner_and_partition = FleetConfig::new(2, 2, 1);
+    runner_and_partition.runner_crashes = 1;
+    check(runner_and_partition, true, None);
+}
+
+/// A runner SIGKILLed alone on a live, connected host (issue 14's guard): its lease is never
+/// renewed and expires; its work dies as its guard kills it. The other host (or a repair on its
+/// own) takes the turn over only then.
+#[test]
+fn f_two_hosts_two_turns_cap_one_one_runner_crash() {
+    let mut cfg = FleetConfig::new(2, 2, 1);
+    cfg.partitions = 0;
+    cfg.runner_crashes = 1;
+    let reached = check(cfg, false, Some(492_345));
+    assert!(
+        reached,
+        "no example reached for \"{}\"",
+        names::RUNNER_DIED_STOLEN
+    );
 }
 
 #[test]
@@ -169,6 +197,18 @@ fn teeth_a_renewal_extending_another_process_lease_breaks_s1_or_s2() {
     let mut cfg = FleetConfig::new(2, 2, 2).with_variant(FleetVariant::RenewOthersLease);
     cfg.partitions = 0;
     cfg.horizon_ticks = 5;
+    expect_s1_or_s2_broken(cfg);
+}
+
+#[test]
+fn teeth_a_runner_dying_without_a_guard_breaks_s1_or_s2() {
+    // The runner of host 0 dies while its work runs; nothing kills the work on host 0 (no
+    // guard, and its own reconcile does not run first); host 1 steals the expired lease and runs
+    // the turn again beside it.
+    let mut cfg = FleetConfig::new(2, 1, 1).with_variant(FleetVariant::NoGuard);
+    cfg.partitions = 0;
+    cfg.runner_crashes = 1;
+    cfg.horizon_ticks = 6;
     expect_s1_or_s2_broken(cfg);
 }
 

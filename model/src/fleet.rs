@@ -33,7 +33,11 @@
 //! - the **environment**: the clocks tick together (one tick is 1 s: the database clock and every
 //!   live host's own clock, which may start at any offset; with a slow-tick budget one host's
 //!   clock may miss a tick, the bounded rate drift), a host is cut off from the database and heals
-//!   (partition budget), a host crashes with everything on it (crash budget).
+//!   (partition budget), a host crashes with everything on it (crash budget), a **runner dies
+//!   alone on a live, connected host** (runner-crash budget): its lease is never renewed again and
+//!   expires on the database clock; its work dies only as the runner's guard kills it, at once,
+//!   which stands for the guard's kill ending before the lease can expire (the timing argument,
+//!   spec/fleet.md "The guard").
 //!
 //! Properties: `S1` and `S2` over works fleet-wide, partitioned hosts included (a state breaking
 //! them ends its path); `F1` a live work's runner holds an unexpired lease; `F2` a renewal changes
@@ -115,14 +119,19 @@ pub enum FleetVariant {
     /// it: between the two, another host sees the recorded runner as gone and gives its slot to
     /// another turn (breaks S1; the counterexample that made the first publish take the lease).
     ChildLeaseAtTakeOver,
+    /// No guard: a runner that dies alone on a live host leaves its work running (its
+    /// grandchildren reparented away); only a repair on that host kills it, and another host,
+    /// once the lease expired, runs the turn again beside it (breaks F1, then S1/S2).
+    NoGuard,
 }
 
 impl FleetVariant {
-    pub const BROKEN: [FleetVariant; 4] = [
+    pub const BROKEN: [FleetVariant; 5] = [
         FleetVariant::FenceFromAck,
         FleetVariant::StealBeforeExpiry,
         FleetVariant::RenewOthersLease,
         FleetVariant::ChildLeaseAtTakeOver,
+        FleetVariant::NoGuard,
     ];
 }
 
@@ -138,6 +147,8 @@ pub struct FleetConfig {
     pub partitions: u8,
     /// Host crashes (a crashed host stays down).
     pub crashes: u8,
+    /// Runners that die alone (SIGKILL) on a host that stays up and connected.
+    pub runner_crashes: u8,
     /// Ticks one host's clock may miss (bounded rate drift).
     pub slow_ticks: u8,
     /// The database clock stops here (ticks).
@@ -154,6 +165,7 @@ impl FleetConfig {
             cap,
             partitions: 1,
             crashes: 0,
+            runner_crashes: 0,
             slow_ticks: 0,
             horizon_ticks: 7,
             timing: MODEL_TIMING,
@@ -189,12 +201,13 @@ impl fmt::Display for FleetConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} hosts x {} turns x cap {} (partitions {}, crashes {}, slow ticks {}, horizon {} ticks, {:?})",
+            "{} hosts x {} turns x cap {} (partitions {}, crashes {}, runner crashes {}, slow ticks {}, horizon {} ticks, {:?})",
             self.hosts,
             self.turns,
             self.cap,
             self.partitions,
             self.crashes,
+            self.runner_crashes,
             self.slow_ticks,
             self.horizon_ticks,
             self.variant
@@ -284,30 +297,76 @@ pub struct FleetState {
     pub tokens: u32,
     pub partitions_left: u8,
     pub crashes_left: u8,
+    pub runner_crashes_left: u8,
     pub slow_left: u8,
     pub violations: u8,
     /// A host replaced another host's executor after its lease expired.
     pub stolen: bool,
     /// A runner fenced itself while its host was cut off.
     pub fenced_cut_off: bool,
+    /// The last runner that died alone on a live host (`RunnerDies`), by its fleet identity.
+    pub died: Option<FleetIdentity>,
+    /// Another host replaced that dead runner (after its lease expired).
+    pub dead_runner_replaced: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum FleetAction {
-    Submit { turn: u32 },
-    TakeOver { host: usize, runner: usize },
-    Publish { host: usize, dispatch: usize },
-    WorkExits { host: usize, runner: usize },
-    Finish { host: usize, runner: usize },
-    DeliverRequest { host: usize, runner: usize },
-    DeliverReply { host: usize, runner: usize },
-    LoseMessage { host: usize, runner: usize },
-    Fence { host: usize, runner: usize },
-    Reconcile { host: usize },
-    Tick { slow: Option<usize> },
-    Cut { host: usize },
-    Heal { host: usize },
-    Crash { host: usize },
+    Submit {
+        turn: u32,
+    },
+    TakeOver {
+        host: usize,
+        runner: usize,
+    },
+    Publish {
+        host: usize,
+        dispatch: usize,
+    },
+    WorkExits {
+        host: usize,
+        runner: usize,
+    },
+    Finish {
+        host: usize,
+        runner: usize,
+    },
+    DeliverRequest {
+        host: usize,
+        runner: usize,
+    },
+    DeliverReply {
+        host: usize,
+        runner: usize,
+    },
+    LoseMessage {
+        host: usize,
+        runner: usize,
+    },
+    Fence {
+        host: usize,
+        runner: usize,
+    },
+    Reconcile {
+        host: usize,
+    },
+    Tick {
+        slow: Option<usize>,
+    },
+    Cut {
+        host: usize,
+    },
+    Heal {
+        host: usize,
+    },
+    Crash {
+        host: usize,
+    },
+    /// The runner alone is SIGKILLed; its host stays up and connected.
+    RunnerDies {
+        host: usize,
+        runner: usize,
+    },
 }
 
 /// The model: a configuration; the state is [`FleetState`].
@@ -387,10 +446,13 @@ impl FleetModel {
             tokens: 0,
             partitions_left: self.cfg.partitions,
             crashes_left: self.cfg.crashes,
+            runner_crashes_left: self.cfg.runner_crashes,
             slow_left: self.cfg.slow_ticks,
             violations: 0,
             stolen: false,
             fenced_cut_off: false,
+            died: None,
+            dead_runner_replaced: false,
         }
     }
 
@@ -599,6 +661,11 @@ impl FleetModel {
                         .leases
                         .iter()
                         .any(|l| l.holder.process == old && l.holder.host != here)
+                });
+                next.dead_runner_replaced |= replaced.is_some_and(|old| {
+                    st.died
+                        .as_ref()
+                        .is_some_and(|d| d.process == old && d.host != here)
                 });
                 Self::spawn_for(&mut next, host, handoff, me);
             }
@@ -870,6 +937,17 @@ impl FleetModel {
                 st.partitions_left -= 1;
             }
             FleetAction::Heal { host } => st.hosts[host].cut = false,
+            FleetAction::RunnerDies { host, runner } => {
+                st.runner_crashes_left -= 1;
+                st.died = Some(Self::fleet_id(host, st.hosts[host].runners[runner].id));
+                if self.cfg.variant == FleetVariant::NoGuard {
+                    // Its command died with it, what the command started did not.
+                    st.hosts[host].runners.remove(runner);
+                } else {
+                    // The guard sees its runner's pipe close and kills the whole unit.
+                    Self::kill_runner(&mut st, host, runner);
+                }
+            }
             FleetAction::Crash { host } => {
                 let h = &mut st.hosts[host];
                 h.up = false;
@@ -904,7 +982,14 @@ impl FleetModel {
     pub fn quiescent(&self, st: &FleetState) -> bool {
         let mut actions = Vec::new();
         self.actions(st, &mut actions);
-        actions.retain(|a| !matches!(a, FleetAction::Cut { .. } | FleetAction::Crash { .. }));
+        actions.retain(|a| {
+            !matches!(
+                a,
+                FleetAction::Cut { .. }
+                    | FleetAction::Crash { .. }
+                    | FleetAction::RunnerDies { .. }
+            )
+        });
         self.safe(st)
             && actions.is_empty()
             && !(st.now_db_millis >= self.cfg.horizon_ticks * TICK_MILLIS && Self::time_matters(st))
@@ -937,6 +1022,8 @@ pub mod names {
     pub const FENCED: &str = "a cut-off runner fenced itself";
     pub const DRAINED_AFTER_PARTITION: &str = "drained after a partition healed";
     pub const TAKE_OVER_AHEAD: &str = "a take-over ran ahead of its first publish (retried)";
+    pub const RUNNER_DIED_STOLEN: &str =
+        "a runner died on a live host and another host took its slot after the expiry";
 }
 
 fn s1_fleet_cap(model: &FleetModel, st: &FleetState) -> bool {
@@ -1039,6 +1126,9 @@ impl Model for FleetModel {
                     }
                     _ => {}
                 }
+                if connected && st.runner_crashes_left > 0 {
+                    actions.push(FleetAction::RunnerDies { host, runner });
+                }
                 match r.message {
                     Some(Message::Request { .. }) if connected => {
                         actions.push(FleetAction::DeliverRequest { host, runner });
@@ -1092,6 +1182,9 @@ impl Model for FleetModel {
             Property::sometimes(names::STOLEN, |_, st: &FleetState| st.stolen),
             Property::sometimes(names::FENCED, |_, st: &FleetState| st.fenced_cut_off),
             Property::sometimes(names::TAKE_OVER_AHEAD, take_over_ahead_of_publish),
+            Property::sometimes(names::RUNNER_DIED_STOLEN, |_, st: &FleetState| {
+                st.dead_runner_replaced
+            }),
             Property::sometimes(
                 names::DRAINED_AFTER_PARTITION,
                 |m: &FleetModel, st: &FleetState| {

@@ -318,6 +318,11 @@ pub enum WorkerCommand {
         #[arg(long, value_name = "MILLIS")]
         at: u64,
     },
+    /// A fleet runner's guard: kills the runner's work when the runner dies (spec/fleet.md).
+    Guard {
+        #[arg(long, value_name = "MILLIS")]
+        grace_millis: u64,
+    },
 }
 
 /// Prints a clap error (or `--help`/`--version`), with a hint for the most common slip: a command
@@ -485,6 +490,9 @@ pub fn main() -> i32 {
             slot_token,
         }) => commands::worker_runner(home, &task, turn, &slot_token),
         Command::Worker(WorkerCommand::Wake { at }) => commands::worker_wake(home, at),
+        Command::Worker(WorkerCommand::Guard { grace_millis }) => {
+            Ok(crate::runner::guard::serve(grace_millis))
+        }
         Command::Run(args) => Ok(run::run(args, home.as_deref())),
         Command::Config(args) => config::config(home, args),
         Command::Completions(args) => Ok(docs::completions(args)),

@@ -94,11 +94,14 @@ impl Execution {
 /// records it). Detached: stdio to the turn's logs, in its own process group. Attached: the
 /// caller's stdio and process group, so the terminal's Ctrl-C reaches it. Either way the
 /// command's first process is killed if this process dies; the rest of the unit is recorded, and
-/// reconcile or cancel kills it.
+/// reconcile or cancel kills it. On a fleet, `guard` (the runner's [`super::guard::Guard`]) is told
+/// the unit right before the spawn and again once its process group and leader are known, so it
+/// can kill the whole unit if this process dies.
 pub fn execute_turn(
     home: &Home,
     turn: &TurnRecord,
     attached: bool,
+    mut guard: Option<&mut super::guard::Guard>,
     unit: &mut UnitIdentity,
     logs: &mut LogDrains,
     on_spawn: impl FnOnce(ProcessIdentity),
@@ -169,6 +172,9 @@ pub fn execute_turn(
         remove_group(unit);
         return Execution::cancelled_before_start();
     }
+    if let Some(guard) = guard.as_deref_mut() {
+        guard.watch(unit);
+    }
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -202,6 +208,9 @@ pub fn execute_turn(
         // Attached, the command shares our process group: the unit must never signal that.
         unit.pgid = Some(pid.as_raw());
         unit.leader = leader;
+    }
+    if let Some(guard) = guard {
+        guard.watch(unit);
     }
     if let Some(leader) = leader {
         on_spawn(leader);

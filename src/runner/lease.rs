@@ -139,14 +139,19 @@ pub fn wait_out_a_fence() {
     std::process::exit(FENCED_EXIT_CODE);
 }
 
+/// The TERM-to-KILL grace of a fence's kill: half the kill budget, at most the work's usual grace.
+/// The runner's guard kills with the same grace (spec/fleet.md, "The guard").
+pub fn fence_grace_millis(timing: &LeaseTiming) -> u64 {
+    (timing.kill_budget_millis / 2).min(work::WORK_TERM_GRACE_MILLIS)
+}
+
 /// The runner's fence action: kill the work's unit within the kill budget (its marker finds
 /// every process of it, the cgroup too where there is one), then exit at once without touching
 /// the queue. The command's first process also dies with this process (`PR_SET_PDEATHSIG`),
 /// which covers a command spawned while the kill ran.
 fn fence_and_exit(key: &TurnKey, record: &WorkRecord, timing: &LeaseTiming, reason: &FenceReason) {
     FENCING.store(true, Ordering::SeqCst);
-    let grace =
-        Duration::from_millis((timing.kill_budget_millis / 2).min(work::WORK_TERM_GRACE_MILLIS));
+    let grace = Duration::from_millis(fence_grace_millis(timing));
     let killed = work::kill_unit(&work::unit_of(record), grace);
     if !killed.is_complete() {
         tracing::error!(

@@ -8,6 +8,7 @@
 //! left of its work is killed before leaving, so the slot is freed only when the work is gone.
 
 mod execute;
+pub mod guard;
 pub mod hooks;
 pub mod lease;
 pub mod output_pg;
@@ -54,6 +55,8 @@ pub fn run_worker<L: Liveness, S: Store>(
     let me = crate::process::self_identity()
         .map_err(|e| DispatchError::io("reading this runner's identity", e))?;
     signals::install().map_err(|e| DispatchError::io("installing signal handlers", e.into()))?;
+    // On a fleet, before this process becomes a subreaper (spec/fleet.md, "The guard").
+    let mut guard = start_guard_if_fleet(rt);
     // Subreaper on both paths; the cgroup path where this runner can delegate a group.
     let (containment, reason) = containment::choose(containment::forced_off_by_env());
     tracing::debug!("{key}: containment {containment:?} ({reason:?})");
@@ -84,7 +87,10 @@ pub fn run_worker<L: Liveness, S: Store>(
     // On a fleet: renewals, and self-fencing if they fail (spec/fleet.md, F1).
     let lease = lease::start_if_fleet(rt, key, me, work, cgroup.clone(), take_over_sent)?;
     let output = output_pg::start_if_fleet(rt, key); // for `logs` on other hosts
-    let execution = run_work_in(rt, &turn, me, work, cgroup, false);
+    let execution = run_work_guarded(rt, &turn, me, work, cgroup, guard.as_mut());
+    if let Some(guard) = guard {
+        guard.done(); // the work is dead: nothing for the guard to kill
+    }
     drop(lease); // the work is dead: the renewals end, no fence any more
     lease::wait_out_a_fence(); // unless a fence killed it: then the fence ends this process
     if let Some(output) = output {
@@ -96,6 +102,24 @@ pub fn run_worker<L: Liveness, S: Store>(
     // After the result is recorded and the slot freed (the next row may already run).
     hooks::run_hooks(&rt.home, &rt.config.hooks, &turn);
     Ok(WorkerOutcome::Ran { outcome, next })
+}
+
+/// On a fleet (a PostgreSQL home with leases), starts the runner's guard
+/// ([`guard::Guard::start`]) with the fence's grace, so a runner that dies is killed as it would
+/// fence itself. `None` on one host, where a repair on this host is the only one that can take
+/// the slot and it kills the work first; and `None` (logged) if it cannot start: the runner then
+/// runs unguarded, as before.
+fn start_guard_if_fleet<L: Liveness, S: Store>(rt: &Runtime<L, S>) -> Option<guard::Guard> {
+    let timing = rt.store.lease_renewer()?.fleet()?.timing;
+    let grace_millis = lease::fence_grace_millis(&timing);
+    let started = std::env::current_exe().and_then(|exe| guard::Guard::start(&exe, grace_millis));
+    match started {
+        Ok(guard) => Some(guard),
+        Err(e) => {
+            tracing::warn!("cannot start the runner's guard, the work runs unguarded: {e}");
+            None
+        }
+    }
 }
 
 /// The failpoint `runner::before_signals(GATE)`: a runner still starting up (SIGTERM not handled
@@ -236,6 +260,31 @@ pub fn run_work_in<L: Liveness, S: Store>(
     cgroup: Option<PathBuf>,
     attached: bool,
 ) -> Execution {
+    run_work_with(rt, turn, me, work, cgroup, attached, None)
+}
+
+/// The detached runner's [`run_work_in`], telling `guard` (on a fleet) the unit before and after
+/// the spawn.
+fn run_work_guarded<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    turn: &TurnRecord,
+    me: ProcessIdentity,
+    work: WorkId,
+    cgroup: Option<PathBuf>,
+    guard: Option<&mut guard::Guard>,
+) -> Execution {
+    run_work_with(rt, turn, me, work, cgroup, false, guard)
+}
+
+fn run_work_with<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    turn: &TurnRecord,
+    me: ProcessIdentity,
+    work: WorkId,
+    cgroup: Option<PathBuf>,
+    attached: bool,
+    guard: Option<&mut guard::Guard>,
+) -> Execution {
     let turn = match payload::localised(&rt.home, turn) {
         Ok(turn) => turn,
         Err(e) => {
@@ -248,13 +297,21 @@ pub fn run_work_in<L: Liveness, S: Store>(
     let mut leader = None;
     let mut unit = work::unit_from(work, None, cgroup.as_deref());
     let mut logs = LogDrains::new(rt.config.log_bytes, rt.config.log_tail_bytes);
-    let execution = execute_turn(&rt.home, turn, attached, &mut unit, &mut logs, |started| {
-        leader = Some(started);
-        if let Err(e) = record_leader(rt, &turn.key, work, started) {
-            // The marker still finds the work; only the process-group half of a kill is lost.
-            tracing::warn!("{}: cannot record the leader of work {work}: {e}", turn.key);
-        }
-    });
+    let execution = execute_turn(
+        &rt.home,
+        turn,
+        attached,
+        guard,
+        &mut unit,
+        &mut logs,
+        |started| {
+            leader = Some(started);
+            if let Err(e) = record_leader(rt, &turn.key, work, started) {
+                // The marker still finds the work; only the process-group half of a kill is lost.
+                tracing::warn!("{}: cannot record the leader of work {work}: {e}", turn.key);
+            }
+        },
+    );
     let record = WorkRecord {
         key: turn.key.clone(),
         id: work,

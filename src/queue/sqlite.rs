@@ -935,13 +935,19 @@ fn read_queue_part(conn: &Connection, path: &Path, part: Part) -> Result<QueueSt
         .map_err(sql)?;
     drop(paused);
     let all = format!("SELECT {ENTRY_COLUMNS} FROM entries ORDER BY queue_id");
+    // The rows a runner or work record names are found from the records (a join on the
+    // `(task, turn)` key): `(task, turn) IN (SELECT ...)` made SQLite scan every row.
     let active = format!(
         "SELECT {ENTRY_COLUMNS} FROM entries WHERE state IN ('waiting', 'dispatching')
          UNION
          SELECT {ENTRY_COLUMNS} FROM entries WHERE reservation_token IS NOT NULL
          UNION
-         SELECT {ENTRY_COLUMNS} FROM entries WHERE (task, turn) IN
-             (SELECT task, turn FROM runners UNION SELECT task, turn FROM works)
+         SELECT {ENTRY_COLUMNS} FROM entries WHERE queue_id IN
+             (SELECT e.queue_id FROM runners AS r
+                  JOIN entries AS e ON e.task = r.task AND e.turn = r.turn
+              UNION
+              SELECT e.queue_id FROM works AS w
+                  JOIN entries AS e ON e.task = w.task AND e.turn = w.turn)
          ORDER BY 1"
     );
     let mut rows = conn

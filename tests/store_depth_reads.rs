@@ -292,7 +292,10 @@ fn a_parking_submit_loads_only_the_rows_its_step_names() {
 
     // The deep waiter of `q` is replaced by the newer turn: its section loaded it.
     let second = submit_detached(&rt, me, waiter).expect("submit q again");
-    assert_eq!(second.superseded, [first.key.clone()]);
+    assert_eq!(
+        second.superseded.as_slice(),
+        std::slice::from_ref(&first.key)
+    );
     assert!(
         matches!(second.placement, Placement::Waiting { .. }),
         "{:?}",

@@ -57,8 +57,20 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
 /// Version 8: the dependencies indexed by the turn they name, so a section that reads a task's
 /// rows also finds the rows waiting on one of its turns ([`Store::transact_reading`]) without a
 /// scan of `entry_dependencies`. An index only (`IF NOT EXISTS`, as version 7).
+///
+/// It also keeps the number of rows in `queue_meta.row_count`, by triggers (so a row inserted or
+/// deleted by hand is counted too), for the bound check of a section on a part (`MAX_QUEUE_ROWS`
+/// needs the count only; `count(*)` reads a whole index). Rows are inserted with a plain `INSERT`
+/// and changed with `UPDATE` ([`write_changes`]), never `INSERT OR REPLACE`, whose implicit delete
+/// fires no trigger (and could remove a row the section did not load).
 const SCHEMA_V8: &str = "
 CREATE INDEX IF NOT EXISTS entry_dependencies_by_turn ON entry_dependencies (task, turn);
+ALTER TABLE queue_meta ADD COLUMN row_count INTEGER NOT NULL DEFAULT 0;
+UPDATE queue_meta SET row_count = (SELECT count(*) FROM entries);
+CREATE TRIGGER entries_counted_in AFTER INSERT ON entries
+    BEGIN UPDATE queue_meta SET row_count = row_count + 1 WHERE id = 1; END;
+CREATE TRIGGER entries_counted_out AFTER DELETE ON entries
+    BEGIN UPDATE queue_meta SET row_count = row_count - 1 WHERE id = 1; END;
 ";
 
 /// Version 7: the rows holding a reservation, indexed (a few: one per slot being handed off), so
@@ -1028,7 +1040,7 @@ fn read_queue_part(conn: &Connection, path: &Path, part: Part) -> Result<QueueSt
 /// The part of the queue `reads` names (spec/store.md, "What a section loads"; the core's
 /// [`crate::protocol::slots::steps::project`] is its reference): the active part
 /// ([`Part::Active`]), then the last row, the rows of the named tasks and those depending on a
-/// turn of them, and the named turns, each an index search; and the number of rows in all. The
+/// turn of them, and the named turns, each an index search; and the number of rows in all (`queue_meta.row_count`, version 8). The
 /// part is checked as a queue (it is a subsequence of one, so the structural invariants hold of
 /// it); the rows it leaves out are checked where they were written and by `tollgate doctor`.
 fn read_part(
@@ -1091,7 +1103,7 @@ fn read_part(
     state.entries.sort_by_key(|e| e.queue_id);
     check_queue(&state).map_err(corrupt)?;
     let queue_rows: i64 = conn
-        .prepare_cached("SELECT count(*) FROM entries")
+        .prepare_cached("SELECT row_count FROM queue_meta WHERE id = 1")
         .map_err(sql)?
         .query_row([], |row| row.get(0))
         .map_err(sql)?;
@@ -1275,15 +1287,24 @@ fn remove_entry(tx: &Connection, entry: &QueueEntry) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// Writes one entry's row (added or changed).
-fn upsert_entry(tx: &Connection, entry: &QueueEntry) -> rusqlite::Result<()> {
-    let mut upsert = tx.prepare_cached(
-        "INSERT OR REPLACE INTO entries (queue_id, task, turn, enqueued_at_millis, ready_at_millis,
+/// Writes one entry's row: a plain `INSERT` of an `added` one (a row already there with its id or
+/// its turn fails the section instead of being replaced: a section never removes a row it did not
+/// load), an `UPDATE` of a changed one.
+fn upsert_entry(tx: &Connection, entry: &QueueEntry, added: bool) -> rusqlite::Result<()> {
+    let mut upsert = tx.prepare_cached(if added {
+        "INSERT INTO entries (queue_id, task, turn, enqueued_at_millis, ready_at_millis,
             state, owner_pid, owner_start_micros, enqueue_owner_pid, enqueue_owner_start_micros,
             reservation_token, reserver_pid, reserver_start_micros, child_pid, child_start_micros,
             cancel_requested, priority)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
-    )?;
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+    } else {
+        "UPDATE entries SET task = ?2, turn = ?3, enqueued_at_millis = ?4, ready_at_millis = ?5,
+            state = ?6, owner_pid = ?7, owner_start_micros = ?8, enqueue_owner_pid = ?9,
+            enqueue_owner_start_micros = ?10, reservation_token = ?11, reserver_pid = ?12,
+            reserver_start_micros = ?13, child_pid = ?14, child_start_micros = ?15,
+            cancel_requested = ?16, priority = ?17
+         WHERE queue_id = ?1"
+    })?;
     let (state, owner, enqueue_owner) = match &entry.state {
         RowState::Waiting {
             enqueue_owner,
@@ -1344,7 +1365,7 @@ fn write_changes(tx: &Connection, old: &QueueState, new: &QueueState) -> rusqlit
                 (None, None) => break,
                 (Some(o), Some(n)) if o.queue_id == n.queue_id => {
                     if o != n {
-                        upsert_entry(tx, n)?;
+                        upsert_entry(tx, n, false)?;
                         if o.after != n.after {
                             write_dependencies(tx, n.queue_id, &n.after)?;
                         }
@@ -1363,7 +1384,7 @@ fn write_changes(tx: &Connection, old: &QueueState, new: &QueueState) -> rusqlit
                 }
                 // A row of `new` not in `old`: added.
                 (_, Some(n)) => {
-                    upsert_entry(tx, n)?;
+                    upsert_entry(tx, n, true)?;
                     if !n.after.is_empty() {
                         write_dependencies(tx, n.queue_id, &n.after)?;
                     }

@@ -6,8 +6,8 @@
 #
 # The rows are made fast: one `sqlite3` transaction inserts DEPTH parked rows (each its own task,
 # with its task and turn record, as generated names are) behind the held slot, rows the store
-# loads and checks like any other. Every timed submit parks (it is checked), so each depth grows
-# by ROUNDS rows during the run. No timed assertion: it prints figures (docs/PERFORMANCE.md,
+# treats like any other (schema 8's triggers count them). Every timed submit parks (it is
+# checked), so each depth grows by ROUNDS rows during the run. No timed assertion: it prints figures (docs/PERFORMANCE.md,
 # "Growth with the queue").
 #
 # Usage: benches/depth.sh            DEPTHS="10 10000 100000" ROUNDS=15 (env)

@@ -7,13 +7,14 @@ use crate::driver;
 use crate::fsutil::FileError;
 use crate::protocol::admission::Strategy;
 use crate::protocol::slots::steps::{
-    self, AttachedEffect, AttachedInput, Busy, Schedule, SubmitDecision, SubmitEffect, SubmitInput,
+    self, AttachedEffect, AttachedInput, Busy, Loaded, Reads, Schedule, SubmitDecision,
+    SubmitEffect, SubmitInput,
 };
 use crate::protocol::slots::{
     self, validate_task_name, AfterSubmit, Dependency, HeldBack, Liveness, ProcessIdentity,
     RetryPlan, SlotToken, TurnKey,
 };
-use crate::queue::Store;
+use crate::queue::{Commit, Store};
 use crate::runner::{self, Execution};
 use crate::runtime::Runtime;
 use crate::tasks::{self, TurnOutcome, TurnRecord, MAX_ARGV};
@@ -263,6 +264,14 @@ pub fn decide_submit<L: Liveness, S: Store>(
 /// [`slots::submit_after`] (fed the dependencies' outcomes read under this lock). A held or
 /// dependency-failed turn comes back with its placement (its `decision` then has no effect to
 /// perform: `Pending`).
+///
+/// The section loads the part of the queue the core names for it ([`steps::submit_reads`]:
+/// the task's rows, the dependencies' rows, and what every section reads; spec/store.md, "What a
+/// section loads"), so its cost does not grow with the parked rows of other tasks. When the core
+/// says the part did not suffice ([`steps::submit_covers`] before the step: a generated task
+/// name, a queue at its bound; [`steps::submit_stayed_inside`] after it), the section is rolled
+/// back and run again with what it needs, at most [`PART_ATTEMPTS`] times, then on the whole
+/// queue.
 fn decide_sequenced<L: Liveness, S: Store>(
     rt: &Runtime<L, S>,
     me: ProcessIdentity,
@@ -272,64 +281,156 @@ fn decide_sequenced<L: Liveness, S: Store>(
 ) -> Result<(Decided, Option<Placement>), DispatchError> {
     let task = check_request(request)?;
     let mut prepare = Some(prepare);
-    let cap = rt.cap();
-    rt.store.transact(|state| {
-        let now = rt.spawner.now_millis();
-        let task = tasks::fresh_task_for(&rt.home, task.as_deref(), &request.argv, state)?;
-        let (turn, strategy) =
-            request.create_sequenced_turn(&rt.home, &task, false, now, state, sequencing)?;
-        if let Some(prepare) = prepare.take() {
-            let mut turn = turn.clone();
-            prepare(&rt.home, &mut turn)?;
-            tasks::save_turn(&rt.home, &turn)?;
-        }
-        let key = turn.key.clone();
-        let input = SubmitInput {
-            key: &key,
+    let mut reads = Reads::Part(steps::submit_reads(task.as_deref(), &sequencing.after));
+    for _ in 0..PART_ATTEMPTS {
+        match submit_section(
+            rt,
             me,
-            fresh_token: rt.spawner.fresh_token(),
-            now_millis: now,
-            cap,
-            strategy,
-            liveness: &rt.liveness,
-        };
-        let ended = crate::deps::ended_dependencies(&rt.home, state, &sequencing.after)?;
-        let after = &sequencing.after;
-        let (decision, held) =
-            match slots::submit_after(state, input, after, &ended, request.schedule)? {
-                AfterSubmit::Submitted(decision) => (*decision, None),
-                AfterSubmit::Held {
-                    queue_id,
-                    waiting_on,
-                    wake_at_millis,
-                } => (
-                    held_decision(queue_id, wake_at_millis),
-                    Some(Placement::Held {
-                        waiting_on: waiting_on.into_iter().map(|d| d.key).collect(),
-                    }),
-                ),
-                AfterSubmit::DependencyFailed { cause } => {
-                    crate::deps::end_dependency_failed(&rt.home, &key, &cause, now)?;
-                    (unperformed(0), Some(Placement::DependencyFailed { cause }))
-                }
-            };
-        tasks::settle_turn_id(&rt.home, &key, turn.id, decision.queue_id)?;
-        for old in &decision.superseded {
-            tasks::end_unrun(&rt.home, old, TurnOutcome::Superseded, now)?;
-            crate::deps::departed_on_disk(rt, state, old, me)?;
+            request,
+            sequencing,
+            task.as_deref(),
+            &mut prepare,
+            &reads,
+        ) {
+            Err(SectionError::Unread(next)) => reads = next,
+            Err(SectionError::Failed(e)) => return Err(e),
+            Ok(decided) => return Ok(decided),
         }
-        if let SubmitEffect::Dropped { .. } = decision.effect {
-            tasks::end_unrun(&rt.home, &key, TurnOutcome::Dropped, now)?;
-        }
-        Ok::<_, DispatchError>((
-            Decided {
-                key,
-                strategy,
-                decision,
-            },
-            held,
-        ))
+    }
+    let everything = &Reads::Everything;
+    submit_section(
+        rt,
+        me,
+        request,
+        sequencing,
+        task.as_deref(),
+        &mut prepare,
+        everything,
+    )
+    .map_err(|e| match e {
+        SectionError::Failed(e) => e,
+        // A section on the whole queue never asks for more.
+        SectionError::Unread(_) => DispatchError::io(
+            "submit",
+            std::io::Error::other("a section on the whole queue asked to read more"),
+        ),
     })
+}
+
+/// Sections of one submit on a part of the queue before it reads the whole queue: the first
+/// names the given task (or none: a generated name), the second the name generated in the first;
+/// a third covers a concurrent submit that took the id the second generated the name from.
+const PART_ATTEMPTS: usize = 3;
+
+/// Why a submit section published nothing.
+#[derive(Debug)]
+enum SectionError {
+    Failed(DispatchError),
+    /// The part loaded did not suffice for the step: rolled back, to be run again with these.
+    Unread(Reads),
+}
+
+impl<T: Into<DispatchError>> From<T> for SectionError {
+    fn from(e: T) -> Self {
+        SectionError::Failed(e.into())
+    }
+}
+
+/// One submit section on what `reads` names (see [`decide_sequenced`]).
+#[allow(clippy::type_complexity)]
+fn submit_section<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    me: ProcessIdentity,
+    request: &SubmitRequest,
+    sequencing: &Sequencing,
+    task: Option<&str>,
+    prepare: &mut Option<
+        impl FnOnce(&crate::home::Home, &mut tasks::TurnRecord) -> Result<(), FileError>,
+    >,
+    reads: &Reads,
+) -> Result<(Decided, Option<Placement>), SectionError> {
+    let cap = rt.cap();
+    rt.store
+        .transact_reading(Commit::Promise, reads, |state, loaded| {
+            let now = rt.spawner.now_millis();
+            let task = tasks::fresh_task_for(&rt.home, task, &request.argv, state)?;
+            if !steps::submit_covers(loaded, &task) {
+                let named = steps::submit_reads(Some(&task), &sequencing.after);
+                let next = match loaded {
+                    Loaded::Part { reads, .. } if reads.tasks.contains(&task) => Reads::Everything,
+                    _ => Reads::Part(named),
+                };
+                return Err(SectionError::Unread(next));
+            }
+            let loaded_rows: Vec<TurnKey> = match loaded {
+                Loaded::Whole => Vec::new(),
+                Loaded::Part { .. } => state.entries.iter().map(|e| e.key.clone()).collect(),
+            };
+            let (turn, strategy) =
+                request.create_sequenced_turn(&rt.home, &task, false, now, state, sequencing)?;
+            let key = turn.key.clone();
+            let input = SubmitInput {
+                key: &key,
+                me,
+                fresh_token: rt.spawner.fresh_token(),
+                now_millis: now,
+                cap,
+                strategy,
+                liveness: &rt.liveness,
+            };
+            let ended = crate::deps::ended_dependencies(&rt.home, state, &sequencing.after)?;
+            let after = &sequencing.after;
+            let (decision, held) =
+                match slots::submit_after(state, input, after, &ended, request.schedule)? {
+                    AfterSubmit::Submitted(decision) => (*decision, None),
+                    AfterSubmit::Held {
+                        queue_id,
+                        waiting_on,
+                        wake_at_millis,
+                    } => (
+                        held_decision(queue_id, wake_at_millis),
+                        Some(Placement::Held {
+                            waiting_on: waiting_on.into_iter().map(|d| d.key).collect(),
+                        }),
+                    ),
+                    AfterSubmit::DependencyFailed { cause } => {
+                        crate::deps::end_dependency_failed(&rt.home, &key, &cause, now)?;
+                        (unperformed(0), Some(Placement::DependencyFailed { cause }))
+                    }
+                };
+            for old in &decision.superseded {
+                tasks::end_unrun(&rt.home, old, TurnOutcome::Superseded, now)?;
+                crate::deps::departed_on_disk(rt, state, old, me)?;
+            }
+            if !steps::submit_stayed_inside(loaded, &loaded_rows, state, &decision.superseded) {
+                return Err(SectionError::Unread(Reads::Everything));
+            }
+            // After the step (the same section, so the same commit): a rerun on more of the
+            // queue must still find `prepare` to call.
+            if let Some(prepare) = prepare.take() {
+                // The step rewrote the new turn's record only when it ended it dependency-failed.
+                let mut turn = match held {
+                    Some(Placement::DependencyFailed { .. }) => {
+                        tasks::load_turn(&rt.home, &key)?.unwrap_or_else(|| turn.clone())
+                    }
+                    _ => turn.clone(),
+                };
+                prepare(&rt.home, &mut turn)?;
+                tasks::save_turn(&rt.home, &turn)?;
+            }
+            tasks::settle_turn_id(&rt.home, &key, turn.id, decision.queue_id)?;
+            if let SubmitEffect::Dropped { .. } = decision.effect {
+                tasks::end_unrun(&rt.home, &key, TurnOutcome::Dropped, now)?;
+            }
+            Ok((
+                Decided {
+                    key,
+                    strategy,
+                    decision,
+                },
+                held,
+            ))
+        })
 }
 
 /// A decision with nothing left for the driver to perform (a held or dependency-failed turn).

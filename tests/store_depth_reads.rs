@@ -232,3 +232,113 @@ fn the_repairs_look_reads_the_active_rows_and_sees_a_dead_runner() {
         repair.steps
     );
 }
+
+/// The database store's section of `rt`, for its test hook.
+fn database(
+    rt: &Runtime<ProcLiveness, tollgate::queue::HomeStore>,
+) -> &tollgate::queue::SqliteStore {
+    match &rt.store {
+        tollgate::queue::HomeStore::Database(store) => store,
+        other => panic!("the home's store is the database: {other:?}"),
+    }
+}
+
+/// Issue 12, point 4: a parking submit's section loads the part of the queue the core names
+/// (spec/store.md, "What a section loads"): the held row and the last row, not the parked rows of
+/// other tasks, whether the task is named or generated in the section; and a submit whose
+/// strategy must see a deep parked row of its task (`queue`: the newest waiter replaces it) loads
+/// that row and supersedes it. The part the store loads is the core's `steps::project`.
+#[test]
+fn a_parking_submit_loads_only_the_rows_its_step_names() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = Home::at(dir.path());
+    let config = home.init(Some(1)).expect("init");
+    let store = store_for(&home, &config);
+    let rt = Runtime {
+        home: home.clone(),
+        config,
+        store,
+        spawner: Box::new(SleepSpawner(Mutex::new(Vec::new()))),
+        liveness: ProcLiveness,
+    };
+    let me = self_identity().expect("me");
+    let held = submit_detached(&rt, me, request("hold")).expect("submit hold");
+    assert!(matches!(held.placement, Placement::Started(_)));
+    let mut waiter = request("q");
+    waiter.strategy = Some(tollgate::protocol::admission::Strategy::Queue);
+    let first = submit_detached(&rt, me, waiter.clone()).expect("submit q");
+    assert_eq!(first.placement, Placement::Parked);
+    for n in 0..PARKED {
+        let submitted = submit_detached(&rt, me, request(&format!("p-{n}"))).expect("submit");
+        assert_eq!(submitted.placement, Placement::Parked, "p-{n} parks");
+        // The held row, the last row (the one before this submit) and nothing of the others.
+        assert!(
+            database(&rt).rows_loaded_by_last_section() <= 2,
+            "p-{n}'s section loaded {} rows",
+            database(&rt).rows_loaded_by_last_section()
+        );
+    }
+    let total = rt.store.load().expect("load").entries.len();
+    assert_eq!(total, PARKED + 2);
+
+    // A generated task name: the first section names no task and is rolled back, the second
+    // loads the generated task's rows (none).
+    let mut generated = request("unused");
+    generated.task = None;
+    let submitted = submit_detached(&rt, me, generated).expect("submit a generated task");
+    assert_eq!(submitted.placement, Placement::Parked);
+    assert!(database(&rt).rows_loaded_by_last_section() <= 2);
+    assert_eq!(rt.store.load().expect("load").entries.len(), PARKED + 3);
+
+    // The deep waiter of `q` is replaced by the newer turn: its section loaded it.
+    let second = submit_detached(&rt, me, waiter).expect("submit q again");
+    assert_eq!(
+        second.superseded.as_slice(),
+        std::slice::from_ref(&first.key)
+    );
+    assert!(
+        matches!(second.placement, Placement::Waiting { .. }),
+        "{:?}",
+        second.placement
+    );
+    assert_eq!(
+        database(&rt).rows_loaded_by_last_section(),
+        3,
+        "held, last and q's waiter"
+    );
+    let state = rt.store.load().expect("load");
+    assert!(state.row(&first.key).is_none(), "the superseded row left");
+    assert!(state.row(&second.key).is_some());
+    assert_eq!(state.entries.len(), PARKED + 3);
+    let record = tollgate::tasks::load_turn(&home, &first.key)
+        .expect("read")
+        .expect("the superseded turn's record");
+    assert_eq!(
+        record.outcome,
+        Some(tollgate::tasks::TurnOutcome::Superseded)
+    );
+
+    // What the store loads for a part is the core's projection of the whole queue.
+    let reads = steps::submit_reads(Some("p-3"), &[]);
+    let expected = steps::project(&state, &reads);
+    let seen = std::cell::RefCell::new(None);
+    rt.store
+        .transact_reading(
+            tollgate::queue::Commit::Internal,
+            &steps::Reads::Part(reads.clone()),
+            |part, loaded| {
+                *seen.borrow_mut() = Some((part.clone(), loaded.clone()));
+                Ok::<_, tollgate::queue::StoreError>(())
+            },
+        )
+        .expect("a section on the part");
+    let (part, loaded) = seen.into_inner().expect("the section ran");
+    assert_eq!(part, expected);
+    assert_eq!(
+        loaded,
+        steps::Loaded::Part {
+            reads,
+            queue_rows: PARKED + 3
+        }
+    );
+}

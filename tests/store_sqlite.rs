@@ -274,9 +274,11 @@ fn special_files_as_the_database_or_its_log_are_refused_by_every_reader_and_doct
     }
 }
 
-/// Undoes migrations 5 (serve), 4 (records), 3 (dependencies) and 2 (scheduling): what a
-/// version-1 database (issue 12 phase 1: the queue only) holds.
-const DOWNGRADE_TO_VERSION_1: &str = "DROP TABLE serve_dedupe; DROP TABLE serve_refused;
+/// Undoes migrations 8 (the row count), 5 (serve), 4 (records), 3 (dependencies) and 2
+/// (scheduling): what a version-1 database (issue 12 phase 1: the queue only) holds.
+const DOWNGRADE_TO_VERSION_1: &str = "DROP TRIGGER entries_counted_in;
+     DROP TRIGGER entries_counted_out; ALTER TABLE queue_meta DROP COLUMN row_count;
+     DROP TABLE serve_dedupe; DROP TABLE serve_refused;
      DROP TABLE serve_payloads; DROP TABLE serve_handed_off; DROP TABLE tasks; DROP TABLE turns; DROP TABLE sync_barrier;
      DROP TABLE entry_dependencies;
      DROP TABLE paused_tasks;

@@ -6,6 +6,7 @@ use super::sqlite::SqliteStore;
 use super::store::{Commit, QueueStore, Store, StoreError};
 use crate::config::Config;
 use crate::home::Home;
+use crate::protocol::slots::steps::{Loaded, Reads};
 use crate::protocol::slots::QueueState;
 
 /// Set to `1` to run a home on the file store (`queue.json` under `queue.lock`) instead of the
@@ -158,6 +159,21 @@ impl Store for HomeStore {
             HomeStore::Misconfigured { setting, detail } => {
                 Err(misconfigured(setting, detail).into())
             }
+        }
+    }
+
+    fn transact_reading<R, E>(
+        &self,
+        commit: Commit,
+        reads: &Reads,
+        change: impl FnOnce(&mut QueueState, &Loaded) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
+        match self {
+            HomeStore::Database(store) => store.transact_reading(commit, reads, change),
+            other => other.transact_as(commit, |state| change(state, &Loaded::Whole)),
         }
     }
 

@@ -14,6 +14,7 @@ use crate::clock;
 use crate::config::Durability;
 use crate::fsutil::{self, FileError};
 use crate::home::Home;
+use crate::protocol::slots::steps::{Loaded, QueueReads, Reads};
 use crate::protocol::slots::{
     AfterRule, Dependency, PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState,
     RunnerRecord, RunnerSlotReservation, SlotToken, TurnKey, WorkId, WorkRecord,
@@ -30,7 +31,7 @@ use std::time::{Duration, Instant};
 
 /// The newest schema this tollgate writes; a database whose `schema_migrations` names a newer
 /// one is refused (it was written by a newer tollgate).
-pub const SCHEMA_VERSION: u32 = 7;
+pub const SCHEMA_VERSION: u32 = 8;
 
 /// The schema's migrations in order: `(version, what it does, SQL)`. Each runs once, inside the
 /// write transaction that records it in `schema_migrations`.
@@ -46,7 +47,31 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
     ),
     (6, "the sweep list", crate::exec::sweep::SCHEMA_V6),
     (7, "an index of the reserved rows", SCHEMA_V7),
+    (
+        8,
+        "an index of the dependencies by the turn they name",
+        SCHEMA_V8,
+    ),
 ];
+
+/// Version 8: the dependencies indexed by the turn they name, so a section that reads a task's
+/// rows also finds the rows waiting on one of its turns ([`Store::transact_reading`]) without a
+/// scan of `entry_dependencies`. An index only (`IF NOT EXISTS`, as version 7).
+///
+/// It also keeps the number of rows in `queue_meta.row_count`, by triggers (so a row inserted or
+/// deleted by hand is counted too), for the bound check of a section on a part (`MAX_QUEUE_ROWS`
+/// needs the count only; `count(*)` reads a whole index). Rows are inserted with a plain `INSERT`
+/// and changed with `UPDATE` ([`write_changes`]), never `INSERT OR REPLACE`, whose implicit delete
+/// fires no trigger (and could remove a row the section did not load).
+const SCHEMA_V8: &str = "
+CREATE INDEX IF NOT EXISTS entry_dependencies_by_turn ON entry_dependencies (task, turn);
+ALTER TABLE queue_meta ADD COLUMN row_count INTEGER NOT NULL DEFAULT 0;
+UPDATE queue_meta SET row_count = (SELECT count(*) FROM entries);
+CREATE TRIGGER entries_counted_in AFTER INSERT ON entries
+    BEGIN UPDATE queue_meta SET row_count = row_count + 1 WHERE id = 1; END;
+CREATE TRIGGER entries_counted_out AFTER DELETE ON entries
+    BEGIN UPDATE queue_meta SET row_count = row_count - 1 WHERE id = 1; END;
+";
 
 /// Version 7: the rows holding a reservation, indexed (a few: one per slot being handed off), so
 /// the active part of the queue ([`Store::load_active`]: the rows that are not parked, found by
@@ -147,6 +172,8 @@ pub struct SqliteStore {
     lock_timeout: Duration,
     durability: Durability,
     open: Mutex<Option<Open>>,
+    /// The queue rows the last section loaded ([`SqliteStore::rows_loaded_by_last_section`]).
+    rows_loaded: std::sync::atomic::AtomicUsize,
 }
 
 /// An open connection and the `synchronous` level it was last set to.
@@ -174,6 +201,7 @@ impl SqliteStore {
             lock_timeout,
             durability,
             open: Mutex::new(None),
+            rows_loaded: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -255,6 +283,49 @@ impl Store for SqliteStore {
     where
         E: From<StoreError>,
     {
+        self.section(commit, None, |state, _| change(state))
+    }
+
+    /// A section on the part `reads` names: index searches for the active rows (as
+    /// [`Store::load_active`]), the last row, the rows of the named tasks (the `(task, turn)`
+    /// key), the rows depending on them (`entry_dependencies_by_turn`, version 8) and the named
+    /// turns, plus the row count; only those rows are checked, cloned and diffed.
+    fn transact_reading<R, E>(
+        &self,
+        commit: Commit,
+        reads: &Reads,
+        change: impl FnOnce(&mut QueueState, &Loaded) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
+        match reads {
+            Reads::Everything => {
+                self.section(commit, None, |state, _| change(state, &Loaded::Whole))
+            }
+            Reads::Part(part) => self.section(commit, Some(part), change),
+        }
+    }
+}
+
+impl SqliteStore {
+    /// How many queue rows the last section of this store loaded: a test hook
+    /// (tests/store_depth_reads.rs checks that a parking submit at depth loads only its part).
+    pub fn rows_loaded_by_last_section(&self) -> usize {
+        self.rows_loaded.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The one write transaction of [`Store::transact_as`] and [`Store::transact_reading`]:
+    /// the whole queue when `part` is `None`.
+    fn section<R, E>(
+        &self,
+        commit: Commit,
+        part: Option<&QueueReads>,
+        change: impl FnOnce(&mut QueueState, &Loaded) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
         let path = self.home.db_path();
         let mut guard = self.connection()?;
         let Some(open) = guard.as_mut() else {
@@ -282,9 +353,14 @@ impl Store for SqliteStore {
         section
             .with(|c| c.execute_batch("BEGIN IMMEDIATE"))
             .map_err(|e| busy_or(&path, started, e))?;
-        let original = section.with(|c| read_queue(c, &path))?;
+        let (original, loaded) = match part {
+            None => (section.with(|c| read_queue(c, &path))?, Loaded::Whole),
+            Some(reads) => section.with(|c| read_part(c, &path, reads))?,
+        };
+        self.rows_loaded
+            .store(original.entries.len(), std::sync::atomic::Ordering::Relaxed);
         let mut state = original.clone();
-        let result = change(&mut state)?;
+        let result = change(&mut state, &loaded)?;
         let changed = state != original;
         if changed {
             // Never publish what the next load would refuse: that would stop every command.
@@ -871,13 +947,19 @@ fn read_queue_part(conn: &Connection, path: &Path, part: Part) -> Result<QueueSt
         .map_err(sql)?;
     drop(paused);
     let all = format!("SELECT {ENTRY_COLUMNS} FROM entries ORDER BY queue_id");
+    // The rows a runner or work record names are found from the records (a join on the
+    // `(task, turn)` key): `(task, turn) IN (SELECT ...)` made SQLite scan every row.
     let active = format!(
         "SELECT {ENTRY_COLUMNS} FROM entries WHERE state IN ('waiting', 'dispatching')
          UNION
          SELECT {ENTRY_COLUMNS} FROM entries WHERE reservation_token IS NOT NULL
          UNION
-         SELECT {ENTRY_COLUMNS} FROM entries WHERE (task, turn) IN
-             (SELECT task, turn FROM runners UNION SELECT task, turn FROM works)
+         SELECT {ENTRY_COLUMNS} FROM entries WHERE queue_id IN
+             (SELECT e.queue_id FROM runners AS r
+                  JOIN entries AS e ON e.task = r.task AND e.turn = r.turn
+              UNION
+              SELECT e.queue_id FROM works AS w
+                  JOIN entries AS e ON e.task = w.task AND e.turn = w.turn)
          ORDER BY 1"
     );
     let mut rows = conn
@@ -897,7 +979,10 @@ fn read_queue_part(conn: &Connection, path: &Path, part: Part) -> Result<QueueSt
     drop(query);
     // Already in order unless ids passed 2^63 (see [`int`]); the sort is then linear.
     state.entries.sort_by_key(|e| e.queue_id);
-    read_dependencies(conn, &mut state).map_err(sql)?;
+    match part {
+        Part::All => read_dependencies(conn, &mut state).map_err(sql)?,
+        Part::Active => read_dependencies_of(conn, &mut state.entries).map_err(sql)?,
+    }
     let mut runners = conn
         .prepare_cached("SELECT task, turn, pid, start_micros, attached FROM runners ORDER BY pos")
         .map_err(sql)?;
@@ -950,6 +1035,85 @@ fn read_queue_part(conn: &Connection, path: &Path, part: Part) -> Result<QueueSt
         check_queue(&state).map_err(corrupt)?;
     }
     Ok(state)
+}
+
+/// The part of the queue `reads` names (spec/store.md, "What a section loads"; the core's
+/// [`crate::protocol::slots::steps::project`] is its reference): the active part
+/// ([`Part::Active`]), then the last row, the rows of the named tasks and those depending on a
+/// turn of them, and the named turns, each an index search; and the number of rows in all (`queue_meta.row_count`, version 8). The
+/// part is checked as a queue (it is a subsequence of one, so the structural invariants hold of
+/// it); the rows it leaves out are checked where they were written and by `tollgate doctor`.
+fn read_part(
+    conn: &Connection,
+    path: &Path,
+    reads: &QueueReads,
+) -> Result<(QueueState, Loaded), StoreError> {
+    let corrupt = |detail: String| {
+        StoreError::File(FileError::Corrupt {
+            path: path.to_path_buf(),
+            format: "tollgate queue",
+            detail,
+        })
+    };
+    let sql = |e| sql_error(path, e);
+    let mut state = read_queue_part(conn, path, Part::Active)?;
+    let mut extra: Vec<QueueEntry> = Vec::new();
+    // The highest id as a `u64`: past 2^63 (see [`int`]) it is the highest negative one.
+    let last = format!(
+        "SELECT {ENTRY_COLUMNS} FROM entries WHERE queue_id = coalesce(
+            (SELECT max(queue_id) FROM entries WHERE queue_id < 0),
+            (SELECT max(queue_id) FROM entries))"
+    );
+    let of_task = format!("SELECT {ENTRY_COLUMNS} FROM entries WHERE task = ?1");
+    let depending = format!(
+        "SELECT {ENTRY_COLUMNS} FROM entries WHERE queue_id IN
+            (SELECT queue_id FROM entry_dependencies WHERE task = ?1)"
+    );
+    let of_turn = format!("SELECT {ENTRY_COLUMNS} FROM entries WHERE task = ?1 AND turn = ?2");
+    let mut push = |query: &str, params: &[&dyn rusqlite::ToSql]| -> Result<(), StoreError> {
+        let mut rows = conn.prepare_cached(query).map_err(sql)?;
+        let mut found = rows.query(params).map_err(sql)?;
+        while let Some(row) = found.next().map_err(sql)? {
+            let queue_id = uint(row, 0).map_err(sql)?;
+            let entry = entry_from_row(row)
+                .map_err(sql)?
+                .map_err(|detail| corrupt(format!("row with queue_id {queue_id}: {detail}")))?;
+            extra.push(entry);
+        }
+        Ok(())
+    };
+    push(&last, &[])?;
+    for task in &reads.tasks {
+        push(&of_task, &[task])?;
+        push(&depending, &[task])?;
+    }
+    for key in &reads.turns {
+        push(&of_turn, &[&key.task, &key.turn])?;
+    }
+    extra.sort_by_key(|e| e.queue_id);
+    extra.dedup_by_key(|e| e.queue_id);
+    extra.retain(|e| {
+        state
+            .entries
+            .binary_search_by_key(&e.queue_id, |a| a.queue_id)
+            .is_err()
+    });
+    read_dependencies_of(conn, &mut extra).map_err(sql)?;
+    state.entries.extend(extra);
+    state.entries.sort_by_key(|e| e.queue_id);
+    check_queue(&state).map_err(corrupt)?;
+    let queue_rows: i64 = conn
+        .prepare_cached("SELECT row_count FROM queue_meta WHERE id = 1")
+        .map_err(sql)?
+        .query_row([], |row| row.get(0))
+        .map_err(sql)?;
+    Ok((
+        state,
+        Loaded::Part {
+            reads: reads.clone(),
+            queue_rows: usize::try_from(queue_rows).unwrap_or(usize::MAX),
+        },
+    ))
 }
 
 /// A `u64` as SQLite's 64-bit signed INTEGER, bit for bit: every value the core can hold (a
@@ -1064,6 +1228,28 @@ fn read_dependencies(conn: &Connection, state: &mut QueueState) -> rusqlite::Res
     Ok(())
 }
 
+/// Attaches their `entry_dependencies` rows to `entries` (a part of the queue), one primary-key
+/// search per entry: the cost follows the rows loaded, not the dependencies in the queue.
+fn read_dependencies_of(conn: &Connection, entries: &mut [QueueEntry]) -> rusqlite::Result<()> {
+    let mut rows = conn.prepare_cached(
+        "SELECT task, turn, rule FROM entry_dependencies WHERE queue_id = ?1 ORDER BY pos",
+    )?;
+    for entry in entries.iter_mut() {
+        let mut query = rows.query([int(entry.queue_id)])?;
+        while let Some(row) = query.next()? {
+            let rule = match row.get::<_, String>(2)?.as_str() {
+                "succeeded" => AfterRule::Succeeded,
+                _ => AfterRule::Ended,
+            };
+            entry.after.push(Dependency {
+                key: TurnKey::new(row.get::<_, String>(0)?, row.get(1)?),
+                rule,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Rewrites the dependencies of the entry `queue_id` as `after` (none: the row left or lost them).
 fn write_dependencies(
     tx: &Connection,
@@ -1101,15 +1287,24 @@ fn remove_entry(tx: &Connection, entry: &QueueEntry) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// Writes one entry's row (added or changed).
-fn upsert_entry(tx: &Connection, entry: &QueueEntry) -> rusqlite::Result<()> {
-    let mut upsert = tx.prepare_cached(
-        "INSERT OR REPLACE INTO entries (queue_id, task, turn, enqueued_at_millis, ready_at_millis,
+/// Writes one entry's row: a plain `INSERT` of an `added` one (a row already there with its id or
+/// its turn fails the section instead of being replaced: a section never removes a row it did not
+/// load), an `UPDATE` of a changed one.
+fn upsert_entry(tx: &Connection, entry: &QueueEntry, added: bool) -> rusqlite::Result<()> {
+    let mut upsert = tx.prepare_cached(if added {
+        "INSERT INTO entries (queue_id, task, turn, enqueued_at_millis, ready_at_millis,
             state, owner_pid, owner_start_micros, enqueue_owner_pid, enqueue_owner_start_micros,
             reservation_token, reserver_pid, reserver_start_micros, child_pid, child_start_micros,
             cancel_requested, priority)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
-    )?;
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+    } else {
+        "UPDATE entries SET task = ?2, turn = ?3, enqueued_at_millis = ?4, ready_at_millis = ?5,
+            state = ?6, owner_pid = ?7, owner_start_micros = ?8, enqueue_owner_pid = ?9,
+            enqueue_owner_start_micros = ?10, reservation_token = ?11, reserver_pid = ?12,
+            reserver_start_micros = ?13, child_pid = ?14, child_start_micros = ?15,
+            cancel_requested = ?16, priority = ?17
+         WHERE queue_id = ?1"
+    })?;
     let (state, owner, enqueue_owner) = match &entry.state {
         RowState::Waiting {
             enqueue_owner,
@@ -1170,7 +1365,7 @@ fn write_changes(tx: &Connection, old: &QueueState, new: &QueueState) -> rusqlit
                 (None, None) => break,
                 (Some(o), Some(n)) if o.queue_id == n.queue_id => {
                     if o != n {
-                        upsert_entry(tx, n)?;
+                        upsert_entry(tx, n, false)?;
                         if o.after != n.after {
                             write_dependencies(tx, n.queue_id, &n.after)?;
                         }
@@ -1189,7 +1384,7 @@ fn write_changes(tx: &Connection, old: &QueueState, new: &QueueState) -> rusqlit
                 }
                 // A row of `new` not in `old`: added.
                 (_, Some(n)) => {
-                    upsert_entry(tx, n)?;
+                    upsert_entry(tx, n, true)?;
                     if !n.after.is_empty() {
                         write_dependencies(tx, n.queue_id, &n.after)?;
                     }

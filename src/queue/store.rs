@@ -10,6 +10,7 @@
 use super::lock::{LockError, QueueLock};
 use crate::fsutil::{self, FileError};
 use crate::home::Home;
+use crate::protocol::slots::steps::{Loaded, Reads};
 use crate::protocol::slots::{QueueState, QUEUE_FORMAT_VERSION};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -59,6 +60,26 @@ pub trait Store {
     ) -> Result<R, E>
     where
         E: From<StoreError>;
+
+    /// [`Store::transact_as`] on the part of the queue `reads` names (spec/store.md, "What a
+    /// section loads"): `change` gets the part and what was loaded ([`Loaded`]), asks the core
+    /// whether the part suffices for its step, and returns an `Err` (publishing nothing) when it
+    /// does not, to run again with [`Reads::Everything`]. The commit writes only the rows that
+    /// changed and never removes a row it did not load. A store that cannot load a part loads
+    /// the whole queue and says [`Loaded::Whole`] (this default: the file, memory and PostgreSQL
+    /// stores).
+    fn transact_reading<R, E>(
+        &self,
+        commit: Commit,
+        reads: &Reads,
+        change: impl FnOnce(&mut QueueState, &Loaded) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
+        let _ = reads;
+        self.transact_as(commit, |state| change(state, &Loaded::Whole))
+    }
 
     /// [`Store::transact_as`] with [`Commit::Promise`]: a call site that does not say is durable.
     fn transact<R, E>(&self, change: impl FnOnce(&mut QueueState) -> Result<R, E>) -> Result<R, E>

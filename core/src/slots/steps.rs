@@ -32,7 +32,12 @@ use crate::admission::Strategy;
 pub use crate::scopes::Busy;
 use crate::scopes::{attached_may_start, plan_submit, start_filter, SubmitPlan};
 
+mod reads;
 mod sched;
+pub use reads::{
+    in_part, merge, project, submit_covers, submit_reads, submit_stayed_inside, Loaded, QueueReads,
+    Reads,
+};
 pub use sched::{resume, ResumeEffect, ResumeInput, Schedule};
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -390,8 +390,14 @@ fn only_the_migrations_newer_than_the_highest_applied_run() {
     let conn = rusqlite::Connection::open(&db).expect("open");
     conn.execute("DELETE FROM schema_migrations WHERE version = ?1", [newest])
         .expect("forget the newest migration");
-    conn.execute_batch("DROP INDEX entries_reserved")
-        .expect("drop what the newest migration made");
+    // What migration 8 made (update this with the next migration: the assertion below names
+    // the version this undo is written for).
+    assert_eq!(newest, 8, "undo the newest migration here");
+    conn.execute_batch(
+        "DROP INDEX entry_dependencies_by_turn; DROP TRIGGER entries_counted_in;
+         DROP TRIGGER entries_counted_out; ALTER TABLE queue_meta DROP COLUMN row_count;",
+    )
+    .expect("drop what the newest migration made");
     drop(conn);
     let kept = applied_migrations(&db);
     assert_eq!(
@@ -411,7 +417,8 @@ fn only_the_migrations_newer_than_the_highest_applied_run() {
     let index: bool = rusqlite::Connection::open(&db)
         .expect("open")
         .query_row(
-            "SELECT count(*) = 1 FROM sqlite_schema WHERE type = 'index' AND name = 'entries_reserved'",
+            "SELECT count(*) = 1 FROM sqlite_schema
+             WHERE type = 'index' AND name = 'entry_dependencies_by_turn'",
             [],
             |row| row.get(0),
         )

@@ -123,7 +123,7 @@ fn start_guard_if_fleet<L: Liveness, S: Store>(rt: &Runtime<L, S>) -> Option<gua
 }
 
 /// The failpoint `runner::before_signals(GATE)`: a runner still starting up (SIGTERM not handled
-/// yet) writes its pid to `GATE.waiting` and waits until the file `GATE` exists (at most 30 s), so
+/// yet) publishes its pid in `GATE.waiting` and waits until the file `GATE` exists (at most 30 s), so
 /// a test can cancel it inside that window (`tests/failpoints_runner_startup.rs`).
 #[cfg(feature = "failpoints")]
 fn startup_gate() {
@@ -132,7 +132,12 @@ fn startup_gate() {
     };
     let gate = PathBuf::from(gate);
     let waiting = gate.with_extension("waiting");
-    if let Err(e) = std::fs::write(&waiting, std::process::id().to_string()) {
+    // Written beside and renamed into place: a test reads the pid as soon as the file exists,
+    // so it must never see it empty.
+    let partial = gate.with_extension("waiting.partial");
+    if let Err(e) = std::fs::write(&partial, std::process::id().to_string())
+        .and_then(|()| std::fs::rename(&partial, &waiting))
+    {
         tracing::warn!("failpoint: cannot write {}: {e}", waiting.display());
     }
     let until = std::time::Instant::now() + std::time::Duration::from_secs(30);

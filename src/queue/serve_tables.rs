@@ -24,6 +24,7 @@
 //! another host reads the payload through it) are compiled; the rest is `serve`'s alone.
 
 use super::records::{Db, DbError};
+#[cfg(feature = "serve")]
 use crate::protocol::admission::MAX_DEDUPE_ENTRIES;
 
 /// The most refused deliveries kept (and listed by `tollgate deliveries --refused`).
@@ -115,6 +116,7 @@ struct Sql {
 enum Arg<'a> {
     Text(&'a str),
     Int(i64),
+    #[cfg_attr(not(feature = "serve"), allow(dead_code))] // only serve's statements
     Bytes(&'a [u8]),
     #[cfg_attr(not(feature = "serve"), allow(dead_code))] // only serve's statements
     Home(&'a str),
@@ -131,7 +133,9 @@ enum Col {
 }
 
 enum Val {
+    #[cfg_attr(not(feature = "serve"), allow(dead_code))] // only serve's statements
     Text(String),
+    #[cfg_attr(not(feature = "serve"), allow(dead_code))] // only serve's statements
     Int(i64),
     Bytes(Vec<u8>),
 }
@@ -188,6 +192,7 @@ fn pg_args<'a>(
 }
 
 /// Runs `sql` with `args`; the number of rows changed.
+#[cfg(feature = "serve")]
 fn exec(db: &mut Db<'_>, sql: &Sql, args: &[Arg<'_>]) -> Result<usize, DbError> {
     match db {
         Db::Sqlite(c) => Ok(c
@@ -322,7 +327,9 @@ const LIVE_MARKS: Sql = Sql {
 
 /// Insert-if-absent: marks `key` unless a live mark (unexpired at `now_millis`) exists. Returns
 /// `true` when this call made the mark (a new delivery), `false` for a duplicate. An expired mark
-/// is replaced. Keeps the table within [`MAX_DEDUPE_ENTRIES`] by dropping the oldest marks.
+/// is replaced. Does not trim: the caller's transaction ends with [`trim_marks`] (one count of
+/// the table per group commit, not one per delivery), so every commit keeps the table within
+/// [`MAX_DEDUPE_ENTRIES`].
 ///
 /// In PostgreSQL the unique key decides even between two transactions that do not share the
 /// queue's lock: the second `INSERT` waits for the first's commit and then inserts nothing.
@@ -347,9 +354,6 @@ pub(crate) fn mark_if_absent(
             Arg::Int(int(now_millis.saturating_add(ttl_millis))),
         ],
     )?;
-    if inserted == 1 {
-        trim_marks(db)?;
-    }
     Ok(inserted == 1)
 }
 
@@ -380,8 +384,9 @@ pub(crate) fn prune_marks(db: &mut Db<'_>, now_millis: u64) -> Result<usize, DbE
     Ok(expired + trim_marks(db)?)
 }
 
+/// Drops the oldest marks beyond [`MAX_DEDUPE_ENTRIES`]; how many.
 #[cfg(feature = "serve")]
-fn trim_marks(db: &mut Db<'_>) -> Result<usize, DbError> {
+pub(crate) fn trim_marks(db: &mut Db<'_>) -> Result<usize, DbError> {
     let count = query(db, &COUNT_MARKS, &[], &[Col::Int])?
         .first()
         .and_then(|row| row.first())

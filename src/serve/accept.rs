@@ -130,6 +130,8 @@ fn commit_batch(
             app.serve_state.savepoint(end).map_err(StoreError::from)?;
             results.push(result);
         }
+        // The marks' bound, once for the batch (a count of the table per delivery was O(marks)).
+        app.serve_state.trim_marks().map_err(StoreError::from)?;
         let now = std::time::Instant::now();
         if now >= *next_prune {
             prune_payloads(app);

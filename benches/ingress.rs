@@ -1,7 +1,8 @@
 //! Load generator for `tollgate serve` on loopback (plain harness): requests per second and
-//! p50/p99 latency of the accept path, the refusal path (at capacity, 503) and, as the baseline in
-//! the same run, a trivial answer of the same server (an unknown route, 404); plus the serve
-//! process's memory per retained delivery.
+//! p50/p99 latency of the accept path, the duplicate path (a redelivery of an accepted id, 200),
+//! the refusal paths (at capacity, 503; bad signature, 401) and, as the baseline in the same run,
+//! a trivial answer of the same server (an unknown route, 404); plus the serve process's memory
+//! per retained delivery (docs/PERFORMANCE.md, "Ingress").
 //!
 //! `cargo bench --bench ingress` (knobs: INGRESS_BENCH_SECS, INGRESS_BENCH_THREADS,
 //! INGRESS_BENCH_RETAINED). Each client thread keeps one HTTP/1.1 connection open.

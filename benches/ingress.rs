@@ -1,7 +1,8 @@
 //! Load generator for `tollgate serve` on loopback (plain harness): requests per second and
-//! p50/p99 latency of the accept path, the refusal path (at capacity, 503) and, as the baseline in
-//! the same run, a trivial answer of the same server (an unknown route, 404); plus the serve
-//! process's memory per retained delivery.
+//! p50/p99 latency of the accept path, the duplicate path (a redelivery of an accepted id, 200),
+//! the refusal paths (at capacity, 503; bad signature, 401) and, as the baseline in the same run,
+//! a trivial answer of the same server (an unknown route, 404); plus the serve process's memory
+//! per retained delivery (docs/PERFORMANCE.md, "Ingress").
 //!
 //! `cargo bench --bench ingress` (knobs: INGRESS_BENCH_SECS, INGRESS_BENCH_THREADS,
 //! INGRESS_BENCH_RETAINED). Each client thread keeps one HTTP/1.1 connection open.
@@ -40,8 +41,8 @@ impl Conn {
         }
     }
 
-    /// One keep-alive request; returns the status.
-    fn post(&mut self, path: &str, headers: &[(&str, String)], body: &[u8]) -> u16 {
+    /// One keep-alive request; returns the status and the answer's body.
+    fn post(&mut self, path: &str, headers: &[(&str, String)], body: &[u8]) -> (u16, Vec<u8>) {
         let mut head = format!(
             "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n",
             self.addr,
@@ -76,7 +77,7 @@ impl Conn {
         }
         let mut body = vec![0; length];
         self.reader.read_exact(&mut body).expect("body");
-        status
+        (status, body)
     }
 }
 
@@ -101,6 +102,8 @@ fn signed(id: &str, body: &[u8]) -> Vec<(&'static str, String)> {
 
 struct Figures {
     requests: usize,
+    /// Requests each connection sent, in connection order.
+    per_connection: Vec<u64>,
     seconds: f64,
     p50_micros: u64,
     p99_micros: u64,
@@ -112,7 +115,7 @@ impl Figures {
     }
 }
 
-fn summarize(mut latencies: Vec<u64>, seconds: f64) -> Figures {
+fn summarize(mut latencies: Vec<u64>, per_connection: Vec<u64>, seconds: f64) -> Figures {
     latencies.sort_unstable();
     let at = |q: f64| {
         let i = ((latencies.len() as f64 * q).ceil() as usize).clamp(1, latencies.len()) - 1;
@@ -120,6 +123,7 @@ fn summarize(mut latencies: Vec<u64>, seconds: f64) -> Figures {
     };
     Figures {
         requests: latencies.len(),
+        per_connection,
         seconds,
         p50_micros: at(0.50),
         p99_micros: at(0.99),
@@ -139,7 +143,7 @@ fn load(
     let sent = AtomicU64::new(0);
     let start = Instant::now();
     let deadline = start + Duration::from_secs(secs);
-    let latencies: Vec<u64> = std::thread::scope(|s| {
+    let per_thread: Vec<Vec<u64>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let (sent, make) = (&sent, &make);
@@ -152,9 +156,14 @@ fn load(
                     {
                         let (path, headers, body) = make(t, n);
                         let began = Instant::now();
-                        let status = conn.post(&path, &headers, &body);
+                        let (status, answer) = conn.post(&path, &headers, &body);
                         mine.push(began.elapsed().as_micros() as u64);
-                        assert_eq!(status, expected, "{path}");
+                        assert_eq!(
+                            status,
+                            expected,
+                            "{path}: {}",
+                            String::from_utf8_lossy(&answer)
+                        );
                         n += 1;
                     }
                     mine
@@ -163,10 +172,12 @@ fn load(
             .collect();
         handles
             .into_iter()
-            .flat_map(|h| h.join().expect("client"))
+            .map(|h| h.join().expect("client"))
             .collect()
     });
-    summarize(latencies, start.elapsed().as_secs_f64())
+    let seconds = start.elapsed().as_secs_f64();
+    let counts = per_thread.iter().map(|l| l.len() as u64).collect();
+    summarize(per_thread.into_iter().flatten().collect(), counts, seconds)
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -188,6 +199,10 @@ fn main() {
     let home = dir.path().join("home");
     let release = dir.path().join("release");
     std::fs::create_dir_all(&home).expect("home");
+    // The gate admits before it deduplicates (core `decide_delivery`): a duplicate holds a unit of
+    // capacity for a moment, so `threads` units are left free for the duplicate phase and filled
+    // after it, before the refusal phase.
+    let capacity = retained + threads;
     let script = format!(
         "i=0; while [ ! -e '{}' ] && [ -d '{}' ] && [ $i -lt 6000 ]; do sleep 0.1; i=$((i+1)); done",
         release.display(),
@@ -196,7 +211,7 @@ fn main() {
     std::fs::write(
         home.join("tollgate.toml"),
         format!(
-            "workers = 1\n[serve]\nmax_detached = {retained}\n\n[[route]]\npath = \"/hook\"\nadapter = \"generic\"\nsecret_env = \"BENCH_SECRET\"\ntask = \"b-{{scope}}\"\nrun = [\"sh\", \"-c\", {script:?}]\n"
+            "workers = 1\n[serve]\nmax_detached = {capacity}\n\n[[route]]\npath = \"/hook\"\nadapter = \"generic\"\nsecret_env = \"BENCH_SECRET\"\ntask = \"b-{{scope}}\"\nrun = [\"sh\", \"-c\", {script:?}]\n"
         ),
     )
     .expect("config");
@@ -233,6 +248,19 @@ fn main() {
         ("/hook".into(), signed(&id, &body), body.clone())
     });
     let rss_after = rss_kib(pid);
+    // Redeliveries of the accepted ids (each connection cycles through the ones it sent): the
+    // gate's mark answers them, nothing is queued.
+    let sent: Vec<u64> = accept.per_connection.clone();
+    let duplicate = load(&addr, threads, secs, u64::MAX, 200, |t, n| {
+        let mine = sent.get(t as usize).copied().unwrap_or(0).max(1);
+        let id = format!("a{t}-{}", n % mine);
+        ("/hook".into(), signed(&id, &body), body.clone())
+    });
+    let fill = load(&addr, threads, 600, threads, 200, |t, n| {
+        let id = format!("f{t}-{n}");
+        ("/hook".into(), signed(&id, &body), body.clone())
+    });
+    assert_eq!(fill.requests as u64, threads, "filling the capacity");
     let refuse = load(&addr, threads, secs, u64::MAX, 503, |t, n| {
         let id = format!("r{t}-{n}");
         ("/hook".into(), signed(&id, &body), body.clone())
@@ -257,6 +285,7 @@ fn main() {
         ("baseline: unknown route, empty body (404)", &baseline),
         ("refusal: at capacity (503 + Retry-After)", &refuse),
         ("refusal: bad signature (401)", &bad_signature),
+        ("duplicate: redelivery of an accepted id (200)", &duplicate),
         ("accept: durable turn, then 200", &accept),
     ] {
         println!(

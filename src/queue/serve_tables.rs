@@ -19,8 +19,12 @@
 //! gate's set) and never older than the TTL; refusals at most [`MAX_REFUSED_ROWS`] per queue
 //! (the oldest dropped); the hand-off list at most what one serve retained (`max_detached`),
 //! per home; payloads pruned a few per batch once their turn ended.
+//!
+//! Without the `serve` feature (the loom build) only the schemas and [`payload_of`] (a runner on
+//! another host reads the payload through it) are compiled; the rest is `serve`'s alone.
 
 use super::records::{Db, DbError};
+#[cfg(feature = "serve")]
 use crate::protocol::admission::MAX_DEDUPE_ENTRIES;
 
 /// The most refused deliveries kept (and listed by `tollgate deliveries --refused`).
@@ -112,25 +116,32 @@ struct Sql {
 enum Arg<'a> {
     Text(&'a str),
     Int(i64),
+    #[cfg_attr(not(feature = "serve"), allow(dead_code))] // only serve's statements
     Bytes(&'a [u8]),
+    #[cfg_attr(not(feature = "serve"), allow(dead_code))] // only serve's statements
     Home(&'a str),
 }
 
 /// The type of a result column.
 #[derive(Clone, Copy)]
 enum Col {
+    #[cfg_attr(not(feature = "serve"), allow(dead_code))] // only serve's statements
     Text,
+    #[cfg_attr(not(feature = "serve"), allow(dead_code))] // only serve's statements
     Int,
     Bytes,
 }
 
 enum Val {
+    #[cfg_attr(not(feature = "serve"), allow(dead_code))] // only serve's statements
     Text(String),
+    #[cfg_attr(not(feature = "serve"), allow(dead_code))] // only serve's statements
     Int(i64),
     Bytes(Vec<u8>),
 }
 
 impl Val {
+    #[cfg(feature = "serve")]
     fn text(self) -> String {
         match self {
             Val::Text(t) => t,
@@ -138,6 +149,7 @@ impl Val {
         }
     }
 
+    #[cfg(feature = "serve")]
     fn int(&self) -> i64 {
         match self {
             Val::Int(i) => *i,
@@ -180,6 +192,7 @@ fn pg_args<'a>(
 }
 
 /// Runs `sql` with `args`; the number of rows changed.
+#[cfg(feature = "serve")]
 fn exec(db: &mut Db<'_>, sql: &Sql, args: &[Arg<'_>]) -> Result<usize, DbError> {
     match db {
         Db::Sqlite(c) => Ok(c
@@ -236,11 +249,13 @@ fn query(
     }
 }
 
+#[cfg(feature = "serve")]
 fn limit(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// One stored mark.
+#[cfg(feature = "serve")]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredMark {
     pub key: String,
@@ -248,24 +263,29 @@ pub struct StoredMark {
 }
 
 /// Bit-for-bit `u64` in the databases' signed integers (as the queue tables do).
+#[cfg(feature = "serve")]
 fn int(value: u64) -> i64 {
     value as i64
 }
 
+#[cfg(feature = "serve")]
 fn uint(value: i64) -> u64 {
     value as u64
 }
 
+#[cfg(feature = "serve")]
 const DELETE_EXPIRED_KEY: Sql = Sql {
     sqlite: "DELETE FROM serve_dedupe WHERE key = ?1 AND expires_at_millis <= ?2",
     postgres: "DELETE FROM serve_dedupe WHERE queue = $1 AND key = $2 AND expires_at_millis <= $3",
 };
+#[cfg(feature = "serve")]
 const INSERT_MARK_IF_ABSENT: Sql = Sql {
     sqlite: "INSERT INTO serve_dedupe (key, marked_at_millis, expires_at_millis)
              VALUES (?1, ?2, ?3) ON CONFLICT (key) DO NOTHING",
     postgres: "INSERT INTO serve_dedupe (queue, key, marked_at_millis, expires_at_millis)
                VALUES ($1, $2, $3, $4) ON CONFLICT (queue, key) DO NOTHING",
 };
+#[cfg(feature = "serve")]
 const PUT_MARK: Sql = Sql {
     sqlite:
         "INSERT INTO serve_dedupe (key, marked_at_millis, expires_at_millis) VALUES (?1, ?2, ?3)
@@ -278,14 +298,17 @@ const PUT_MARK: Sql = Sql {
                    expires_at_millis = excluded.expires_at_millis
                WHERE excluded.marked_at_millis > serve_dedupe.marked_at_millis",
 };
+#[cfg(feature = "serve")]
 const DELETE_EXPIRED: Sql = Sql {
     sqlite: "DELETE FROM serve_dedupe WHERE expires_at_millis <= ?1",
     postgres: "DELETE FROM serve_dedupe WHERE queue = $1 AND expires_at_millis <= $2",
 };
+#[cfg(feature = "serve")]
 const COUNT_MARKS: Sql = Sql {
     sqlite: "SELECT count(*) FROM serve_dedupe",
     postgres: "SELECT count(*) FROM serve_dedupe WHERE queue = $1",
 };
+#[cfg(feature = "serve")]
 const DROP_OLDEST_MARKS: Sql = Sql {
     sqlite: "DELETE FROM serve_dedupe WHERE key IN
                  (SELECT key FROM serve_dedupe ORDER BY marked_at_millis, key LIMIT ?1)",
@@ -293,6 +316,7 @@ const DROP_OLDEST_MARKS: Sql = Sql {
                    (SELECT key FROM serve_dedupe WHERE queue = $1
                     ORDER BY marked_at_millis, key COLLATE \"C\" LIMIT $2)",
 };
+#[cfg(feature = "serve")]
 const LIVE_MARKS: Sql = Sql {
     sqlite: "SELECT key, marked_at_millis FROM serve_dedupe WHERE expires_at_millis > ?1
              ORDER BY marked_at_millis, key LIMIT ?2",
@@ -303,10 +327,13 @@ const LIVE_MARKS: Sql = Sql {
 
 /// Insert-if-absent: marks `key` unless a live mark (unexpired at `now_millis`) exists. Returns
 /// `true` when this call made the mark (a new delivery), `false` for a duplicate. An expired mark
-/// is replaced. Keeps the table within [`MAX_DEDUPE_ENTRIES`] by dropping the oldest marks.
+/// is replaced. Does not trim: the caller's transaction ends with [`trim_marks`] (one count of
+/// the table per group commit, not one per delivery), so every commit keeps the table within
+/// [`MAX_DEDUPE_ENTRIES`].
 ///
 /// In PostgreSQL the unique key decides even between two transactions that do not share the
 /// queue's lock: the second `INSERT` waits for the first's commit and then inserts nothing.
+#[cfg(feature = "serve")]
 pub(crate) fn mark_if_absent(
     db: &mut Db<'_>,
     key: &str,
@@ -327,13 +354,11 @@ pub(crate) fn mark_if_absent(
             Arg::Int(int(now_millis.saturating_add(ttl_millis))),
         ],
     )?;
-    if inserted == 1 {
-        trim_marks(db)?;
-    }
     Ok(inserted == 1)
 }
 
 /// Puts a mark made elsewhere (an imported log line) unless a newer one is there.
+#[cfg(feature = "serve")]
 pub(crate) fn put_mark(
     db: &mut Db<'_>,
     key: &str,
@@ -353,12 +378,15 @@ pub(crate) fn put_mark(
 }
 
 /// Drops the marks expired at `now_millis`, and the oldest beyond the cap.
+#[cfg(feature = "serve")]
 pub(crate) fn prune_marks(db: &mut Db<'_>, now_millis: u64) -> Result<usize, DbError> {
     let expired = exec(db, &DELETE_EXPIRED, &[Arg::Int(int(now_millis))])?;
     Ok(expired + trim_marks(db)?)
 }
 
-fn trim_marks(db: &mut Db<'_>) -> Result<usize, DbError> {
+/// Drops the oldest marks beyond [`MAX_DEDUPE_ENTRIES`]; how many.
+#[cfg(feature = "serve")]
+pub(crate) fn trim_marks(db: &mut Db<'_>) -> Result<usize, DbError> {
     let count = query(db, &COUNT_MARKS, &[], &[Col::Int])?
         .first()
         .and_then(|row| row.first())
@@ -373,6 +401,7 @@ fn trim_marks(db: &mut Db<'_>) -> Result<usize, DbError> {
 }
 
 /// The live marks at `now_millis`, oldest first (at most [`MAX_DEDUPE_ENTRIES`]).
+#[cfg(feature = "serve")]
 pub(crate) fn live_marks(db: &mut Db<'_>, now_millis: u64) -> Result<Vec<StoredMark>, DbError> {
     let rows = query(
         db,
@@ -397,10 +426,12 @@ pub(crate) fn live_marks(db: &mut Db<'_>, now_millis: u64) -> Result<Vec<StoredM
         .collect())
 }
 
+#[cfg(feature = "serve")]
 const ADD_REFUSED: Sql = Sql {
     sqlite: "INSERT INTO serve_refused (body) VALUES (?1)",
     postgres: "INSERT INTO serve_refused (queue, body) VALUES ($1, $2)",
 };
+#[cfg(feature = "serve")]
 const DROP_OLDEST_REFUSED: Sql = Sql {
     sqlite: "DELETE FROM serve_refused WHERE id <= (SELECT max(id) FROM serve_refused) - ?1",
     // Identities are shared by every queue: the bound is counted in this queue's rows.
@@ -408,12 +439,14 @@ const DROP_OLDEST_REFUSED: Sql = Sql {
                    (SELECT id FROM serve_refused WHERE queue = $1
                     ORDER BY id DESC OFFSET $2 LIMIT 1)",
 };
+#[cfg(feature = "serve")]
 const REFUSED: Sql = Sql {
     sqlite: "SELECT body FROM serve_refused ORDER BY id LIMIT ?1",
     postgres: "SELECT body FROM serve_refused WHERE queue = $1 ORDER BY id LIMIT $2",
 };
 
 /// Appends one refusal (its JSON document), dropping the oldest beyond [`MAX_REFUSED_ROWS`].
+#[cfg(feature = "serve")]
 pub(crate) fn add_refused(db: &mut Db<'_>, body: &str) -> Result<(), DbError> {
     exec(db, &ADD_REFUSED, &[Arg::Text(body)])?;
     exec(
@@ -425,6 +458,7 @@ pub(crate) fn add_refused(db: &mut Db<'_>, body: &str) -> Result<(), DbError> {
 }
 
 /// Every kept refusal's document, oldest first.
+#[cfg(feature = "serve")]
 pub(crate) fn refused(db: &mut Db<'_>) -> Result<Vec<String>, DbError> {
     let rows = query(
         db,
@@ -435,22 +469,26 @@ pub(crate) fn refused(db: &mut Db<'_>) -> Result<Vec<String>, DbError> {
     Ok(texts(rows))
 }
 
+#[cfg(feature = "serve")]
 fn texts(rows: Vec<Vec<Val>>) -> Vec<String> {
     rows.into_iter()
         .filter_map(|row| row.into_iter().next().map(Val::text))
         .collect()
 }
 
+#[cfg(feature = "serve")]
 const CLEAR_HANDED_OFF: Sql = Sql {
     sqlite: "DELETE FROM serve_handed_off",
     postgres: "DELETE FROM serve_handed_off WHERE queue = $1 AND home = $2",
 };
+#[cfg(feature = "serve")]
 const PUT_HANDED_OFF: Sql = Sql {
     sqlite: "INSERT INTO serve_handed_off (delivery, body) VALUES (?1, ?2)
              ON CONFLICT (delivery) DO UPDATE SET body = excluded.body",
     postgres: "INSERT INTO serve_handed_off (queue, home, delivery, body) VALUES ($1, $2, $3, $4)
                ON CONFLICT (queue, home, delivery) DO UPDATE SET body = excluded.body",
 };
+#[cfg(feature = "serve")]
 const HANDED_OFF: Sql = Sql {
     sqlite: "SELECT body FROM serve_handed_off ORDER BY delivery",
     postgres: "SELECT body FROM serve_handed_off WHERE queue = $1 AND home = $2
@@ -459,6 +497,7 @@ const HANDED_OFF: Sql = Sql {
 
 /// Replaces `home`'s hand-off list: `(delivery id, document)` each. `home` is the home's key
 /// ([`home_key`]; only PostgreSQL, where homes share the tables, uses it).
+#[cfg(feature = "serve")]
 pub(crate) fn replace_handed_off(
     db: &mut Db<'_>,
     home: &str,
@@ -476,22 +515,26 @@ pub(crate) fn replace_handed_off(
 }
 
 /// `home`'s hand-off list's documents, in delivery id order.
+#[cfg(feature = "serve")]
 pub(crate) fn handed_off(db: &mut Db<'_>, home: &str) -> Result<Vec<String>, DbError> {
     let rows = query(db, &HANDED_OFF, &[Arg::Home(home)], &[Col::Text])?;
     Ok(texts(rows))
 }
 
+#[cfg(feature = "serve")]
 const IMPORT_STATE: Sql = Sql {
     sqlite: "SELECT moved_aside FROM imports WHERE source = ?1",
     postgres: "SELECT moved_aside::int4::int8 FROM serve_imports
                WHERE queue = $1 AND home = $2 AND source = $3",
 };
+#[cfg(feature = "serve")]
 const RECORD_IMPORT: Sql = Sql {
     sqlite: "INSERT INTO imports (source, imported_at_millis) VALUES (?1, ?2)
              ON CONFLICT (source) DO NOTHING",
     postgres: "INSERT INTO serve_imports (queue, home, source, imported_at_millis)
                VALUES ($1, $2, $3, $4) ON CONFLICT (queue, home, source) DO NOTHING",
 };
+#[cfg(feature = "serve")]
 const RECORD_MOVED: Sql = Sql {
     sqlite: "UPDATE imports SET moved_aside = 1 WHERE source = ?1",
     postgres: "UPDATE serve_imports SET moved_aside = true
@@ -500,6 +543,7 @@ const RECORD_MOVED: Sql = Sql {
 
 /// Whether `home`'s old file `source` (its path under the home) was imported, and if so whether
 /// it was moved aside: `None` when never imported.
+#[cfg(feature = "serve")]
 pub(crate) fn import_state(
     db: &mut Db<'_>,
     home: &str,
@@ -518,6 +562,7 @@ pub(crate) fn import_state(
 }
 
 /// Records that `home`'s `source` was imported (not yet moved aside).
+#[cfg(feature = "serve")]
 pub(crate) fn record_import(
     db: &mut Db<'_>,
     home: &str,
@@ -537,11 +582,13 @@ pub(crate) fn record_import(
 }
 
 /// Records that `home`'s `source` was moved aside.
+#[cfg(feature = "serve")]
 pub(crate) fn record_moved(db: &mut Db<'_>, home: &str, source: &str) -> Result<(), DbError> {
     exec(db, &RECORD_MOVED, &[Arg::Home(home), Arg::Text(source)])?;
     Ok(())
 }
 
+#[cfg(feature = "serve")]
 const PUT_PAYLOAD: Sql = Sql {
     sqlite: "INSERT INTO serve_payloads (delivery, task, turn, body) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (delivery) DO UPDATE SET task = excluded.task, turn = excluded.turn,
@@ -551,6 +598,7 @@ const PUT_PAYLOAD: Sql = Sql {
                ON CONFLICT (queue, delivery) DO UPDATE SET task = excluded.task,
                    turn = excluded.turn, body = excluded.body",
 };
+#[cfg(feature = "serve")]
 const PRUNE_PAYLOADS: Sql = Sql {
     sqlite: "DELETE FROM serve_payloads WHERE delivery IN (
                  SELECT p.delivery FROM serve_payloads p
@@ -561,6 +609,7 @@ const PRUNE_PAYLOADS: Sql = Sql {
                    LEFT JOIN turns t ON t.queue = p.queue AND t.task = p.task AND t.turn = p.turn
                    WHERE p.queue = $1 AND (t.settled IS NULL OR t.settled) LIMIT $2)",
 };
+#[cfg(feature = "serve")]
 const KEPT_PAYLOADS: Sql = Sql {
     sqlite: "SELECT p.task, p.turn, p.body FROM serve_payloads p
              JOIN turns t ON t.task = p.task AND t.turn = p.turn WHERE t.settled = 0",
@@ -571,6 +620,7 @@ const KEPT_PAYLOADS: Sql = Sql {
 
 /// Keeps an accepted delivery's payload (committed with its turn; the turn's `payload` file is
 /// written without a sync and restored from here at serve's start).
+#[cfg(feature = "serve")]
 pub(crate) fn put_payload(
     db: &mut Db<'_>,
     delivery: &str,
@@ -592,6 +642,7 @@ pub(crate) fn put_payload(
 }
 
 /// Drops at most `limit` kept payloads whose turn ended or is gone.
+#[cfg(feature = "serve")]
 pub(crate) fn prune_payloads(db: &mut Db<'_>, most: usize) -> Result<usize, DbError> {
     exec(db, &PRUNE_PAYLOADS, &[Arg::Int(limit(most))])
 }
@@ -599,6 +650,7 @@ pub(crate) fn prune_payloads(db: &mut Db<'_>, most: usize) -> Result<usize, DbEr
 /// The kept payloads of unfinished turns: `(task, turn, body)`. In PostgreSQL those of every
 /// home of the queue: a turn's folder is in the home that queued it, so the caller keeps only
 /// the turns whose folder it has.
+#[cfg(feature = "serve")]
 pub(crate) fn kept_payloads(db: &mut Db<'_>) -> Result<Vec<(String, u32, Vec<u8>)>, DbError> {
     let rows = query(db, &KEPT_PAYLOADS, &[], &[Col::Text, Col::Int, Col::Bytes])?;
     rows.into_iter()
@@ -643,6 +695,7 @@ pub(crate) fn payload_of(
 
 /// Runs `sql` (a `SAVEPOINT`, `RELEASE` or `ROLLBACK TO`, the same in both dialects): one
 /// delivery of a group commit.
+#[cfg(feature = "serve")]
 pub(crate) fn savepoint(db: &mut Db<'_>, sql: &str) -> Result<(), DbError> {
     match db {
         Db::Sqlite(c) => Ok(c.execute_batch(sql)?),

@@ -28,6 +28,13 @@ use std::sync::Arc;
 pub const MAX_WAITING: usize = 256;
 /// The most deliveries in one transaction.
 pub const MAX_BATCH: usize = 64;
+/// How often a batch prunes the kept payloads of ended turns. The prune scans every kept payload
+/// (each unfinished turn's), so doing it in every batch made a batch's cost grow with the turns
+/// waiting; once a second it is bounded work per second instead.
+pub const PRUNE_EVERY_MILLIS: u64 = 1_000;
+/// The most kept payloads one prune drops (at [`PRUNE_EVERY_MILLIS`], more than the accept path
+/// can add in that time).
+pub const PRUNE_MOST: usize = 8_192;
 
 /// One admitted delivery, ready to be made a durable turn.
 pub struct Pending {
@@ -91,14 +98,21 @@ impl Store for InSection<'_> {
 /// database connection stays open across batches.
 pub fn run_worker(app: Arc<App>, worker: Worker<Pending, Committed>) {
     let rt = super::runtime_for(&app.home, &app.config);
+    let mut next_prune = std::time::Instant::now();
     worker.run(
-        |batch| commit_batch(&app, &rt, batch),
+        |batch| commit_batch(&app, &rt, batch, &mut next_prune),
         |decided| perform(&app, &rt, decided),
     );
 }
 
-/// One batch: one transaction for all of `batch`, one result per delivery in order.
-fn commit_batch(app: &App, rt: &Runtime, batch: Vec<Pending>) -> (Vec<Committed>, Vec<Decided>) {
+/// One batch: one transaction for all of `batch`, one result per delivery in order. Prunes the
+/// kept payloads when `next_prune` has passed.
+fn commit_batch(
+    app: &App,
+    rt: &Runtime,
+    batch: Vec<Pending>,
+    next_prune: &mut std::time::Instant,
+) -> (Vec<Committed>, Vec<Decided>) {
     let count = batch.len();
     let outcome = rt.store.transact(|state| {
         let mut results = Vec::with_capacity(count);
@@ -116,7 +130,13 @@ fn commit_batch(app: &App, rt: &Runtime, batch: Vec<Pending>) -> (Vec<Committed>
             app.serve_state.savepoint(end).map_err(StoreError::from)?;
             results.push(result);
         }
-        prune_payloads(app);
+        // The marks' bound, once for the batch (a count of the table per delivery was O(marks)).
+        app.serve_state.trim_marks().map_err(StoreError::from)?;
+        let now = std::time::Instant::now();
+        if now >= *next_prune {
+            prune_payloads(app);
+            *next_prune = now + std::time::Duration::from_millis(PRUNE_EVERY_MILLIS);
+        }
         // A crash here is what `tests/failpoints_serve_group_commit.rs` injects: the batch is
         // written, not committed, and nobody was answered.
         fail::fail_point!("serve::before_group_commit", |_| std::process::abort());
@@ -215,13 +235,13 @@ fn one(app: &App, state: &mut QueueState, pending: &Pending) -> Committed {
     }
 }
 
-/// Drops the kept payloads of turns that ended or are gone (a few per batch: bounded work).
+/// Drops the kept payloads of turns that ended or are gone (at most [`PRUNE_MOST`]).
 fn prune_payloads(app: &App) {
     if !app.serve_state.in_database() {
         return;
     }
     let pruned = records::with_db(&app.home, Access::Write, None, |db| {
-        crate::queue::serve_tables::prune_payloads(db, MAX_BATCH)
+        crate::queue::serve_tables::prune_payloads(db, PRUNE_MOST)
             .map_err(|e| records::db_error(&records::database_name(&app.home), e))
     });
     if let Err(e) = pruned {

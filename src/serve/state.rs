@@ -300,6 +300,19 @@ impl ServeState {
         }
     }
 
+    /// Inside the group commit's transaction, after its marks (database homes): drops the oldest
+    /// marks beyond the bound, so the commit keeps it.
+    pub fn trim_marks(&self) -> Result<(), FileError> {
+        match &self.backing {
+            Backing::Files { .. } => Ok(()),
+            Backing::Database => records::with_db(&self.home, Access::Write, None, |conn| {
+                serve_tables::trim_marks(conn)
+                    .map(|_| ())
+                    .map_err(sql(&self.home))
+            }),
+        }
+    }
+
     /// A savepoint statement inside the group commit's transaction (database homes only).
     pub fn savepoint(&self, statement: &str) -> Result<(), FileError> {
         match &self.backing {

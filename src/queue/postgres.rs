@@ -19,7 +19,7 @@ use crate::protocol::slots::{QueueState, QUEUE_FORMAT_VERSION};
 use postgres::error::SqlState;
 use postgres::{Client, GenericClient, NoTls};
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod batch;
@@ -254,7 +254,8 @@ pub struct PostgresStore {
     /// The home whose task and turn records this queue holds: its record files of an earlier
     /// version are imported on the first connection (spec/store.md, "PostgreSQL").
     home: Option<crate::home::Home>,
-    client: Mutex<Option<Client>>,
+    /// Shared with the record layer's side store of this URL and queue ([`Self::for_home`]).
+    client: Arc<Mutex<Option<Client>>>,
     /// Set on a home's store: every section reads the leases (spec/fleet.md).
     fleet: Option<FleetContext>,
 }
@@ -285,15 +286,34 @@ impl PostgresStore {
             durability,
             lock: PostgresLock::Advisory,
             home: None,
-            client: Mutex::new(None),
+            client: Arc::new(Mutex::new(None)),
             fleet: None,
         }
     }
 
-    /// The same store holding `home`'s task and turn records (importing its record files).
+    /// The same store holding `home`'s task and turn records (importing its record files). Its
+    /// connection also serves the record accesses of this process outside sections (the record
+    /// layer's side store): one connection per process instead of two. Those accesses run on a
+    /// thread with no section of this queue in progress (one in progress serves them itself), so
+    /// they only ever wait for another thread's use of the connection, never for their own.
     pub fn for_home(mut self, home: crate::home::Home) -> Self {
         self.home = Some(home);
+        super::records::share_side_store(self.record_key(), Arc::new(self.sharing_client()));
         self
+    }
+
+    /// A store on this one's connection (the same client slot), without a fleet context.
+    fn sharing_client(&self) -> PostgresStore {
+        PostgresStore {
+            url: self.url.clone(),
+            queue: self.queue.clone(),
+            lock_timeout: self.lock_timeout,
+            durability: self.durability,
+            lock: self.lock,
+            home: self.home.clone(),
+            client: self.client.clone(),
+            fleet: None,
+        }
     }
 
     /// The `store` URL and the queue: what the record layer keys this store's records by.

@@ -782,19 +782,31 @@ fn side_store(
     home: &Home,
     (url, queue, durability, timeout): &PgTarget,
 ) -> std::sync::Arc<PostgresStore> {
-    let mut sides = PG_SIDES.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, store)) = sides.iter().find(|(k, _)| k == key) {
-        return store.clone();
+    let find = || {
+        let sides = PG_SIDES.lock().unwrap_or_else(|e| e.into_inner());
+        sides
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, store)| store.clone())
+    };
+    if let Some(store) = find() {
+        return store;
     }
+    // Building a home's store registers it (sharing its connection) as the side store.
+    let built = PostgresStore::new(url.clone(), queue.clone(), *timeout, *durability)
+        .for_home(home.clone());
+    find().unwrap_or_else(|| std::sync::Arc::new(built))
+}
+
+/// Makes `store` (sharing a home store's connection, [`PostgresStore::for_home`]) the side store
+/// of `key`, replacing an earlier one.
+pub(crate) fn share_side_store(key: PgKey, store: std::sync::Arc<PostgresStore>) {
+    let mut sides = PG_SIDES.lock().unwrap_or_else(|e| e.into_inner());
+    sides.retain(|(k, _)| k != &key);
     if sides.len() >= MAX_REGISTERED_HOMES {
         sides.remove(0);
     }
-    let store = std::sync::Arc::new(
-        PostgresStore::new(url.clone(), queue.clone(), *timeout, *durability)
-            .for_home(home.clone()),
-    );
-    sides.push((key.clone(), store.clone()));
-    store
+    sides.push((key, store));
 }
 
 /// A PostgreSQL section lending its client to the record layer ([`Section`] for SQLite).

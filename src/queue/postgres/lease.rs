@@ -86,7 +86,7 @@ impl PostgresStore {
             lock: self.lock,
             // Leases only: no records to import or lend on this connection.
             home: None,
-            client: std::sync::Mutex::new(None),
+            client: std::sync::Arc::new(std::sync::Mutex::new(None)),
             fleet: self.fleet.clone(),
         }
     }

@@ -62,6 +62,53 @@ fn a_failed_or_unpublishable_section_changes_nothing() {
     );
 }
 
+/// A section's statements carry their values as escaped literals (spec/store.md, "Round
+/// trips"): a queue name and task names with quotes and backslashes round-trip exactly, and a
+/// value holding a NUL byte is refused with an error naming the database, nothing written.
+#[test]
+fn quotes_and_backslashes_round_trip_and_a_nul_byte_is_refused_changing_nothing() {
+    let Some(url) = server() else { return };
+    let queue = format!("{}-o'b\\r\\'q", unique_queue("quotes"));
+    let store = store(&url, &queue);
+    let mut shape = every_shape();
+    shape.entries[0].key = tollgate::protocol::slots::TurnKey::new("it's a \\ 'task'\\", 1);
+    if let Some(work) = shape.works.first_mut() {
+        work.cgroup = Some("/sys/fs/cgroup/a'b\\c".to_string());
+    }
+    store
+        .transact(|q| {
+            *q = shape.clone();
+            Ok::<_, StoreError>(())
+        })
+        .expect("publish");
+    assert_eq!(store.load().expect("load"), shape);
+    // Another connection reads the same rows under the same (escaped) queue name.
+    assert_eq!(self::store(&url, &queue).load().expect("load again"), shape);
+
+    let err = store
+        .transact(|q| {
+            q.entries[0].key = tollgate::protocol::slots::TurnKey::new("nul\0byte", 1);
+            Ok::<_, StoreError>(())
+        })
+        .expect_err("a NUL byte cannot be stored");
+    assert!(
+        matches!(&err, StoreError::Database { path, detail }
+            if path.to_string_lossy().contains("o'b") && detail.contains("NUL")),
+        "{err}"
+    );
+    assert_eq!(store.load().expect("load"), shape);
+    // The connection is usable after the refused section (its transaction was rolled back).
+    store
+        .transact(|q| {
+            q.entries.pop();
+            Ok::<_, StoreError>(())
+        })
+        .expect("a later section commits");
+    let mut expected = shape.clone();
+    expected.entries.pop();
+    assert_eq!(store.load().expect("load"), expected);
+}
+
 /// THREADS writers, each its own connection, released together, each doing SECTIONS
 /// read-modify-write increments of the queue's counter: no increment is lost. Run under both
 /// lock kinds; the sections per second are printed (spec/store.md quotes them).

@@ -15,19 +15,14 @@
 use super::store::{check_queue, Commit, Store, StoreError};
 use crate::clock;
 use crate::config::Durability;
-use crate::fsutil::FileError;
-use crate::protocol::slots::{
-    AfterRule, Dependency, PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState,
-    RunnerRecord, RunnerSlotReservation, SlotToken, TurnKey, WorkId, WorkRecord,
-    QUEUE_FORMAT_VERSION,
-};
+use crate::protocol::slots::{QueueState, QUEUE_FORMAT_VERSION};
 use postgres::error::SqlState;
-use postgres::{Client, GenericClient, NoTls, Row};
-use std::collections::HashMap;
+use postgres::{Client, GenericClient, NoTls};
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+mod batch;
 mod lease;
 mod ops;
 pub use lease::{FleetContext, LeaseSnapshot, LEASE_LOCK};
@@ -193,6 +188,11 @@ impl PostgresUrl {
                             "queue={value:?}: a queue name has 1 to {MAX_QUEUE_NAME_BYTES} bytes"
                         ));
                     }
+                    // The name is written into statements as a literal ([`batch`]), which a
+                    // NUL would end.
+                    if value.contains('\0') {
+                        return Err(format!("queue={value:?}: a queue name holds no NUL byte"));
+                    }
                     queue = Some(value.to_string());
                 }
                 _ if !pair.is_empty() => kept.push(pair),
@@ -254,7 +254,8 @@ pub struct PostgresStore {
     /// The home whose task and turn records this queue holds: its record files of an earlier
     /// version are imported on the first connection (spec/store.md, "PostgreSQL").
     home: Option<crate::home::Home>,
-    client: Mutex<Option<Client>>,
+    /// Shared with the record layer's side store of this URL and queue ([`Self::for_home`]).
+    client: Arc<Mutex<Option<Client>>>,
     /// Set on a home's store: every section reads the leases (spec/fleet.md).
     fleet: Option<FleetContext>,
 }
@@ -285,15 +286,34 @@ impl PostgresStore {
             durability,
             lock: PostgresLock::Advisory,
             home: None,
-            client: Mutex::new(None),
+            client: Arc::new(Mutex::new(None)),
             fleet: None,
         }
     }
 
-    /// The same store holding `home`'s task and turn records (importing its record files).
+    /// The same store holding `home`'s task and turn records (importing its record files). Its
+    /// connection also serves the record accesses of this process outside sections (the record
+    /// layer's side store): one connection per process instead of two. Those accesses run on a
+    /// thread with no section of this queue in progress (one in progress serves them itself), so
+    /// they only ever wait for another thread's use of the connection, never for their own.
     pub fn for_home(mut self, home: crate::home::Home) -> Self {
         self.home = Some(home);
+        super::records::share_side_store(self.record_key(), Arc::new(self.sharing_client()));
         self
+    }
+
+    /// A store on this one's connection (the same client slot), without a fleet context.
+    fn sharing_client(&self) -> PostgresStore {
+        PostgresStore {
+            url: self.url.clone(),
+            queue: self.queue.clone(),
+            lock_timeout: self.lock_timeout,
+            durability: self.durability,
+            lock: self.lock,
+            home: self.home.clone(),
+            client: self.client.clone(),
+            fleet: None,
+        }
     }
 
     /// The `store` URL and the queue: what the record layer keys this store's records by.
@@ -347,13 +367,54 @@ impl PostgresStore {
                 path: self.name(),
                 detail: format!("cannot connect: {}", describe(&e)),
             })?;
-            self.migrate(&mut client)?;
-            if let Some(home) = &self.home {
+            // Most connections find everything done: one statement checks it, with no lock.
+            let (migrated, imported) = self.ready(&mut client);
+            if !migrated {
+                self.migrate(&mut client)?;
+            }
+            if let Some(home) = self.home.as_ref().filter(|_| !imported) {
                 super::records::pg_import_records(self, &mut client, home)?;
             }
             *guard = Some(client);
         }
         Ok(guard)
+    }
+
+    /// Whether the schema is at this tollgate's version with this queue's meta row, and whether
+    /// this home's record files were imported and moved aside: one statement without a lock, so
+    /// a process's later connections skip the migration's and the import's locked transactions.
+    /// Both only ever become true (a migration never goes back, `moved_aside` is final); any
+    /// error (a database without `schema_migrations`) answers "not yet", and the locked paths
+    /// decide.
+    fn ready(&self, client: &mut Client) -> (bool, bool) {
+        let home = self.home.as_ref().map(home_key);
+        let imported = match &home {
+            Some(home) => format!(
+                "coalesce((SELECT moved_aside FROM record_imports WHERE queue = {} AND home = {}), \
+                 false)",
+                batch::text(&self.queue),
+                batch::text(home)
+            ),
+            None => "true".to_string(),
+        };
+        let sql = format!(
+            "SELECT (SELECT coalesce(max(version), 0) FROM schema_migrations) = {POSTGRES_SCHEMA_VERSION}
+                AND EXISTS (SELECT 1 FROM queue_meta WHERE queue = {}), {imported}",
+            batch::text(&self.queue)
+        );
+        if home.as_ref().is_some_and(|h| h.contains('\0')) || self.queue.contains('\0') {
+            return (false, false);
+        }
+        let row = client.simple_query(&sql).ok().and_then(|messages| {
+            messages.into_iter().find_map(|m| match m {
+                postgres::SimpleQueryMessage::Row(row) => Some(row),
+                _ => None,
+            })
+        });
+        match row {
+            Some(row) => (row.get(0) == Some("t"), row.get(1) == Some("t")),
+            None => (false, false),
+        }
     }
 
     /// Applies the missing migrations and creates this queue's meta row, in one transaction
@@ -411,9 +472,16 @@ impl PostgresStore {
 
     fn set_lock_timeout(&self, tx: &mut impl GenericClient) -> Result<(), StoreError> {
         // SET takes no parameters; the value is a number this process formatted.
-        let millis = self.lock_timeout.as_millis().clamp(1, i32::MAX as u128);
-        tx.batch_execute(&format!("SET LOCAL lock_timeout = {millis}"))
-            .map_err(|e| self.error(e))
+        tx.batch_execute(&format!(
+            "SET LOCAL lock_timeout = {}",
+            self.lock_timeout_millis()
+        ))
+        .map_err(|e| self.error(e))
+    }
+
+    /// `lock_timeout` as `SET LOCAL lock_timeout` takes it (0 would mean no bound).
+    pub(crate) fn lock_timeout_millis(&self) -> u128 {
+        self.lock_timeout.as_millis().clamp(1, i32::MAX as u128)
     }
 
     /// [`StoreError::Busy`] when the lock stayed taken for all of `lock_timeout`.
@@ -434,6 +502,12 @@ impl PostgresStore {
     }
 }
 
+/// `text` as an SQL string literal (`E'…'`, escaped; [`batch`] says why statements carry
+/// literals).
+pub(crate) fn quoted_text(text: &str) -> String {
+    batch::text(text)
+}
+
 /// The server's message (with its detail) rather than the client's terse "db error".
 pub(crate) fn describe(error: &postgres::Error) -> String {
     match error.as_db_error() {
@@ -446,23 +520,22 @@ pub(crate) fn describe(error: &postgres::Error) -> String {
 }
 
 impl Store for PostgresStore {
-    /// A read-only REPEATABLE READ transaction: a consistent snapshot without the lock.
+    /// One statement reading every table of the queue: one snapshot, without the lock, in one
+    /// round trip ([`batch`]).
     fn load(&self) -> Result<QueueState, StoreError> {
         let mut guard = self.client()?;
         let Some(client) = guard.as_mut() else {
             unreachable!("client() connected");
         };
-        let mut tx = client
-            .build_transaction()
-            .isolation_level(postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .map_err(|e| self.error(e))?;
-        let state = self.read_queue(&mut tx)?;
-        tx.commit().map_err(|e| self.error(e))?;
-        Ok(state)
+        let sql = batch::read_sql(&self.queue, None, true);
+        let messages = client.simple_query(&sql).map_err(|e| self.error(e))?;
+        let json = batch::last_value(self, &messages)?;
+        batch::parse_document(self, &json)?.queue_state(self)
     }
 
+    /// Two round trips ([`batch`]): `BEGIN`, the `SET LOCAL`s, the queue's lock, the lease lock
+    /// and the reads as one message; then the writes of what changed and the `COMMIT` as
+    /// another. Task and turn records `change` writes go between them, on the same transaction.
     fn transact_as<R, E>(
         &self,
         commit: Commit,
@@ -482,514 +555,75 @@ impl Store for PostgresStore {
         let Some(section) = super::records::PgSection::lend(&mut guard, self.record_key()) else {
             unreachable!("client() connected, and the client is back outside a section");
         };
-        section
-            .with(|c| c.batch_execute("BEGIN"))
-            .map_err(|e| self.error(e))?;
-        section.with(|c| self.set_lock_timeout(c))?;
-        let sync = if durable { "on" } else { "off" };
-        section
-            .with(|c| c.batch_execute(&format!("SET LOCAL synchronous_commit = {sync}")))
-            .map_err(|e| self.error(e))?;
-        section
-            .with(|c| match self.lock {
-                PostgresLock::Advisory => c
-                    .execute(
-                        "SELECT pg_advisory_xact_lock($1, hashtext($2))",
-                        &[&LOCK_NAMESPACE, &self.queue],
-                    )
-                    .map(drop),
-                PostgresLock::Row => c
-                    .execute(
-                        "SELECT 1 FROM queue_meta WHERE queue = $1 FOR UPDATE",
-                        &[&self.queue],
-                    )
-                    .map(drop),
-            })
+        let queue = batch::text(&self.queue);
+        let mut locks = vec![match self.lock {
+            PostgresLock::Advisory => batch::advisory_lock(&format!("hashtext({queue})")),
+            PostgresLock::Row => {
+                format!("SELECT 1 FROM queue_meta WHERE queue = {queue} FOR UPDATE")
+            }
+        }];
+        // The lease lock always after the queue's, never before, so the two cannot deadlock.
+        if self.fleet.is_some() {
+            locks.push(batch::advisory_lock(&LEASE_LOCK.to_string()));
+        }
+        let mut sql = batch::begin_sql(self.lock_timeout_millis(), durable, &locks);
+        // The statements of one message run in order: the reads (and the database clock) come
+        // after both locks are held.
+        sql.push_str(&batch::read_sql(
+            &self.queue,
+            self.fleet.as_ref().map(|f| &f.host),
+            true,
+        ));
+        let messages = section
+            .with(|c| c.simple_query(&sql))
             .map_err(|e| self.busy_or(started, e))?;
-        // The lock is held from here: what is read now is what the section changes.
-        let fleet = section.with(|c| self.fleet_begin(c))?;
-        let original = section.with(|c| self.read_queue(c))?;
+        let document = batch::parse_document(self, &batch::last_value(self, &messages)?)?;
+        let fleet = self.fleet_begin(&document)?;
+        let original = document.queue_state(self)?;
+        drop(document);
         let mut state = original.clone();
         // On an `Err` (or a panic) `section` is dropped, which rolls the transaction back.
         let view = fleet.as_ref().map(|f| f.view.clone());
         let (result, fleet_after) = crate::fleet::in_section(view, || change(&mut state));
         let result = result?;
-        section.with(|c| self.fleet_end(c, fleet, fleet_after))?;
+        let mut sql = String::new();
+        self.fleet_end(&mut sql, fleet, fleet_after);
         if state != original {
             check_queue(&state).map_err(|detail| StoreError::Unpublishable {
                 path: self.name(),
                 detail,
             })?;
             fail::fail_point!("queue::before_publish");
-            section
-                .with(|c| write_changes(c, &self.queue, &original, &state))
-                .map_err(|e| self.error(e))?;
+            batch::push_changes(&mut sql, &self.queue, &original, &state);
         }
         // A section that recorded a turn's outcome is synced whatever its class (as in SQLite:
         // `wait` and `status` tell it, reconcile trusts it).
         if !durable && section.outcome_recorded() {
-            section
-                .with(|c| c.batch_execute("SET LOCAL synchronous_commit = on"))
-                .map_err(|e| self.error(e))?;
+            sql.push_str("SET LOCAL synchronous_commit = on;\n");
         }
+        // A statement that fails skips the rest of the message, `COMMIT` included: the
+        // transaction is then aborted and `section`'s drop rolls it back.
+        sql.push_str("COMMIT");
+        let sql = batch::checked(self, sql)?;
         section
-            .with(|c| c.batch_execute("COMMIT"))
+            .with(|c| c.batch_execute(&sql))
             .map_err(|e| self.error(e))?;
         section.committed();
         Ok(result)
     }
 }
 
-impl PostgresStore {
-    /// Reads this queue's rows into the document the core takes, refusing what the file
-    /// store's loader would refuse.
-    fn read_queue(&self, tx: &mut impl GenericClient) -> Result<QueueState, StoreError> {
-        let corrupt = |detail: String| {
-            StoreError::File(FileError::Corrupt {
-                path: self.name(),
-                format: "tollgate queue",
-                detail,
-            })
-        };
-        let queue = &self.queue;
-        let meta = tx
-            .query_opt(
-                "SELECT version, next_queue_id, paused_home FROM queue_meta WHERE queue = $1",
-                &[queue],
-            )
-            .map_err(|e| self.error(e))?
-            .ok_or_else(|| corrupt("the queue_meta row is missing".to_string()))?;
-        let version: i32 = meta.try_get(0).map_err(|e| self.error(e))?;
-        let next: i64 = meta.try_get(1).map_err(|e| self.error(e))?;
-        let paused_home: bool = meta.try_get(2).map_err(|e| self.error(e))?;
-        let mut state = QueueState {
-            version: u32::try_from(version).map_err(|e| corrupt(format!("version: {e}")))?,
-            next_queue_id: next as u64,
-            entries: Vec::new(),
-            runners: Vec::new(),
-            works: Vec::new(),
-            paused: PauseSet {
-                home: paused_home,
-                tasks: Default::default(),
-            },
-        };
-        let rows = tx
-            .query(
-                "SELECT task FROM paused_tasks WHERE queue = $1 ORDER BY task",
-                &[queue],
-            )
-            .map_err(|e| self.error(e))?;
-        for row in &rows {
-            let task: String = row.try_get(0).map_err(|e| self.error(e))?;
-            state.paused.tasks.insert(task);
-        }
-        let rows = tx
-            .query(
-                "SELECT queue_id, task, turn, enqueued_at_millis, ready_at_millis, state,
-                        owner_pid, owner_start_micros, enqueue_owner_pid,
-                        enqueue_owner_start_micros, reservation_token, reserver_pid,
-                        reserver_start_micros, child_pid, child_start_micros, cancel_requested,
-                        priority
-                 FROM entries WHERE queue = $1 ORDER BY queue_id",
-                &[queue],
-            )
-            .map_err(|e| self.error(e))?;
-        for row in &rows {
-            let queue_id: i64 = row.try_get(0).map_err(|e| self.error(e))?;
-            let entry = entry_from_row(row)
-                .map_err(|e| self.error(e))?
-                .map_err(|detail| corrupt(format!("row with queue_id {queue_id}: {detail}")))?;
-            state.entries.push(entry);
-        }
-        let rows = tx
-            .query(
-                "SELECT queue_id, task, turn, rule FROM entry_dependencies
-                 WHERE queue = $1 ORDER BY queue_id, pos",
-                &[queue],
-            )
-            .map_err(|e| self.error(e))?;
-        let index: HashMap<u64, usize> = state
-            .entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (e.queue_id, i))
-            .collect();
-        for row in &rows {
-            let queue_id: i64 = row.try_get(0).map_err(|e| self.error(e))?;
-            let key = turn_key(row, 1, 2)
-                .map_err(|e| self.error(e))?
-                .map_err(corrupt)?;
-            let rule = match row
-                .try_get::<_, String>(3)
-                .map_err(|e| self.error(e))?
-                .as_str()
-            {
-                "succeeded" => AfterRule::Succeeded,
-                _ => AfterRule::Ended,
-            };
-            if let Some(&i) = index.get(&(queue_id as u64)) {
-                state.entries[i].after.push(Dependency { key, rule });
-            }
-        }
-        let rows = tx
-            .query(
-                "SELECT task, turn, pid, start_micros, attached FROM runners
-                 WHERE queue = $1 ORDER BY pos",
-                &[queue],
-            )
-            .map_err(|e| self.error(e))?;
-        for row in &rows {
-            let key = turn_key(row, 0, 1)
-                .map_err(|e| self.error(e))?
-                .map_err(corrupt)?;
-            let identity = identity(row, 2, 3)
-                .map_err(|e| self.error(e))?
-                .map_err(corrupt)?
-                .ok_or_else(|| corrupt(format!("runner of {key} has no identity")))?;
-            state.runners.push(RunnerRecord {
-                key,
-                identity,
-                attached: row.try_get(4).map_err(|e| self.error(e))?,
-            });
-        }
-        let rows = tx
-            .query(
-                "SELECT task, turn, work_id, runner_pid, runner_start_micros, leader_pid,
-                        leader_start_micros, cgroup
-                 FROM works WHERE queue = $1 ORDER BY pos",
-                &[queue],
-            )
-            .map_err(|e| self.error(e))?;
-        for row in &rows {
-            let key = turn_key(row, 0, 1)
-                .map_err(|e| self.error(e))?
-                .map_err(corrupt)?;
-            let id_text: String = row.try_get(2).map_err(|e| self.error(e))?;
-            let id = token(&id_text)
-                .map(WorkId::from_token)
-                .map_err(|detail| corrupt(format!("work of {key}: {detail}")))?;
-            let runner = identity(row, 3, 4)
-                .map_err(|e| self.error(e))?
-                .map_err(corrupt)?
-                .ok_or_else(|| corrupt(format!("work of {key} has no runner")))?;
-            let leader = identity(row, 5, 6)
-                .map_err(|e| self.error(e))?
-                .map_err(corrupt)?;
-            let cgroup: Option<String> = row.try_get(7).map_err(|e| self.error(e))?;
-            state.works.push(WorkRecord {
-                key,
-                id,
-                runner,
-                leader,
-                cgroup,
-            });
-        }
-        // Already in order unless ids passed 2^63 (see [`int`]).
-        state.entries.sort_by_key(|e| e.queue_id);
-        check_queue(&state).map_err(corrupt)?;
-        Ok(state)
-    }
+/// The key of `home` in `record_imports`: its canonical root.
+pub(crate) fn home_key(home: &crate::home::Home) -> String {
+    std::fs::canonicalize(home.root())
+        .unwrap_or_else(|_| home.root().to_path_buf())
+        .display()
+        .to_string()
 }
 
 /// A `u64` as PostgreSQL's BIGINT, bit for bit (as in the SQLite store).
 fn int(value: u64) -> i64 {
     value as i64
-}
-
-fn turn_key(
-    row: &Row,
-    task: usize,
-    turn: usize,
-) -> Result<Result<TurnKey, String>, postgres::Error> {
-    let name: String = row.try_get(task)?;
-    let number: i64 = row.try_get(turn)?;
-    Ok(u32::try_from(number)
-        .map(|n| TurnKey::new(name.clone(), n))
-        .map_err(|_| format!("turn {number} of task {name:?} is out of range")))
-}
-
-/// A process identity from a pid and a start-time column; `None` when both are NULL.
-fn identity(
-    row: &Row,
-    pid: usize,
-    start: usize,
-) -> Result<Result<Option<ProcessIdentity>, String>, postgres::Error> {
-    let pid: Option<i64> = row.try_get(pid)?;
-    let start: Option<i64> = row.try_get(start)?;
-    Ok(match (pid, start) {
-        (Some(pid), Some(start)) => match u32::try_from(pid) {
-            Ok(pid) => Ok(Some(ProcessIdentity {
-                pid,
-                start_time_micros: start as u64,
-            })),
-            Err(_) => Err(format!("pid {pid} is out of range")),
-        },
-        (None, None) => Ok(None),
-        _ => Err("a pid without its start time (or the reverse)".to_string()),
-    })
-}
-
-/// A slot token from its text, with the JSON loader's checks (a UUID, never nil).
-fn token(text: &str) -> Result<SlotToken, String> {
-    serde_json::from_value(serde_json::Value::String(text.to_string()))
-        .map_err(|e| format!("token {text:?}: {e}"))
-}
-
-/// One `entries` row as a queue entry; the inner `Err` says what in the row is inconsistent.
-fn entry_from_row(row: &Row) -> Result<Result<QueueEntry, String>, postgres::Error> {
-    let owner = match identity(row, 6, 7)? {
-        Ok(o) => o,
-        Err(e) => return Ok(Err(e)),
-    };
-    let enqueue_owner = match identity(row, 8, 9)? {
-        Ok(o) => o,
-        Err(e) => return Ok(Err(e)),
-    };
-    let state_name: String = row.try_get(5)?;
-    let state = match (state_name.as_str(), owner, enqueue_owner) {
-        ("waiting", Some(owner), Some(enqueue_owner)) => RowState::Waiting {
-            enqueue_owner,
-            owner,
-        },
-        ("dispatching", Some(dispatch_owner), None) => RowState::Dispatching { dispatch_owner },
-        ("parked", None, None) => RowState::Parked,
-        (other, ..) => {
-            return Ok(Err(format!(
-                "state {other:?} does not match its owner columns"
-            )))
-        }
-    };
-    let reservation_token: Option<String> = row.try_get(10)?;
-    let reserver = match identity(row, 11, 12)? {
-        Ok(r) => r,
-        Err(e) => return Ok(Err(e)),
-    };
-    let child = match identity(row, 13, 14)? {
-        Ok(c) => c,
-        Err(e) => return Ok(Err(e)),
-    };
-    let slot_reservation = match (reservation_token, reserver) {
-        (None, None) => None,
-        (Some(text), Some(reserver)) => match token(&text) {
-            Ok(token) => Some(RunnerSlotReservation {
-                reserver,
-                token,
-                child,
-            }),
-            Err(detail) => return Ok(Err(detail)),
-        },
-        _ => {
-            return Ok(Err(
-                "a reservation without its token or reserver".to_string()
-            ))
-        }
-    };
-    let key = match turn_key(row, 1, 2)? {
-        Ok(k) => k,
-        Err(e) => return Ok(Err(e)),
-    };
-    Ok(Ok(QueueEntry {
-        queue_id: row.try_get::<_, i64>(0)? as u64,
-        key,
-        enqueued_at_millis: row.try_get::<_, i64>(3)? as u64,
-        state,
-        slot_reservation,
-        ready_at_millis: row.try_get::<_, i64>(4)? as u64,
-        cancel_requested: row.try_get(15)?,
-        priority: row.try_get(16)?,
-        after: Vec::new(),
-    }))
-}
-
-/// Rewrites the dependencies of the entries whose list changed (or that left).
-fn write_dependencies(
-    tx: &mut impl GenericClient,
-    queue: &String,
-    old_by_id: &HashMap<u64, &QueueEntry>,
-    new_by_id: &HashMap<u64, &QueueEntry>,
-) -> Result<(), postgres::Error> {
-    let after = |map: &HashMap<u64, &QueueEntry>, id: &u64| -> Vec<Dependency> {
-        map.get(id).map_or_else(Vec::new, |e| e.after.clone())
-    };
-    let changed: Vec<u64> = old_by_id
-        .keys()
-        .chain(new_by_id.keys())
-        .filter(|id| after(old_by_id, id) != after(new_by_id, id))
-        .copied()
-        .collect();
-    for id in changed {
-        tx.execute(
-            "DELETE FROM entry_dependencies WHERE queue = $1 AND queue_id = $2",
-            &[queue, &int(id)],
-        )?;
-        for (pos, dependency) in after(new_by_id, &id).iter().enumerate() {
-            let rule = match dependency.rule {
-                AfterRule::Ended => "ended",
-                AfterRule::Succeeded => "succeeded",
-            };
-            tx.execute(
-                "INSERT INTO entry_dependencies (queue, queue_id, pos, task, turn, rule)
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-                &[
-                    queue,
-                    &int(id),
-                    &(pos as i32),
-                    &dependency.key.task,
-                    &i64::from(dependency.key.turn),
-                    &rule,
-                ],
-            )?;
-        }
-    }
-    Ok(())
-}
-
-/// Writes what differs between `old` (what the tables hold) and `new`, as the SQLite store
-/// does: the meta row if it changed, the entries removed, added or changed (by `queue_id`), and
-/// the runner and work lists whole when either changed.
-fn write_changes(
-    tx: &mut impl GenericClient,
-    queue: &String,
-    old: &QueueState,
-    new: &QueueState,
-) -> Result<(), postgres::Error> {
-    if old.version != new.version || old.next_queue_id != new.next_queue_id {
-        tx.execute(
-            "UPDATE queue_meta SET version = $2, next_queue_id = $3 WHERE queue = $1",
-            &[queue, &(new.version as i32), &int(new.next_queue_id)],
-        )?;
-    }
-    if old.paused != new.paused {
-        tx.execute(
-            "UPDATE queue_meta SET paused_home = $2 WHERE queue = $1",
-            &[queue, &new.paused.home],
-        )?;
-        tx.execute("DELETE FROM paused_tasks WHERE queue = $1", &[queue])?;
-        let insert = tx.prepare("INSERT INTO paused_tasks (queue, task) VALUES ($1, $2)")?;
-        for task in &new.paused.tasks {
-            tx.execute(&insert, &[queue, task])?;
-        }
-    }
-    let new_by_id: HashMap<u64, &QueueEntry> =
-        new.entries.iter().map(|e| (e.queue_id, e)).collect();
-    let old_by_id: HashMap<u64, &QueueEntry> =
-        old.entries.iter().map(|e| (e.queue_id, e)).collect();
-    let delete = tx.prepare("DELETE FROM entries WHERE queue = $1 AND queue_id = $2")?;
-    for entry in &old.entries {
-        if !new_by_id.contains_key(&entry.queue_id) {
-            tx.execute(&delete, &[queue, &int(entry.queue_id)])?;
-        }
-    }
-    let upsert = tx.prepare(
-        "INSERT INTO entries (queue, queue_id, task, turn, enqueued_at_millis, ready_at_millis,
-            state, owner_pid, owner_start_micros, enqueue_owner_pid, enqueue_owner_start_micros,
-            reservation_token, reserver_pid, reserver_start_micros, child_pid, child_start_micros,
-            cancel_requested, priority)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
-            $18)
-         ON CONFLICT (queue, queue_id) DO UPDATE SET
-            task = EXCLUDED.task, turn = EXCLUDED.turn,
-            enqueued_at_millis = EXCLUDED.enqueued_at_millis,
-            ready_at_millis = EXCLUDED.ready_at_millis, state = EXCLUDED.state,
-            owner_pid = EXCLUDED.owner_pid, owner_start_micros = EXCLUDED.owner_start_micros,
-            enqueue_owner_pid = EXCLUDED.enqueue_owner_pid,
-            enqueue_owner_start_micros = EXCLUDED.enqueue_owner_start_micros,
-            reservation_token = EXCLUDED.reservation_token,
-            reserver_pid = EXCLUDED.reserver_pid,
-            reserver_start_micros = EXCLUDED.reserver_start_micros,
-            child_pid = EXCLUDED.child_pid, child_start_micros = EXCLUDED.child_start_micros,
-            cancel_requested = EXCLUDED.cancel_requested, priority = EXCLUDED.priority",
-    )?;
-    let pid = |o: Option<&ProcessIdentity>| o.map(|o| i64::from(o.pid));
-    let start = |o: Option<&ProcessIdentity>| o.map(|o| int(o.start_time_micros));
-    for entry in &new.entries {
-        if old_by_id.get(&entry.queue_id) == Some(&entry) {
-            continue;
-        }
-        let (state, owner, enqueue_owner) = match &entry.state {
-            RowState::Waiting {
-                enqueue_owner,
-                owner,
-            } => ("waiting", Some(owner), Some(enqueue_owner)),
-            RowState::Dispatching { dispatch_owner } => ("dispatching", Some(dispatch_owner), None),
-            RowState::Parked => ("parked", None, None),
-        };
-        let reservation = entry.slot_reservation.as_ref();
-        let reserver = reservation.map(|r| &r.reserver);
-        let child = reservation.and_then(|r| r.child.as_ref());
-        let token = reservation.map(|r| r.token.to_string());
-        tx.execute(
-            &upsert,
-            &[
-                queue,
-                &int(entry.queue_id),
-                &entry.key.task,
-                &i64::from(entry.key.turn),
-                &int(entry.enqueued_at_millis),
-                &int(entry.ready_at_millis),
-                &state,
-                &pid(owner),
-                &start(owner),
-                &pid(enqueue_owner),
-                &start(enqueue_owner),
-                &token,
-                &pid(reserver),
-                &start(reserver),
-                &pid(child),
-                &start(child),
-                &entry.cancel_requested,
-                &entry.priority,
-            ],
-        )?;
-    }
-    write_dependencies(tx, queue, &old_by_id, &new_by_id)?;
-    if old.runners != new.runners {
-        tx.execute("DELETE FROM runners WHERE queue = $1", &[queue])?;
-        let insert = tx.prepare(
-            "INSERT INTO runners (queue, pos, task, turn, pid, start_micros, attached)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        )?;
-        for (pos, runner) in new.runners.iter().enumerate() {
-            tx.execute(
-                &insert,
-                &[
-                    queue,
-                    &(pos as i32),
-                    &runner.key.task,
-                    &i64::from(runner.key.turn),
-                    &i64::from(runner.identity.pid),
-                    &int(runner.identity.start_time_micros),
-                    &runner.attached,
-                ],
-            )?;
-        }
-    }
-    if old.works != new.works {
-        tx.execute("DELETE FROM works WHERE queue = $1", &[queue])?;
-        let insert = tx.prepare(
-            "INSERT INTO works (queue, pos, task, turn, work_id, runner_pid, runner_start_micros,
-                leader_pid, leader_start_micros, cgroup)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        )?;
-        for (pos, work) in new.works.iter().enumerate() {
-            tx.execute(
-                &insert,
-                &[
-                    queue,
-                    &(pos as i32),
-                    &work.key.task,
-                    &i64::from(work.key.turn),
-                    &work.id.to_string(),
-                    &i64::from(work.runner.pid),
-                    &int(work.runner.start_time_micros),
-                    &pid(work.leader.as_ref()),
-                    &start(work.leader.as_ref()),
-                    &work.cgroup,
-                ],
-            )?;
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

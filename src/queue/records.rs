@@ -543,6 +543,11 @@ pub(crate) enum Db<'a> {
     Postgres(&'a mut postgres::Client, &'a str),
 }
 
+/// The parameter types of the record statements (`query_typed`: one round trip, no prepare).
+const TEXT: postgres::types::Type = postgres::types::Type::TEXT;
+const INT8: postgres::types::Type = postgres::types::Type::INT8;
+const BOOL: postgres::types::Type = postgres::types::Type::BOOL;
+
 fn pg_turn(value: i64) -> Result<u32, DbError> {
     u32::try_from(value).map_err(|_| DbError::Range(format!("turn {value} is out of range")))
 }
@@ -552,9 +557,9 @@ impl Db<'_> {
         match self {
             Db::Sqlite(c) => Ok(task_body(c, name)?),
             Db::Postgres(c, queue) => Ok(c
-                .query_opt(
+                .query_typed_opt(
                     "SELECT body FROM tasks WHERE queue = $1 AND name = $2",
-                    &[queue, &name],
+                    &[(queue, TEXT), (&name, TEXT)],
                 )?
                 .map(|row| row.try_get(0))
                 .transpose()?),
@@ -570,11 +575,16 @@ impl Db<'_> {
         match self {
             Db::Sqlite(c) => Ok(put_task(c, name, next_turn, body)?),
             Db::Postgres(c, queue) => {
-                c.execute(
+                c.execute_typed(
                     "INSERT INTO tasks (queue, name, next_turn, body) VALUES ($1, $2, $3, $4)
                      ON CONFLICT (queue, name) DO UPDATE SET next_turn = EXCLUDED.next_turn,
                         body = EXCLUDED.body",
-                    &[queue, &name, &i64::from(next_turn), &body],
+                    &[
+                        (queue, TEXT),
+                        (&name, TEXT),
+                        (&i64::from(next_turn), INT8),
+                        (&body, TEXT),
+                    ],
                 )?;
                 Ok(())
             }
@@ -585,9 +595,9 @@ impl Db<'_> {
         match self {
             Db::Sqlite(c) => Ok(turn_body(c, task, turn)?),
             Db::Postgres(c, queue) => Ok(c
-                .query_opt(
+                .query_typed_opt(
                     "SELECT body FROM turns WHERE queue = $1 AND task = $2 AND turn = $3",
-                    &[queue, &task, &i64::from(turn)],
+                    &[(queue, TEXT), (&task, TEXT), (&i64::from(turn), INT8)],
                 )?
                 .map(|row| row.try_get(0))
                 .transpose()?),
@@ -606,9 +616,9 @@ impl Db<'_> {
         match self {
             Db::Sqlite(c) => Ok(task_names(c)?),
             Db::Postgres(c, queue) => c
-                .query(
+                .query_typed(
                     "SELECT name FROM tasks WHERE queue = $1 ORDER BY name COLLATE \"C\"",
-                    &[queue],
+                    &[(queue, TEXT)],
                 )?
                 .iter()
                 .map(|row| Ok(row.try_get(0)?))
@@ -620,9 +630,9 @@ impl Db<'_> {
         match self {
             Db::Sqlite(c) => Ok(turn_numbers(c, task)?),
             Db::Postgres(c, queue) => c
-                .query(
+                .query_typed(
                     "SELECT turn FROM turns WHERE queue = $1 AND task = $2 ORDER BY turn",
-                    &[queue, &task],
+                    &[(queue, TEXT), (&task, TEXT)],
                 )?
                 .iter()
                 .map(|row| pg_turn(row.try_get(0)?))
@@ -635,10 +645,10 @@ impl Db<'_> {
         match self {
             Db::Sqlite(c) => Ok(unfinished(c)?),
             Db::Postgres(c, queue) => c
-                .query(
+                .query_typed(
                     "SELECT task, turn, body FROM turns WHERE queue = $1 AND NOT settled
                      ORDER BY task COLLATE \"C\", turn",
-                    &[queue],
+                    &[(queue, TEXT)],
                 )?
                 .iter()
                 .map(|row| Ok((row.try_get(0)?, pg_turn(row.try_get(1)?)?, row.try_get(2)?)))
@@ -650,10 +660,10 @@ impl Db<'_> {
         match self {
             Db::Sqlite(c) => Ok(turns_with_short_id(c, id)?),
             Db::Postgres(c, queue) => c
-                .query(
+                .query_typed(
                     "SELECT task, turn FROM turns WHERE queue = $1 AND short_id = $2
                      ORDER BY task COLLATE \"C\", turn",
-                    &[queue, &(id as i64)],
+                    &[(queue, TEXT), (&(id as i64), INT8)],
                 )?
                 .iter()
                 .map(|row| Ok((row.try_get(0)?, pg_turn(row.try_get(1)?)?)))
@@ -665,14 +675,16 @@ impl Db<'_> {
         match self {
             Db::Sqlite(c) => Ok(delete_turn(c, task, turn)?),
             Db::Postgres(c, queue) => {
-                c.execute(
+                let key: [(&(dyn postgres::types::ToSql + Sync), _); 3] =
+                    [(queue, TEXT), (&task, TEXT), (&i64::from(turn), INT8)];
+                c.execute_typed(
                     "DELETE FROM turns WHERE queue = $1 AND task = $2 AND turn = $3",
-                    &[queue, &task, &i64::from(turn)],
+                    &key,
                 )?;
                 // Its output copied for other hosts (schema version 6) goes with it.
-                c.execute(
+                c.execute_typed(
                     "DELETE FROM turn_output WHERE queue = $1 AND task = $2 AND turn = $3",
-                    &[queue, &task, &i64::from(turn)],
+                    &key,
                 )?;
                 Ok(())
             }
@@ -696,16 +708,17 @@ fn pg_put_turn(
             settled = EXCLUDED.settled, ended_at_millis = EXCLUDED.ended_at_millis,
             body = EXCLUDED.body"
     };
-    c.execute(
+    // One round trip (`execute_typed`: no separate prepare).
+    c.execute_typed(
         sql,
         &[
-            &queue,
-            &row.task,
-            &i64::from(row.turn),
-            &row.short_id.map(|id| id as i64),
-            &row.settled,
-            &row.ended_at_millis.map(|at| at as i64),
-            &row.body,
+            (&queue, TEXT),
+            (&row.task, TEXT),
+            (&i64::from(row.turn), INT8),
+            (&row.short_id.map(|id| id as i64), INT8),
+            (&row.settled, BOOL),
+            (&row.ended_at_millis.map(|at| at as i64), INT8),
+            (&row.body, TEXT),
         ],
     )
 }
@@ -769,19 +782,31 @@ fn side_store(
     home: &Home,
     (url, queue, durability, timeout): &PgTarget,
 ) -> std::sync::Arc<PostgresStore> {
-    let mut sides = PG_SIDES.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, store)) = sides.iter().find(|(k, _)| k == key) {
-        return store.clone();
+    let find = || {
+        let sides = PG_SIDES.lock().unwrap_or_else(|e| e.into_inner());
+        sides
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, store)| store.clone())
+    };
+    if let Some(store) = find() {
+        return store;
     }
+    // Building a home's store registers it (sharing its connection) as the side store.
+    let built = PostgresStore::new(url.clone(), queue.clone(), *timeout, *durability)
+        .for_home(home.clone());
+    find().unwrap_or_else(|| std::sync::Arc::new(built))
+}
+
+/// Makes `store` (sharing a home store's connection, [`PostgresStore::for_home`]) the side store
+/// of `key`, replacing an earlier one.
+pub(crate) fn share_side_store(key: PgKey, store: std::sync::Arc<PostgresStore>) {
+    let mut sides = PG_SIDES.lock().unwrap_or_else(|e| e.into_inner());
+    sides.retain(|(k, _)| k != &key);
     if sides.len() >= MAX_REGISTERED_HOMES {
         sides.remove(0);
     }
-    let store = std::sync::Arc::new(
-        PostgresStore::new(url.clone(), queue.clone(), *timeout, *durability)
-            .for_home(home.clone()),
-    );
-    sides.push((key.clone(), store.clone()));
-    store
+    sides.push((key, store));
 }
 
 /// A PostgreSQL section lending its client to the record layer ([`Section`] for SQLite).
@@ -890,16 +915,15 @@ fn with_postgres<T>(
             return f(&mut Db::Postgres(client, &queue));
         }
         let millis = timeout.as_millis().clamp(1, i32::MAX as u128);
-        client
-            .batch_execute(&format!(
-                "BEGIN; SET LOCAL lock_timeout = {millis}; SET LOCAL synchronous_commit = on"
-            ))
-            .map_err(pg)?;
+        // One round trip: `BEGIN`, the `SET LOCAL`s and the queue's lock in one message (the
+        // queue name as an escaped literal, super::postgres::quoted_text).
         let locked = client
-            .execute(
-                "SELECT pg_advisory_xact_lock($1, hashtext($2))",
-                &[&super::postgres::LOCK_NAMESPACE, &queue],
-            )
+            .batch_execute(&format!(
+                "BEGIN; SET LOCAL lock_timeout = {millis}; SET LOCAL synchronous_commit = on; \
+                 SELECT pg_advisory_xact_lock({}, hashtext({}))",
+                super::postgres::LOCK_NAMESPACE,
+                super::postgres::quoted_text(&queue)
+            ))
             .map_err(pg);
         let result = locked.and_then(|_| f(&mut Db::Postgres(client, &queue)));
         match result {
@@ -934,10 +958,7 @@ pub(crate) fn pg_import_records(
     client: &mut postgres::Client,
     home: &Home,
 ) -> Result<(), crate::queue::StoreError> {
-    let home_key = std::fs::canonicalize(home.root())
-        .unwrap_or_else(|_| home.root().to_path_buf())
-        .display()
-        .to_string();
+    let home_key = super::postgres::home_key(home);
     let queue = store.queue().to_string();
     let started = std::time::Instant::now();
     let mut tx = client.transaction().map_err(|e| store.error(e))?;

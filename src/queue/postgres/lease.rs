@@ -8,15 +8,13 @@
 //! `tollgate_core::fleet` to the table and writes back what it changed. No host's wall clock is
 //! ever compared with another's: every expiry is the database clock plus a lease duration.
 
-use super::{PostgresStore, LOCK_NAMESPACE};
+use super::{batch, PostgresStore};
 use crate::fleet::FleetView;
 use crate::protocol::fleet::{
     self, FleetError, FleetIdentity, HostId, Lease, LeaseTable, LeaseTiming, RenewOutcome,
-    MAX_LEASES,
 };
 use crate::protocol::slots::ProcessIdentity;
 use crate::queue::StoreError;
-use postgres::GenericClient;
 use std::time::Instant;
 
 /// The second key of the fleet's lease lock (the migration lock is 0; a queue's lock is
@@ -88,30 +86,24 @@ impl PostgresStore {
             lock: self.lock,
             // Leases only: no records to import or lend on this connection.
             home: None,
-            client: std::sync::Mutex::new(None),
+            client: std::sync::Arc::new(std::sync::Mutex::new(None)),
             fleet: self.fleet.clone(),
         }
     }
 
-    /// In a queue section, right after the queue's lock: takes the lease lock (always after a
-    /// queue's, never before, so the two cannot deadlock), reads the database clock after it and
-    /// the lease table, and sweeps the expired leases (`fleet::sweep_expired`, F3). `None` when
-    /// this store is not on a fleet.
+    /// In a queue section, from its reads (taken after the queue's lock and the lease lock,
+    /// [`super::batch`]): the database clock read after the locks, whether this host is drained,
+    /// and the lease table with the expired leases swept (`fleet::sweep_expired`, F3). `None`
+    /// when this store is not on a fleet.
     pub(super) fn fleet_begin(
         &self,
-        tx: &mut impl GenericClient,
+        document: &batch::Document,
     ) -> Result<Option<FleetSection>, StoreError> {
         let Some(fleet) = &self.fleet else {
             return Ok(None);
         };
-        let started = Instant::now();
-        tx.execute(
-            "SELECT pg_advisory_xact_lock($1, $2)",
-            &[&LOCK_NAMESPACE, &LEASE_LOCK],
-        )
-        .map_err(|e| self.busy_or(started, e))?;
-        let (now_db_millis, drained) = self.now_and_drained(tx, &fleet.host)?;
-        let original = self.read_leases(tx)?;
+        let (original, now_db_millis) = document.lease_table(self)?;
+        let drained = document.drained.unwrap_or(false);
         let mut leases = original.clone();
         fleet::sweep_expired(&mut leases, now_db_millis);
         Ok(Some(FleetSection {
@@ -126,29 +118,28 @@ impl PostgresStore {
         }))
     }
 
-    /// Before a queue section commits: writes the leases it changed (the sweep, an acquisition,
-    /// a renewal, a release), with a synchronous commit: a lost lease commit could let another
-    /// host think a live process dead.
+    /// Before a queue section commits: appends the writes of the leases it changed (the sweep,
+    /// an acquisition, a renewal, a release) to `sql`, with a synchronous commit: a lost lease
+    /// commit could let another host think a live process dead.
     pub(super) fn fleet_end(
         &self,
-        tx: &mut impl GenericClient,
+        sql: &mut String,
         section: Option<FleetSection>,
         after: Option<FleetView>,
-    ) -> Result<(), StoreError> {
+    ) {
         let (Some(section), Some(after)) = (section, after) else {
-            return Ok(());
+            return;
         };
         if after.leases != section.original {
-            tx.batch_execute("SET LOCAL synchronous_commit = on")
-                .map_err(|e| self.error(e))?;
-            write_leases(tx, &section.original, &after.leases).map_err(|e| self.error(e))?;
+            sql.push_str("SET LOCAL synchronous_commit = on;\n");
+            batch::push_leases(sql, &section.original, &after.leases);
         }
-        Ok(())
     }
 
     /// Runs `step` on the lease table in one transaction under the fleet's lease lock, with the
     /// database clock read after the lock; writes back only the rows `step` changed. An `Err`
-    /// from `step` rolls everything back.
+    /// from `step` rolls everything back. Two round trips: `BEGIN`, the lock and the reads as
+    /// one message, the writes and the `COMMIT` as another ([`super::batch`]).
     pub fn lease_step<R>(
         &self,
         step: impl FnOnce(&mut LeaseTable, u64) -> Result<R, FleetError>,
@@ -158,28 +149,34 @@ impl PostgresStore {
             unreachable!("client() connected");
         };
         let started = Instant::now();
-        let mut tx = client.transaction().map_err(|e| self.error(e))?;
-        self.set_lock_timeout(&mut tx)?;
         // A lost lease commit would let another host think a live process dead (F3).
-        tx.batch_execute("SET LOCAL synchronous_commit = on")
-            .map_err(|e| self.error(e))?;
-        tx.execute(
-            "SELECT pg_advisory_xact_lock($1, $2)",
-            &[&LOCK_NAMESPACE, &LEASE_LOCK],
-        )
-        .map_err(|e| self.busy_or(started, e))?;
-        let now_db_millis = db_now_millis(&mut tx).map_err(|e| self.error(e))?;
-        let original = self.read_leases(&mut tx)?;
+        let mut sql = batch::begin_sql(
+            self.lock_timeout_millis(),
+            true,
+            &[batch::advisory_lock(&LEASE_LOCK.to_string())],
+        );
+        sql.push_str(&batch::lease_read_sql());
+        // Dropped before its `COMMIT` ran (a refusal, an error, a panic): rolled back.
+        let mut open = batch::Open::new(client);
+        let messages = open
+            .client()
+            .simple_query(&sql)
+            .map_err(|e| self.busy_or(started, e))?;
+        let document = batch::parse_document(self, &batch::last_value(self, &messages)?)?;
+        let (original, now_db_millis) = document.lease_table(self)?;
         let mut table = original.clone();
         let result = match step(&mut table, now_db_millis) {
             Ok(result) => result,
             Err(refused) => return Ok(Err(refused)),
         };
+        let mut sql = String::new();
         if table != original {
             fail::fail_point!("lease::before_publish");
-            write_leases(&mut tx, &original, &table).map_err(|e| self.error(e))?;
+            batch::push_leases(&mut sql, &original, &table);
         }
-        tx.commit().map_err(|e| self.error(e))?;
+        sql.push_str("COMMIT");
+        let sql = batch::checked(self, sql)?;
+        open.commit(&sql).map_err(|e| self.error(e))?;
         Ok(Ok(result))
     }
 
@@ -233,100 +230,4 @@ impl PostgresStore {
         })
         .map(|r| r.unwrap_or_else(|_| unreachable!("reading refuses nothing")))
     }
-
-    fn read_leases(&self, tx: &mut impl GenericClient) -> Result<LeaseTable, StoreError> {
-        // One more than the limit: a table over it is refused rather than read in part.
-        let rows = tx
-            .query(
-                "SELECT host, pid, start_micros, expires_at_db_millis FROM leases
-                 ORDER BY host, pid, start_micros LIMIT $1",
-                &[&(MAX_LEASES as i64 + 1)],
-            )
-            .map_err(|e| self.error(e))?;
-        if rows.len() > MAX_LEASES {
-            return Err(self.corrupt(format!(
-                "the leases table holds more than {MAX_LEASES} rows"
-            )));
-        }
-        let mut table = LeaseTable::default();
-        for row in rows {
-            let host: String = row.try_get(0).map_err(|e| self.error(e))?;
-            let pid: i64 = row.try_get(1).map_err(|e| self.error(e))?;
-            let start: i64 = row.try_get(2).map_err(|e| self.error(e))?;
-            let expires: i64 = row.try_get(3).map_err(|e| self.error(e))?;
-            let host = HostId::new(host).map_err(|e| self.corrupt(format!("leases: {e}")))?;
-            let pid = u32::try_from(pid)
-                .map_err(|_| self.corrupt(format!("leases: pid {pid} is out of range")))?;
-            table.leases.push(Lease {
-                holder: FleetIdentity {
-                    host,
-                    process: ProcessIdentity {
-                        pid,
-                        start_time_micros: start as u64,
-                    },
-                },
-                expires_at_db_millis: expires.max(0) as u64,
-            });
-        }
-        Ok(table)
-    }
-
-    fn corrupt(&self, detail: String) -> StoreError {
-        StoreError::Database {
-            path: self.name(),
-            detail,
-        }
-    }
-}
-
-/// The database clock, in milliseconds since the epoch, at this statement (not the
-/// transaction's start).
-fn db_now_millis(tx: &mut impl GenericClient) -> Result<u64, postgres::Error> {
-    let millis: i64 = tx
-        .query_one(
-            "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
-            &[],
-        )?
-        .try_get(0)?;
-    Ok(millis.max(0) as u64)
-}
-
-fn write_leases(
-    tx: &mut impl GenericClient,
-    original: &LeaseTable,
-    table: &LeaseTable,
-) -> Result<(), postgres::Error> {
-    let key = |l: &Lease| {
-        (
-            l.holder.host.as_str().to_string(),
-            i64::from(l.holder.process.pid),
-            l.holder.process.start_time_micros as i64,
-        )
-    };
-    for gone in original
-        .leases
-        .iter()
-        .filter(|l| table.lease_of(&l.holder).is_none())
-    {
-        let (host, pid, start) = key(gone);
-        tx.execute(
-            "DELETE FROM leases WHERE host = $1 AND pid = $2 AND start_micros = $3",
-            &[&host, &pid, &start],
-        )?;
-    }
-    for lease in table
-        .leases
-        .iter()
-        .filter(|l| original.lease_of(&l.holder) != Some(*l))
-    {
-        let (host, pid, start) = key(lease);
-        tx.execute(
-            "INSERT INTO leases (host, pid, start_micros, expires_at_db_millis)
-             VALUES ($1, $2, $3, $4)
-             ON CONFLICT (host, pid, start_micros)
-             DO UPDATE SET expires_at_db_millis = EXCLUDED.expires_at_db_millis",
-            &[&host, &pid, &start, &(lease.expires_at_db_millis as i64)],
-        )?;
-    }
-    Ok(())
 }

@@ -20,7 +20,6 @@
 use super::{PostgresStore, LOCK_NAMESPACE};
 use crate::protocol::fleet::HostId;
 use crate::queue::StoreError;
-use postgres::GenericClient;
 use std::time::Instant;
 
 /// Version 6: drained hosts, and the turns' output for the other hosts.
@@ -289,24 +288,5 @@ impl PostgresStore {
             }
         }
         Ok(out)
-    }
-
-    /// The database clock (milliseconds, at this statement) and whether `host` is drained: one
-    /// statement, which every fleet section runs right after taking the lease lock.
-    pub(super) fn now_and_drained(
-        &self,
-        tx: &mut impl GenericClient,
-        host: &HostId,
-    ) -> Result<(u64, bool), StoreError> {
-        let row = tx
-            .query_one(
-                "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
-                        EXISTS (SELECT 1 FROM drained_hosts WHERE host = $1)",
-                &[&host.as_str()],
-            )
-            .map_err(|e| self.error(e))?;
-        let now: i64 = row.try_get(0).map_err(|e| self.error(e))?;
-        let drained: bool = row.try_get(1).map_err(|e| self.error(e))?;
-        Ok((now.max(0) as u64, drained))
     }
 }

@@ -491,3 +491,53 @@ fn a_version_1_database_migrates_to_the_current_version_keeping_its_rows() {
         .batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)"))
         .expect("drop the test's database");
 }
+
+/// A section commits under its locks without waiting for the disk and is flushed after them,
+/// before `transact` returns (spec/store.md, "PostgreSQL", "Durability"): what a caller is told
+/// is on disk. The write-ahead log position read *inside* the section (from another session) is
+/// before the section's commit record, so the server's flushed position must have passed it
+/// when `transact` returns. Without the flush the WAL writer would pass it only on its next
+/// round (`wal_writer_delay`, 200 ms by default), long after the return.
+#[test]
+fn a_section_is_on_disk_when_it_returns_though_it_committed_without_waiting_under_its_locks() {
+    let Some(url) = server() else { return };
+    let queue = unique_queue("flushed");
+    let store = store(&url, &queue);
+    store.load().expect("create the queue");
+    let mut observer = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+    let mut lsn = |sql: &str| -> String {
+        observer
+            .query_one(sql, &[])
+            .expect("read the WAL position")
+            .get(0)
+    };
+    for round in 0..5 {
+        let mut inside = String::new();
+        store
+            .transact(|state| {
+                inside = lsn("SELECT pg_current_wal_insert_lsn()::text");
+                // Every round changes the queue: the full shape, then empty again.
+                *state = if round % 2 == 0 {
+                    every_shape()
+                } else {
+                    QueueState::default()
+                };
+                Ok::<_, StoreError>(())
+            })
+            .expect("a section that writes");
+        let flushed = lsn("SELECT pg_current_wal_flush_lsn()::text");
+        let mut check = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+        let on_disk: bool = check
+            .query_one(
+                "SELECT $1::text::pg_lsn >= $2::text::pg_lsn",
+                &[&flushed, &inside],
+            )
+            .expect("compare")
+            .get(0);
+        assert!(
+            on_disk,
+            "round {round}: flushed up to {flushed} when the section returned, \
+             but its commit comes after {inside}"
+        );
+    }
+}

@@ -7,10 +7,12 @@
 //! lock_timeout`): sections of one queue are serialised exactly as `BEGIN IMMEDIATE` serialises
 //! them in SQLite, so the task and turn record files a section writes stay guarded by it. The
 //! lock is released by the commit or rollback itself, so a killed command never leaves it taken.
-//! Every commit runs with `synchronous_commit = on` except a promise commit under
-//! `durability = "os"`: unlike SQLite's, the server can crash while tollgate's processes live on,
-//! so an internal transition it lost (a runner's take-over) would let reconcile start a turn whose
-//! work still runs (S2); spec/store.md, "PostgreSQL", says why.
+//! Every section is on disk before it returns except a promise under `durability = "os"`:
+//! unlike SQLite's, the server can crash while tollgate's processes live on, so an internal
+//! transition it lost (a runner's take-over) would let reconcile start a turn whose work still
+//! runs (S2). A section commits without waiting for the disk under its locks and is flushed
+//! after them ([`batch::FLUSH_SQL`]); spec/store.md, "PostgreSQL", "Durability", says why that
+//! is safe.
 
 use super::store::{check_queue, Commit, Store, StoreError};
 use crate::clock;
@@ -508,6 +510,12 @@ pub(crate) fn quoted_text(text: &str) -> String {
     batch::text(text)
 }
 
+/// Makes every commit so far durable ([`batch::FLUSH_SQL`]): sent after a write transaction
+/// committed with `synchronous_commit = off`, once its locks are released.
+pub(crate) fn flush_wal(client: &mut Client) -> Result<(), postgres::Error> {
+    client.batch_execute(batch::FLUSH_SQL)
+}
+
 /// The server's message (with its detail) rather than the client's terse "db error".
 pub(crate) fn describe(error: &postgres::Error) -> String {
     match error.as_db_error() {
@@ -566,7 +574,9 @@ impl Store for PostgresStore {
         if self.fleet.is_some() {
             locks.push(batch::advisory_lock(&LEASE_LOCK.to_string()));
         }
-        let mut sql = batch::begin_sql(self.lock_timeout_millis(), durable, &locks);
+        // Committed without waiting for the disk under the locks; made durable by the flush
+        // after them ([`batch::FLUSH_SQL`]).
+        let mut sql = batch::begin_sql(self.lock_timeout_millis(), false, &locks);
         // The statements of one message run in order: the reads (and the database clock) come
         // after both locks are held.
         sql.push_str(&batch::read_sql(
@@ -587,7 +597,7 @@ impl Store for PostgresStore {
         let (result, fleet_after) = crate::fleet::in_section(view, || change(&mut state));
         let result = result?;
         let mut sql = String::new();
-        self.fleet_end(&mut sql, fleet, fleet_after);
+        let leases_changed = self.fleet_end(&mut sql, fleet, fleet_after);
         if state != original {
             check_queue(&state).map_err(|detail| StoreError::Unpublishable {
                 path: self.name(),
@@ -596,18 +606,28 @@ impl Store for PostgresStore {
             fail::fail_point!("queue::before_publish");
             batch::push_changes(&mut sql, &self.queue, &original, &state);
         }
-        // A section that recorded a turn's outcome is synced whatever its class (as in SQLite:
-        // `wait` and `status` tell it, reconcile trusts it).
-        if !durable && section.outcome_recorded() {
-            sql.push_str("SET LOCAL synchronous_commit = on;\n");
-        }
+        // Whether the transaction wrote anything (queue rows, records, leases): only then is
+        // there a commit to flush.
+        sql.push_str("SELECT (pg_current_xact_id_if_assigned() IS NOT NULL)::text;\n");
         // A statement that fails skips the rest of the message, `COMMIT` included: the
         // transaction is then aborted and `section`'s drop rolls it back.
         sql.push_str("COMMIT");
         let sql = batch::checked(self, sql)?;
-        section
-            .with(|c| c.batch_execute(&sql))
+        let messages = section
+            .with(|c| c.simple_query(&sql))
             .map_err(|e| self.error(e))?;
+        let wrote = batch::last_value(self, &messages)? == "true";
+        // Durable before anything is told or done on its behalf, waking the turn folders'
+        // watchers included. A lease change and a recorded outcome are flushed whatever the
+        // section's class (another host judges a process by its lease; `wait` and `status` tell
+        // an outcome and reconcile trusts it); only a promise under `durability = "os"` is left
+        // to the server's WAL writer.
+        if wrote && (durable || leases_changed || section.outcome_recorded()) {
+            fail::fail_point!("queue::before_flush");
+            section
+                .with(|c| c.batch_execute(batch::FLUSH_SQL))
+                .map_err(|e| self.error(e))?;
+        }
         section.committed();
         Ok(result)
     }

@@ -873,8 +873,8 @@ type PgTarget = (PostgresUrl, String, crate::config::Durability, Duration);
 /// [`with_db`] for a PostgreSQL home: the section's client when one of its queue is in progress
 /// on this thread, else the thread's side client: a read in autocommit, a write in a short
 /// transaction that first takes the queue's lock (as SQLite's `BEGIN IMMEDIATE` does), committed
-/// with `synchronous_commit = on` (spec/store.md, "PostgreSQL": no internal commit may be lost
-/// while processes live on).
+/// and then flushed once the lock is released (spec/store.md, "PostgreSQL": no internal commit
+/// may be lost while processes live on).
 fn with_postgres<T>(
     home: &Home,
     target: PgTarget,
@@ -919,7 +919,7 @@ fn with_postgres<T>(
         // queue name as an escaped literal, super::postgres::quoted_text).
         let locked = client
             .batch_execute(&format!(
-                "BEGIN; SET LOCAL lock_timeout = {millis}; SET LOCAL synchronous_commit = on; \
+                "BEGIN; SET LOCAL lock_timeout = {millis}; SET LOCAL synchronous_commit = off; \
                  SELECT pg_advisory_xact_lock({}, hashtext({}))",
                 super::postgres::LOCK_NAMESPACE,
                 super::postgres::quoted_text(&queue)
@@ -927,7 +927,12 @@ fn with_postgres<T>(
             .map_err(pg);
         let result = locked.and_then(|_| f(&mut Db::Postgres(client, &queue)));
         match result {
-            Ok(value) => match client.batch_execute("COMMIT") {
+            // Flushed after the lock is released, before the write is reported done
+            // (spec/store.md, "PostgreSQL", "Durability").
+            Ok(value) => match client
+                .batch_execute("COMMIT")
+                .and_then(|()| super::postgres::flush_wal(client))
+            {
                 Ok(()) => Ok(value),
                 Err(e) => {
                     let _ = client.batch_execute("ROLLBACK");

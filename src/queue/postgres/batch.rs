@@ -267,6 +267,19 @@ pub(super) fn lease_read_sql() -> String {
     )
 }
 
+/// The flush after a section (spec/store.md, "PostgreSQL", "Durability"): a transaction of its
+/// own that writes one WAL record (a transactional logical message, which any role may emit and
+/// which changes no table) and commits with `synchronous_commit = on`. Its commit waits until the
+/// WAL is on disk up to its own record, and the WAL is one ordered log, so every commit before it
+/// is then durable too, the section's own included. A section commits with `synchronous_commit =
+/// off` under its locks and sends this after they are released: the disk's sync is no longer
+/// held under the queue's and the fleet's locks (it was most of a section's lock time), and the
+/// flushes of concurrent processes are shared. Nothing is told or done on a section's behalf
+/// before its flush returned, so a server crash that loses the section loses nothing anyone
+/// acted on; a commit made by another process after it is later in the log and lost with it.
+pub(super) const FLUSH_SQL: &str = "BEGIN; SET LOCAL synchronous_commit = on; \
+     SELECT pg_logical_emit_message(true, 'tollgate', 'flush'); COMMIT";
+
 /// `BEGIN`, the section's `SET LOCAL`s and the lock statements, each ended by `;`.
 pub(super) fn begin_sql(lock_timeout_millis: u128, synchronous: bool, locks: &[String]) -> String {
     let mut sql = format!(

@@ -119,21 +119,23 @@ impl PostgresStore {
     }
 
     /// Before a queue section commits: appends the writes of the leases it changed (the sweep,
-    /// an acquisition, a renewal, a release) to `sql`, with a synchronous commit: a lost lease
-    /// commit could let another host think a live process dead.
+    /// an acquisition, a renewal, a release) to `sql`, and says whether there were any: the
+    /// section is then flushed whatever its class, since a lost lease commit could let another
+    /// host think a live process dead.
     pub(super) fn fleet_end(
         &self,
         sql: &mut String,
         section: Option<FleetSection>,
         after: Option<FleetView>,
-    ) {
+    ) -> bool {
         let (Some(section), Some(after)) = (section, after) else {
-            return;
+            return false;
         };
-        if after.leases != section.original {
-            sql.push_str("SET LOCAL synchronous_commit = on;\n");
-            batch::push_leases(sql, &section.original, &after.leases);
+        if after.leases == section.original {
+            return false;
         }
+        batch::push_leases(sql, &section.original, &after.leases);
+        true
     }
 
     /// Runs `step` on the lease table in one transaction under the fleet's lease lock, with the
@@ -149,10 +151,12 @@ impl PostgresStore {
             unreachable!("client() connected");
         };
         let started = Instant::now();
-        // A lost lease commit would let another host think a live process dead (F3).
+        // A lost lease commit would let another host think a live process dead (F3): committed
+        // under the lock without waiting for the disk, and flushed after it, before the step's
+        // result is used ([`batch::FLUSH_SQL`]).
         let mut sql = batch::begin_sql(
             self.lock_timeout_millis(),
-            true,
+            false,
             &[batch::advisory_lock(&LEASE_LOCK.to_string())],
         );
         sql.push_str(&batch::lease_read_sql());
@@ -170,13 +174,19 @@ impl PostgresStore {
             Err(refused) => return Ok(Err(refused)),
         };
         let mut sql = String::new();
-        if table != original {
+        let changed = table != original;
+        if changed {
             fail::fail_point!("lease::before_publish");
             batch::push_leases(&mut sql, &original, &table);
         }
         sql.push_str("COMMIT");
         let sql = batch::checked(self, sql)?;
         open.commit(&sql).map_err(|e| self.error(e))?;
+        if changed {
+            client
+                .batch_execute(batch::FLUSH_SQL)
+                .map_err(|e| self.error(e))?;
+        }
         Ok(Ok(result))
     }
 

@@ -49,6 +49,26 @@ impl Drop for SleepSpawner {
     }
 }
 
+/// A one-slot home in `dir` whose "runners" are [`SleepSpawner`]'s, and this test's identity.
+fn one_slot_home(
+    dir: &std::path::Path,
+) -> (
+    Runtime<ProcLiveness, tollgate::queue::HomeStore>,
+    ProcessIdentity,
+) {
+    let home = Home::at(dir);
+    let config = home.init(Some(1)).expect("init");
+    let store = store_for(&home, &config);
+    let rt = Runtime {
+        home,
+        config,
+        store,
+        spawner: Box::new(SleepSpawner(Mutex::new(Vec::new()))),
+        liveness: ProcLiveness,
+    };
+    (rt, self_identity().expect("me"))
+}
+
 fn request(task: &str) -> SubmitRequest {
     SubmitRequest {
         task: Some(task.into()),
@@ -83,17 +103,8 @@ fn rows(rt: &Runtime<ProcLiveness, tollgate::queue::HomeStore>) -> Vec<TurnKey> 
 #[test]
 fn parked_rows_records_are_read_only_when_a_slot_may_be_free() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let home = Home::at(dir.path());
-    let config = home.init(Some(1)).expect("init");
-    let store = store_for(&home, &config);
-    let mut rt = Runtime {
-        home: home.clone(),
-        config,
-        store,
-        spawner: Box::new(SleepSpawner(Mutex::new(Vec::new()))),
-        liveness: ProcLiveness,
-    };
-    let me = self_identity().expect("me");
+    let (mut rt, me) = one_slot_home(dir.path());
+    let home = rt.home.clone();
 
     // The only slot: a live "runner" bound to the turn `hold`.
     let held = submit_detached(&rt, me, request("hold")).expect("submit hold");
@@ -175,17 +186,7 @@ fn parked_rows_records_are_read_only_when_a_slot_may_be_free() {
 #[test]
 fn the_repairs_look_reads_the_active_rows_and_sees_a_dead_runner() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let home = Home::at(dir.path());
-    let config = home.init(Some(1)).expect("init");
-    let store = store_for(&home, &config);
-    let rt = Runtime {
-        home: home.clone(),
-        config,
-        store,
-        spawner: Box::new(SleepSpawner(Mutex::new(Vec::new()))),
-        liveness: ProcLiveness,
-    };
-    let me = self_identity().expect("me");
+    let (rt, me) = one_slot_home(dir.path());
     let held = submit_detached(&rt, me, request("hold")).expect("submit hold");
     let Placement::Started(Handoff::Completed { child }) = held.placement else {
         panic!("hold started: {:?}", held.placement);
@@ -251,17 +252,8 @@ fn database(
 #[test]
 fn a_parking_submit_loads_only_the_rows_its_step_names() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let home = Home::at(dir.path());
-    let config = home.init(Some(1)).expect("init");
-    let store = store_for(&home, &config);
-    let rt = Runtime {
-        home: home.clone(),
-        config,
-        store,
-        spawner: Box::new(SleepSpawner(Mutex::new(Vec::new()))),
-        liveness: ProcLiveness,
-    };
-    let me = self_identity().expect("me");
+    let (rt, me) = one_slot_home(dir.path());
+    let home = rt.home.clone();
     let held = submit_detached(&rt, me, request("hold")).expect("submit hold");
     assert!(matches!(held.placement, Placement::Started(_)));
     let mut waiter = request("q");

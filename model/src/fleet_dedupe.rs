@@ -370,7 +370,7 @@ impl FleetDedupeModel {
         }
     }
 
-    fn pending<'a>(st: &'a FleetDedupeState, serve: u8, attempt: u8) -> Option<&'a Pending> {
+    fn pending(st: &FleetDedupeState, serve: u8, attempt: u8) -> Option<&Pending> {
         st.serves[serve as usize]
             .as_ref()?
             .pending

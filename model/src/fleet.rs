@@ -503,11 +503,7 @@ impl FleetModel {
         &self,
         st: &mut FleetState,
         host: usize,
-        f: impl FnOnce(
-            &mut QueueState,
-            &dyn Fn(&ProcessIdentity) -> Observation,
-            &dyn Fn(&WorkRecord) -> Observation,
-        ) -> R,
+        f: impl FnOnce(&mut QueueState, &LeaseLiveness<'_, HostView<'_>>) -> R,
     ) -> R {
         let name = FleetConfig::host_name(host);
         let view = HostView {
@@ -527,10 +523,10 @@ impl FleetModel {
             now_db_millis: now,
             local: &view,
         };
-        let observe = |id: &ProcessIdentity| live.observe(id);
-        let observe_work = |w: &WorkRecord| live.observe_work(w);
         let mut queue = st.queue.clone();
-        let result = f(&mut queue, &observe, &observe_work);
+        // The core's fleet liveness itself, every answer of it (`may_start` included), not a
+        // re-typed wrapper of its observations.
+        let result = f(&mut queue, &live);
         st.queue = queue;
         result
     }
@@ -638,8 +634,7 @@ impl FleetModel {
         let strategies = Self::strategies();
         let now = next.now_db_millis;
         let cap = self.cfg.cap;
-        let effect = self.with_liveness(&mut next, host, |queue, observe, observe_work| {
-            let live = Both(observe, observe_work);
+        let effect = self.with_liveness(&mut next, host, |queue, live| {
             steps::reconcile(
                 queue,
                 ReconcileInput {
@@ -649,7 +644,7 @@ impl FleetModel {
                     cap,
                     strategies: &strategies,
                     records: &records,
-                    liveness: &live,
+                    liveness: live,
                 },
             )
         });
@@ -734,8 +729,7 @@ impl FleetModel {
                 let me = Self::fresh_pid(&mut st, host);
                 let fresh = Self::fresh_token(&mut st);
                 let now = st.now_db_millis;
-                let decision = self.with_liveness(&mut st, host, |queue, observe, observe_work| {
-                    let live = Both(observe, observe_work);
+                let decision = self.with_liveness(&mut st, host, |queue, live| {
                     steps::submit(
                         queue,
                         SubmitInput {
@@ -747,7 +741,7 @@ impl FleetModel {
                             strategy: Strategy::Concurrent {
                                 max: MAX_CONCURRENT,
                             },
-                            liveness: &live,
+                            liveness: live,
                         },
                     )
                 });
@@ -776,8 +770,7 @@ impl FleetModel {
                     return Some(st);
                 }
                 let settled = st.ended & bit(r.key.turn) != 0;
-                let effect = self.with_liveness(&mut st, host, |queue, observe, observe_work| {
-                    let live = Both(observe, observe_work);
+                let effect = self.with_liveness(&mut st, host, |queue, live| {
                     steps::runner_take_over(
                         queue,
                         TakeOverInput {
@@ -786,7 +779,7 @@ impl FleetModel {
                             me: r.id,
                             settled,
                             cgroup: None,
-                            liveness: &live,
+                            liveness: live,
                         },
                     )
                 });
@@ -838,8 +831,7 @@ impl FleetModel {
                 let fresh = Self::fresh_token(&mut st);
                 let now = st.now_db_millis;
                 let strategies = Self::strategies();
-                let result = self.with_liveness(&mut st, host, |queue, observe, observe_work| {
-                    let live = Both(observe, observe_work);
+                let result = self.with_liveness(&mut st, host, |queue, live| {
                     let before = queue.clone();
                     let result = steps::runner_finish(
                         queue,
@@ -850,7 +842,7 @@ impl FleetModel {
                             now_millis: now,
                             cap,
                             strategies: &strategies,
-                            liveness: &live,
+                            liveness: live,
                         },
                     );
                     if result.is_err() {
@@ -993,21 +985,6 @@ impl FleetModel {
         self.safe(st)
             && actions.is_empty()
             && !(st.now_db_millis >= self.cfg.horizon_ticks * TICK_MILLIS && Self::time_matters(st))
-    }
-}
-
-/// A liveness answered by two closures (the fleet view, borrowed across the section).
-struct Both<'a>(
-    &'a dyn Fn(&ProcessIdentity) -> Observation,
-    &'a dyn Fn(&WorkRecord) -> Observation,
-);
-
-impl Liveness for Both<'_> {
-    fn observe(&self, identity: &ProcessIdentity) -> Observation {
-        (self.0)(identity)
-    }
-    fn observe_work(&self, work: &WorkRecord) -> Observation {
-        (self.1)(work)
     }
 }
 

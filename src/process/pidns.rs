@@ -434,3 +434,45 @@ fn exec_command(
         fail_child(fds.fail, errno)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_bare_program_is_looked_up_in_the_commands_own_path_as_execvp_does() {
+        let argv = vec!["prog".to_string(), "arg".to_string()];
+        let spec = InitSpec::new(&argv, &env(&[("PATH", "/a:/b/c:")]), None).expect("a spec");
+        let candidates: Vec<&[u8]> = spec.candidates.iter().map(|c| c.to_bytes()).collect();
+        assert_eq!(
+            candidates,
+            [&b"/a/prog"[..], &b"/b/c/prog"[..], &b"./prog"[..]]
+        );
+        assert_eq!(spec.envp[0].to_bytes(), b"PATH=/a:/b/c:");
+        let spec = InitSpec::new(&["./x/prog".to_string()], &[], None).expect("a spec");
+        assert_eq!(
+            spec.candidates.len(),
+            1,
+            "a path with a slash is used as it is"
+        );
+    }
+
+    #[test]
+    fn a_nul_byte_or_an_empty_command_cannot_start() {
+        assert!(matches!(
+            InitSpec::new(&["a\0b".to_string()], &[], None),
+            Err(PidnsError::Start(_))
+        ));
+        assert!(matches!(
+            InitSpec::new(&[], &[], None),
+            Err(PidnsError::Start(_))
+        ));
+    }
+}

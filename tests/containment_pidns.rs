@@ -257,3 +257,56 @@ fn exit_status_and_outputs_are_those_of_the_command() {
     let value: serde_json::Value = serde_json::from_slice(&logs.stdout).expect("logs json");
     assert_eq!(value["state"], "unstartable", "{value}");
 }
+
+/// A command that exits leaving children: the init gives them SIGTERM (a trapping child's trap
+/// runs) and the grace, and a TERM-ignoring `setsid` grandchild is killed with the namespace
+/// when the init exits; both are dead when `submit --wait` returns, and the turn keeps the
+/// command's own outcome.
+#[test]
+fn leftovers_get_sigterm_then_die_with_the_namespace_before_the_turn_ends() {
+    if !privileged() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = common::init_home(dir.path(), 1);
+    let tag = unique_tag("pidns-leftovers");
+    let _reaper = Reaper::new(&tag);
+    let tag_env = format!("TEST_TAG={tag}");
+    let d = dir.path().display();
+    let script = format!(
+        "sh -c 'trap \"echo termed > {d}/termed; exit 0\" TERM; {}; sleep 300 & wait' & \
+         setsid sh -c 'trap \"\" TERM; {}; exec sleep 300' & \
+         i=0; while [ ! -e {d}/plain ] || [ ! -e {d}/setsid ]; do \
+           [ $i -lt 2000 ] || exit 9; sleep 0.01; i=$((i+1)); done; exit 0",
+        write_own_pid(&format!("{d}/plain")),
+        write_own_pid(&format!("{d}/setsid")),
+    );
+    let wait = tollgate(
+        &home,
+        true,
+        &[
+            "submit", "--wait", "--task", "left", "--env", &tag_env, "--", "sh", "-c", &script,
+        ],
+    );
+    assert_eq!(wait.status.code(), Some(0), "{}", describe(&wait));
+    let (plain, setsid) = (
+        read_pid(dir.path(), "plain"),
+        read_pid(dir.path(), "setsid"),
+    );
+    assert!(
+        !is_alive(plain) && !is_alive(setsid),
+        "leftovers alive when the turn ended: plain {} setsid {}",
+        is_alive(plain),
+        is_alive(setsid)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("termed"))
+            .ok()
+            .as_deref(),
+        Some("termed\n"),
+        "the leftover got SIGTERM first"
+    );
+    let logs = tollgate(&home, true, &["logs", "left", "--json"]);
+    let value: serde_json::Value = serde_json::from_slice(&logs.stdout).expect("logs json");
+    assert_eq!(value["state"], "completed", "{value}");
+}

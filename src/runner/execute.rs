@@ -495,11 +495,14 @@ fn spawn_in_namespace(
         Err(pidns::PidnsError::Refused(e)) => {
             static LOGGED: std::sync::Once = std::sync::Once::new();
             LOGGED.call_once(|| {
-                tracing::warn!(
+                let line = format!(
                     "{}=1 but no PID namespace can be created ({e}); the turn is contained as \
                      without it",
                     pidns::PIDNS_ENV
                 );
+                tracing::warn!("{line}");
+                // A detached runner has no subscriber: its stderr is its runner.log.
+                eprintln!("tollgate: {line}");
             });
             None
         }

@@ -302,3 +302,80 @@ fn a_killed_guard_leaves_the_runners_own_kill_and_an_ended_runners_guard_exits()
         || guards_of(&home).is_empty(),
     );
 }
+
+/// Issue 14's last hole: a runner and its guard SIGKILLed at the same moment (no one left to kill
+/// the work, and no repair on this host). With the turn's command in a PID namespace of its own
+/// (`TOLLGATE_PIDNS=1`, spec/containment.md), the kernel kills the whole tree when the namespace's
+/// init dies with the runner: the command and its TERM-ignoring `setsid` grandchild are dead
+/// within a bound, long before the lease expires. Needs `CAP_SYS_ADMIN` (root, as CI runs);
+/// prints `SKIPPED` otherwise. Pids are written as this namespace sees them (`/proc/self/stat`
+/// read by the shell itself; `$$` is the pid inside the turn's namespace).
+#[test]
+fn a_runner_and_its_guard_sigkilled_together_leave_nothing_running() {
+    let Some(url) = server() else { return };
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED: CLONE_NEWPID needs CAP_SYS_ADMIN (run as root)");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = fleet_home(tmp.path(), &url);
+    let a = unique("guard-both");
+    let d = tmp.path().display();
+    let own_pid = |name: &str| {
+        format!(
+            "read p _ < /proc/self/stat; echo $p > {d}/{name}.tmp && mv {d}/{name}.tmp {d}/{name}"
+        )
+    };
+    let script = format!(
+        "setsid sh -c 'trap \"\" TERM; {}; exec sleep 300' & {}; wait",
+        own_pid("grandchild.pid"),
+        own_pid("work.pid")
+    );
+    let mut submit = as_host(
+        &home,
+        &a,
+        &["submit", "--task", "both", "--", "sh", "-c", &script],
+    );
+    submit.env("TOLLGATE_PIDNS", "1");
+    run_ok(submit);
+    poll(Duration::from_secs(15), "the work starts", || {
+        read_pid(&tmp.path().join("work.pid")).is_some()
+            && read_pid(&tmp.path().join("grandchild.pid")).is_some()
+    });
+    let work = read_pid(&tmp.path().join("work.pid")).expect("work.pid");
+    let grandchild = read_pid(&tmp.path().join("grandchild.pid")).expect("grandchild.pid");
+    assert!(running(work) && running(grandchild), "the work runs");
+    // The namespace's init is a fork of the runner (its command line too): the runner is the one
+    // whose parent is not another of them.
+    let runners = common::containment::runners(&home);
+    let outer: Vec<u32> = runners
+        .iter()
+        .map(|&r| r as u32)
+        .filter(|&r| !runners.contains(&(parent_of(r) as i32)))
+        .collect();
+    assert_eq!(outer.len(), 1, "one runner: {runners:?}");
+    let runner = outer[0];
+    let mut guards = Vec::new();
+    poll(Duration::from_secs(5), "the runner's guard runs", || {
+        guards = guards_of(&home);
+        !guards.is_empty()
+    });
+    assert_eq!(guards.len(), 1, "one guard per runner: {guards:?}");
+    for pid in [guards[0], runner] {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .expect("SIGKILL");
+    }
+    let killed = Instant::now();
+    poll(
+        Duration::from_secs(5),
+        "the command and its TERM-ignoring setsid grandchild die with the runner and its guard",
+        || !running(work) && !running(grandchild),
+    );
+    eprintln!(
+        "the work was dead {:?} after the SIGKILLs",
+        killed.elapsed()
+    );
+}

@@ -4,6 +4,7 @@
 
 pub mod containment;
 mod identity;
+pub mod pidns;
 pub mod procfs;
 mod spawn;
 pub mod work;

@@ -13,7 +13,8 @@
 
 use super::signals;
 use crate::home::Home;
-use crate::process::containment::{cgroup, UnitIdentity};
+use crate::process::containment::{cgroup, Marker, UnitIdentity};
+use crate::process::pidns;
 use crate::protocol::slots::ProcessIdentity;
 use crate::tasks::{TurnOutcome, TurnRecord};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
@@ -153,20 +154,6 @@ pub fn execute_turn(
     let join = unit.cgroup.as_deref().and_then(cgroup::procs_path);
     let me = nix::unistd::getpid();
     let hold = child_hold_before_pdeathsig();
-    // SAFETY: runs in the forked child before exec; prctl(PR_SET_PDEATHSIG), getppid, nanosleep
-    // and the group join (open/write/close of a path made before the fork) are plain syscalls
-    // that allocate nothing, so they are safe there.
-    unsafe {
-        command.pre_exec(move || {
-            if let Some(procs) = &join {
-                cgroup::join_in_child(procs);
-            }
-            if let Some(hold) = hold {
-                std::thread::sleep(hold);
-            }
-            crate::process::die_with_parent(me)
-        });
-    }
     // A cancel that reached this runner before the spawn: start nothing.
     if signals::requested().is_some() {
         remove_group(unit);
@@ -175,29 +162,54 @@ pub fn execute_turn(
     if let Some(guard) = guard.as_deref_mut() {
         guard.watch(unit);
     }
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(e) => {
+    let in_namespace = if !attached && pidns::wanted() {
+        spawn_in_namespace(turn, &unit.marker, join.clone(), hold, logs)
+    } else {
+        None
+    };
+    let (pid, status) = match in_namespace {
+        Some(Ok((pid, status))) => (pid, Some(status)),
+        Some(Err(e)) => {
             remove_group(unit);
             return Execution::unstartable(format!("cannot start {program:?}: {e}"));
         }
+        None => {
+            // SAFETY: runs in the forked child before exec; prctl(PR_SET_PDEATHSIG), getppid,
+            // nanosleep and the group join (open/write/close of a path made before the fork) are
+            // plain syscalls that allocate nothing, so they are safe there.
+            unsafe {
+                command.pre_exec(move || {
+                    if let Some(procs) = &join {
+                        cgroup::join_in_child(procs);
+                    }
+                    if let Some(hold) = hold {
+                        std::thread::sleep(hold);
+                    }
+                    crate::process::die_with_parent(me)
+                });
+            }
+            let mut child = match command.spawn() {
+                Ok(child) => child,
+                Err(e) => {
+                    remove_group(unit);
+                    return Execution::unstartable(format!("cannot start {program:?}: {e}"));
+                }
+            };
+            let pid = Pid::from_raw(child.id() as i32);
+            if let Some((out, err)) = logs.files.take() {
+                if let Some(pipe) = child.stdout.take() {
+                    logs.drain(pipe, out);
+                }
+                if let Some(pipe) = child.stderr.take() {
+                    logs.drain(pipe, err);
+                }
+            }
+            // The child is reaped by waitpid below, not through the handle. Until then it is at
+            // worst a zombie, so its identity can still be read.
+            drop(child);
+            (pid, None)
+        }
     };
-    let pid = Pid::from_raw(child.id() as i32);
-    if let Some((out, err)) = logs.files.take() {
-        if let Some(pipe) = child.stdout.take() {
-            let done = logs.done_sender();
-            let thread = drain_thread(pipe, out, logs.cap_bytes, logs.tail_bytes, done);
-            logs.threads.push(thread);
-        }
-        if let Some(pipe) = child.stderr.take() {
-            let done = logs.done_sender();
-            let thread = drain_thread(pipe, err, logs.cap_bytes, logs.tail_bytes, done);
-            logs.threads.push(thread);
-        }
-    }
-    // The child is reaped by waitpid below, not through the handle. Until then it is at worst a
-    // zombie, so its identity can still be read.
-    drop(child);
     let leader = crate::process::identity_including_zombie(child_pid(pid));
     if let Some(dir) = &unit.cgroup {
         if let Err(e) = cgroup::adopt(dir, pid.as_raw()) {
@@ -218,7 +230,7 @@ pub fn execute_turn(
     let deadline = turn
         .timeout_millis
         .map(|millis| std::time::Instant::now() + Duration::from_millis(millis));
-    wait_for(pid, unit, deadline)
+    wait_for(pid, unit, deadline, status.as_ref())
 }
 
 /// A detached turn's output: the command writes into pipes, and one thread per stream copies
@@ -271,6 +283,13 @@ impl LogDrains {
                 let _ = thread.join();
             }
         }
+    }
+
+    /// Starts the thread that copies `pipe` into `file`.
+    fn drain(&mut self, pipe: impl std::io::Read + Send + 'static, file: std::fs::File) {
+        let done = self.done_sender();
+        let thread = drain_thread(pipe, file, self.cap_bytes, self.tail_bytes, done);
+        self.threads.push(thread);
     }
 
     /// A sender for one more drain thread to hold while its stream is open.
@@ -445,29 +464,92 @@ fn wait_failed(e: nix::errno::Errno, signalled: bool) -> Execution {
     }
 }
 
+/// Starts a detached turn's command under the init of a PID namespace of its own
+/// ([`pidns`]); its output goes to `logs`. `None`: the kernel refused the namespace (logged once
+/// per process) and the caller starts the command as before.
+fn spawn_in_namespace(
+    turn: &TurnRecord,
+    marker: &Marker,
+    join: Option<std::ffi::CString>,
+    hold: Option<Duration>,
+    logs: &mut LogDrains,
+) -> Option<Result<(Pid, std::os::fd::OwnedFd), std::io::Error>> {
+    let mut spec =
+        match pidns::InitSpec::new(&turn.argv, &marked_env(turn, marker), turn.cwd.as_deref()) {
+            Ok(spec) => spec,
+            Err(pidns::PidnsError::Start(e)) | Err(pidns::PidnsError::Refused(e)) => {
+                return Some(Err(e))
+            }
+        };
+    spec.join = join;
+    spec.hold = hold;
+    match pidns::spawn(&spec) {
+        Ok(started) => {
+            if let Some((out, err)) = logs.files.take() {
+                logs.drain(started.stdout, out);
+                logs.drain(started.stderr, err);
+            }
+            Some(Ok((started.init, started.status)))
+        }
+        Err(pidns::PidnsError::Start(e)) => Some(Err(e)),
+        Err(pidns::PidnsError::Refused(e)) => {
+            static LOGGED: std::sync::Once = std::sync::Once::new();
+            LOGGED.call_once(|| {
+                let line = format!(
+                    "{}=1 but no PID namespace can be created ({e}); the turn is contained as \
+                     without it",
+                    pidns::PIDNS_ENV
+                );
+                tracing::warn!("{line}");
+                // A detached runner has no subscriber: its stderr is its runner.log.
+                eprintln!("tollgate: {line}");
+            });
+            None
+        }
+    }
+}
+
 /// Waits for the command, and on a cancel or at `deadline` (the turn's timeout) kills the whole
 /// unit before collecting the command's status. The wait sleeps in `poll` on the command's pidfd
 /// (readable when it exits) and the signal handler's self-pipe (readable on a cancel), with the
 /// deadline as its timeout: each wakes it at once, so a turn's end costs no poll period. Without a
 /// pidfd (a kernel before 5.3) it falls back to a [`WAIT_POLL_MILLIS`] poll.
-fn wait_for(pid: Pid, unit: &UnitIdentity, deadline: Option<std::time::Instant>) -> Execution {
+///
+/// In a PID namespace (`status`: the init's status pipe) `pid` is the init: the command's status
+/// comes from the pipe as soon as the init reaped it, and the runner then waits for the init,
+/// which gives the command's leftovers their TERM and grace before it exits.
+fn wait_for(
+    pid: Pid,
+    unit: &UnitIdentity,
+    deadline: Option<std::time::Instant>,
+    status: Option<&std::os::fd::OwnedFd>,
+) -> Execution {
     let pidfd = crate::watch::pidfd_open(child_pid(pid)).ok();
     loop {
         match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR) => {}
-            Ok(status) => {
-                if let Some(done) = exited(status, false) {
+            Ok(init_status) => {
+                let own = status.and_then(pidns::read_status);
+                if let Some(done) = exited(own.unwrap_or(init_status), false) {
                     return done;
                 }
             }
             Err(e) => return wait_failed(e, false),
         }
+        if let Some(fd) = status.filter(|fd| readable(fd)) {
+            if let Some(own) = pidns::read_status(fd) {
+                collect(pid);
+                if let Some(done) = exited(own, false) {
+                    return done;
+                }
+            }
+        }
         if signals::requested().is_some() {
-            return cancel(pid, unit);
+            return cancel(pid, unit, status);
         }
         let now = std::time::Instant::now();
         if deadline.is_some_and(|at| now >= at) {
-            let mut done = cancel(pid, unit);
+            let mut done = cancel(pid, unit, status);
             done.outcome = TurnOutcome::TimedOut;
             return done;
         }
@@ -480,16 +562,35 @@ fn wait_for(pid: Pid, unit: &UnitIdentity, deadline: Option<std::time::Instant>)
         if let Some(at) = deadline {
             sleep = sleep.min(at.saturating_duration_since(now));
         }
-        sleep_until_event(pidfd.as_ref(), sleep);
+        sleep_until_event(pidfd.as_ref(), status, sleep);
     }
+}
+
+/// Whether `fd` has data (or its writer is gone), without waiting.
+fn readable(fd: &std::os::fd::OwnedFd) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+}
+
+/// Reaps `pid`, waiting for it (the init, once its command's status is known: it exits within
+/// the grace it gives the command's leftovers).
+fn collect(pid: Pid) {
+    while let Err(nix::errno::Errno::EINTR) = waitpid(pid, None) {}
 }
 
 /// With a pidfd, the longest `poll` between two checks of the command: only a safety net, since
 /// its exit and a cancel each wake the poll.
 const WAIT_EVENT_FALLBACK_MILLIS: u64 = 1_000;
 
-/// Sleeps at most `sleep` or until the command's pidfd or the signal self-pipe is readable.
-fn sleep_until_event(pidfd: Option<&std::os::fd::OwnedFd>, sleep: Duration) {
+/// Sleeps at most `sleep` or until the command's pidfd, the init's status pipe or the signal
+/// self-pipe is readable.
+fn sleep_until_event(
+    pidfd: Option<&std::os::fd::OwnedFd>,
+    status: Option<&std::os::fd::OwnedFd>,
+    sleep: Duration,
+) {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
     let Some(pidfd) = pidfd else {
@@ -497,6 +598,9 @@ fn sleep_until_event(pidfd: Option<&std::os::fd::OwnedFd>, sleep: Duration) {
         return;
     };
     let mut fds = vec![PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+    if let Some(status) = status {
+        fds.push(PollFd::new(status.as_fd(), PollFlags::POLLIN));
+    }
     if let Some(wake) = signals::wake_fd() {
         fds.push(PollFd::new(wake, PollFlags::POLLIN));
     }
@@ -509,7 +613,51 @@ fn sleep_until_event(pidfd: Option<&std::os::fd::OwnedFd>, sleep: Duration) {
 
 /// The cancel of a running command: TERM to the whole unit, KILL (and `cgroup.kill`) after the
 /// grace, until it is observed empty; then the command's status, which decides the outcome.
-fn cancel(pid: Pid, unit: &UnitIdentity) -> Execution {
+///
+/// In a PID namespace the unit is the init's namespace: TERM to the init (which passes it on to
+/// every process in it), up to the grace for the init to exit, then SIGKILL to the init (the
+/// kernel kills the rest and lets us reap the init only once they are all gone).
+fn cancel(pid: Pid, unit: &UnitIdentity, status: Option<&std::os::fd::OwnedFd>) -> Execution {
+    if let Some(status) = status {
+        use nix::sys::signal::{kill, Signal};
+        let _ = kill(pid, Signal::SIGTERM);
+        let until = std::time::Instant::now() + Duration::from_millis(TERM_GRACE_MILLIS);
+        let pidfd = crate::watch::pidfd_open(child_pid(pid)).ok();
+        loop {
+            match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR) => {}
+                Ok(init_status) => {
+                    let own = pidns::read_status(status).unwrap_or(init_status);
+                    if let Some(done) = exited(own, true) {
+                        return done;
+                    }
+                }
+                Err(e) => return wait_failed(e, true),
+            }
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            sleep_until_event(
+                pidfd.as_ref(),
+                None,
+                left.min(Duration::from_millis(WAIT_POLL_MILLIS * 10)),
+            );
+        }
+        let _ = kill(pid, Signal::SIGKILL);
+        loop {
+            match waitpid(pid, None) {
+                Ok(init_status) => {
+                    let own = pidns::read_status(status).unwrap_or(init_status);
+                    if let Some(done) = exited(own, true) {
+                        return done;
+                    }
+                }
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return wait_failed(e, true),
+            }
+        }
+    }
     let killed = crate::process::work::kill_unit(unit, Duration::from_millis(TERM_GRACE_MILLIS));
     if !killed.is_complete() {
         tracing::warn!("cancel left processes of the work alive: {killed:?}");
@@ -525,6 +673,13 @@ fn cancel(pid: Pid, unit: &UnitIdentity) -> Execution {
             Err(e) => return wait_failed(e, true),
         }
     }
+}
+
+/// The environment the command gets: the turn's, with the unit's marker set.
+fn marked_env(turn: &TurnRecord, marker: &Marker) -> Vec<(String, String)> {
+    let mut env = turn.env.clone();
+    env.insert(marker.var.to_string(), marker.value.to_string());
+    env.into_iter().collect()
 }
 
 #[cfg(test)]

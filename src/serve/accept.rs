@@ -7,19 +7,25 @@
 //! is a savepoint, so one that fails (a bad task name, a full disk) is rolled back alone and the
 //! others commit. The effects (spawning a runner, a waker) are performed after the answers: the
 //! 200 does not wait for a spawn.
-
+//!
+//! The batch's section loads only the part of the queue the core names for its deliveries (the
+//! union of [`steps::submit_reads`] of their tasks; spec/store.md, "What a section loads"), once
+//! for the batch. When a delivery's step says the part does not suffice, the whole batch is rolled
+//! back and run again on the whole queue (nobody was answered yet). What does not need the queue
+//! (the request, its environment, the task's name) is prepared by the connection's thread before
+//! the delivery is queued.
 use super::handler::{App, PAYLOAD_FILE};
 use super::settings::Route;
 use crate::group_commit::{self, Committer, Worker};
 use crate::protocol::admission::EventIdentity;
-use crate::protocol::slots::steps::SubmitEffect;
+use crate::protocol::slots::steps::{self, Loaded, QueueReads, Reads, SubmitEffect};
 use crate::protocol::slots::QueueState;
 use crate::queue::records::{self, Access};
 use crate::queue::{Commit, Store, StoreError};
 use crate::runtime::Runtime;
 use crate::submit::{decide_submit, Decided, SubmitRequest};
 use crate::tasks::DeliveryMeta;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -36,17 +42,50 @@ pub const PRUNE_EVERY_MILLIS: u64 = 1_000;
 /// can add in that time).
 pub const PRUNE_MOST: usize = 8_192;
 
-/// One admitted delivery, ready to be made a durable turn.
+/// One admitted delivery, ready to be made a durable turn: everything that does not need the
+/// queue was prepared by the connection's thread ([`Pending::new`]).
 pub struct Pending {
-    pub route: Arc<Route>,
     pub meta: DeliveryMeta,
-    pub scope: Option<String>,
-    /// The turn's environment (serve's, without secrets, plus the route's and the delivery's).
-    pub env: BTreeMap<String, String>,
+    /// The turn to submit (its task named, its environment complete).
+    pub request: SubmitRequest,
     pub body: Vec<u8>,
     /// The gate's dedupe key.
     pub identity: EventIdentity,
     pub now_millis: u64,
+}
+
+impl Pending {
+    /// The delivery of `route` with the turn's environment `env` (serve's, without secrets, plus
+    /// the route's and the delivery's), run in the route's folder or `cwd`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        route: &Route,
+        cwd: &std::path::Path,
+        meta: DeliveryMeta,
+        scope: Option<&str>,
+        env: BTreeMap<String, String>,
+        body: Vec<u8>,
+        identity: EventIdentity,
+        now_millis: u64,
+    ) -> Self {
+        let request = SubmitRequest {
+            task: Some(route.table.task_for(scope)),
+            strategy: route.table.strategy(),
+            argv: route.table.run.clone(),
+            cwd: Some(route.cwd.clone().unwrap_or_else(|| cwd.to_path_buf())),
+            env,
+            labels: Vec::new(),
+            timeout_millis: None,
+            schedule: Default::default(),
+        };
+        Pending {
+            meta,
+            request,
+            body,
+            identity,
+            now_millis,
+        }
+    }
 }
 
 /// What the batch made of one delivery.
@@ -67,15 +106,71 @@ pub fn channel() -> (AcceptQueue, Worker<Pending, Committed>) {
     group_commit::channel(MAX_WAITING, MAX_BATCH)
 }
 
+/// The part of the queue a batch's section loads: what the core's submit step names for each
+/// delivery's task ([`steps::submit_reads`]), together.
+fn batch_reads(batch: &[Pending]) -> Reads {
+    let mut reads = QueueReads::default();
+    for pending in batch {
+        let named = steps::submit_reads(pending.request.task.as_deref(), &[]);
+        reads.tasks.extend(named.tasks);
+        reads.turns.extend(named.turns);
+    }
+    Reads::Part(reads)
+}
+
 /// A store that is the queue of the section in progress: the outer group transaction's. A
 /// delivery's submit step runs on it exactly as it would in a section of its own (a copy changed,
-/// kept only on `Ok`).
+/// kept only on `Ok`). On a part of the queue, a step that asks for what the part does not hold
+/// (more tasks, the whole queue) is refused and `needs_everything` set: the batch is then run
+/// again on the whole queue.
 struct InSection<'a> {
     state: RefCell<&'a mut QueueState>,
+    /// What the batch's section loaded.
+    loaded: Loaded,
+    /// The rows of the part as loaded (to keep `queue_rows` true as deliveries add rows).
+    rows_at_load: usize,
+    needs_everything: Cell<bool>,
+}
+
+impl InSection<'_> {
+    /// What the section loaded, as a delivery's step sees it now (the rows added by the batch's
+    /// earlier deliveries counted), when it covers `reads`; `None` (and the batch marked to run
+    /// again on the whole queue) when it does not.
+    fn covering(&self, reads: Option<&Reads>) -> Option<Loaded> {
+        match (&self.loaded, reads) {
+            (Loaded::Whole, _) => Some(Loaded::Whole),
+            (
+                Loaded::Part {
+                    reads: outer,
+                    queue_rows,
+                },
+                Some(Reads::Part(inner)),
+            ) if inner.tasks.is_subset(&outer.tasks) && inner.turns.is_subset(&outer.turns) => {
+                let now = self.state.borrow().entries.len();
+                Some(Loaded::Part {
+                    reads: outer.clone(),
+                    queue_rows: (queue_rows + now).saturating_sub(self.rows_at_load),
+                })
+            }
+            _ => {
+                self.needs_everything.set(true);
+                None
+            }
+        }
+    }
+}
+
+/// The refusal of a step that needs more than the batch's part (the batch runs again).
+fn beyond_part() -> StoreError {
+    StoreError::Database {
+        path: "serve group commit".into(),
+        detail: "a delivery's step needs more of the queue than the batch loaded".into(),
+    }
 }
 
 impl Store for InSection<'_> {
     fn load(&self) -> Result<QueueState, StoreError> {
+        self.covering(None).ok_or_else(beyond_part)?;
         Ok((**self.state.borrow()).clone())
     }
 
@@ -87,10 +182,40 @@ impl Store for InSection<'_> {
     where
         E: From<StoreError>,
     {
+        self.covering(None).ok_or_else(beyond_part)?;
         let mut copy = (**self.state.borrow()).clone();
         let result = change(&mut copy)?;
         **self.state.borrow_mut() = copy;
         Ok(result)
+    }
+
+    fn transact_reading<R, E>(
+        &self,
+        _commit: Commit,
+        reads: &Reads,
+        change: impl FnOnce(&mut QueueState, &Loaded) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
+        let loaded = self.covering(Some(reads)).ok_or_else(beyond_part)?;
+        let mut copy = (**self.state.borrow()).clone();
+        let result = change(&mut copy, &loaded)?;
+        **self.state.borrow_mut() = copy;
+        Ok(result)
+    }
+}
+
+/// Why a batch's section published nothing.
+enum BatchError {
+    Store(StoreError),
+    /// A delivery needed more than the part loaded: run the batch again on the whole queue.
+    NeedsEverything,
+}
+
+impl From<StoreError> for BatchError {
+    fn from(e: StoreError) -> Self {
+        BatchError::Store(e)
     }
 }
 
@@ -114,34 +239,12 @@ fn commit_batch(
     next_prune: &mut std::time::Instant,
 ) -> (Vec<Committed>, Vec<Decided>) {
     let count = batch.len();
-    let outcome = rt.store.transact(|state| {
-        let mut results = Vec::with_capacity(count);
-        for pending in &batch {
-            app.serve_state
-                .savepoint("SAVEPOINT delivery")
-                .map_err(StoreError::from)?;
-            let result = one(app, state, pending);
-            let end = match &result {
-                Committed::Queued(_) => "RELEASE delivery",
-                Committed::Duplicate | Committed::Failed(_) => {
-                    "ROLLBACK TO delivery; RELEASE delivery"
-                }
-            };
-            app.serve_state.savepoint(end).map_err(StoreError::from)?;
-            results.push(result);
+    let outcome = match section(app, rt, &batch, &batch_reads(&batch), next_prune) {
+        Err(BatchError::NeedsEverything) => {
+            section(app, rt, &batch, &Reads::Everything, next_prune)
         }
-        // The marks' bound, once for the batch (a count of the table per delivery was O(marks)).
-        app.serve_state.trim_marks().map_err(StoreError::from)?;
-        let now = std::time::Instant::now();
-        if now >= *next_prune {
-            prune_payloads(app);
-            *next_prune = now + std::time::Duration::from_millis(PRUNE_EVERY_MILLIS);
-        }
-        // A crash here is what `tests/failpoints_serve_group_commit.rs` injects: the batch is
-        // written, not committed, and nobody was answered.
-        fail::fail_point!("serve::before_group_commit", |_| std::process::abort());
-        Ok::<_, StoreError>(results)
-    });
+        other => other,
+    };
     match outcome {
         Ok(results) => {
             let mut effects = Vec::new();
@@ -161,7 +264,10 @@ fn commit_batch(
             (results, effects)
         }
         Err(e) => {
-            let error = e.to_string();
+            let error = match e {
+                BatchError::Store(e) => e.to_string(),
+                BatchError::NeedsEverything => beyond_part().to_string(),
+            };
             let results = (0..count)
                 .map(|_| Committed::Failed(error.clone()))
                 .collect();
@@ -170,8 +276,69 @@ fn commit_batch(
     }
 }
 
+/// The batch's one section on what `reads` names.
+fn section(
+    app: &App,
+    rt: &Runtime,
+    batch: &[Pending],
+    reads: &Reads,
+    next_prune: &mut std::time::Instant,
+) -> Result<Vec<Committed>, BatchError> {
+    rt.store
+        .transact_reading(Commit::Promise, reads, |state, loaded| {
+            let rows_at_load = state.entries.len();
+            let base = super::runtime_for(&app.home, &app.config);
+            let inner = Runtime {
+                home: base.home,
+                config: base.config,
+                store: InSection {
+                    state: RefCell::new(state),
+                    loaded: loaded.clone(),
+                    rows_at_load,
+                    needs_everything: Cell::new(false),
+                },
+                spawner: base.spawner,
+                liveness: base.liveness,
+            };
+            let mut results = Vec::with_capacity(batch.len());
+            for pending in batch {
+                app.serve_state
+                    .savepoint("SAVEPOINT delivery")
+                    .map_err(StoreError::from)?;
+                let result = one(app, &inner, pending);
+                if inner.store.needs_everything.get() {
+                    // Rolled back with the section: nobody was answered.
+                    return Err(BatchError::NeedsEverything);
+                }
+                let end = match &result {
+                    Committed::Queued(_) => "RELEASE delivery",
+                    Committed::Duplicate | Committed::Failed(_) => {
+                        "ROLLBACK TO delivery; RELEASE delivery"
+                    }
+                };
+                app.serve_state.savepoint(end).map_err(StoreError::from)?;
+                results.push(result);
+            }
+            // The marks' bound, once for the batch (a count of the table per delivery was O(marks)).
+            app.serve_state.trim_marks().map_err(StoreError::from)?;
+            let now = std::time::Instant::now();
+            if now >= *next_prune {
+                prune_payloads(app);
+                *next_prune = now + std::time::Duration::from_millis(PRUNE_EVERY_MILLIS);
+            }
+            // A crash here is what `tests/failpoints_serve_group_commit.rs` injects: the batch is
+            // written, not committed, and nobody was answered.
+            fail::fail_point!("serve::before_group_commit", |_| std::process::abort());
+            Ok(results)
+        })
+}
+
 /// One delivery inside the batch's transaction.
-fn one(app: &App, state: &mut QueueState, pending: &Pending) -> Committed {
+fn one(
+    app: &App,
+    inner: &Runtime<crate::process::ProcLiveness, InSection>,
+    pending: &Pending,
+) -> Committed {
     match app
         .serve_state
         .mark_in_section(&pending.identity.0, pending.now_millis)
@@ -180,30 +347,10 @@ fn one(app: &App, state: &mut QueueState, pending: &Pending) -> Committed {
         Ok(false) => return Committed::Duplicate,
         Err(e) => return Committed::Failed(e.to_string()),
     }
-    let request = SubmitRequest {
-        task: Some(pending.route.table.task_for(pending.scope.as_deref())),
-        strategy: pending.route.table.strategy(),
-        argv: pending.route.table.run.clone(),
-        cwd: Some(pending.route.cwd.clone().unwrap_or_else(|| app.cwd.clone())),
-        env: pending.env.clone(),
-        labels: Vec::new(),
-        timeout_millis: None,
-        schedule: Default::default(),
-    };
-    let base = super::runtime_for(&app.home, &app.config);
-    let inner = Runtime {
-        home: base.home,
-        config: base.config,
-        store: InSection {
-            state: RefCell::new(state),
-        },
-        spawner: base.spawner,
-        liveness: base.liveness,
-    };
     let meta = pending.meta.clone();
     let body = &pending.body;
     let database = app.serve_state.in_database();
-    let decided = decide_submit(&inner, app.me, &request, |home, turn| {
+    let decided = decide_submit(inner, app.me, &pending.request, |home, turn| {
         let path = home.turn_dir(&turn.key).join(PAYLOAD_FILE);
         if database {
             // Durable with the batch's commit; the file is written without a sync (serve
@@ -330,4 +477,154 @@ fn write_unsynced(path: &std::path::Path, bytes: &[u8]) -> Result<(), crate::fsu
         .map_err(|e| crate::fsutil::FileError::io(path, e))?;
     file.write_all(bytes)
         .map_err(|e| crate::fsutil::FileError::io(path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::slots::{QueueEntry, RowState, TurnKey};
+
+    fn row(task: &str, queue_id: u64) -> QueueEntry {
+        QueueEntry {
+            queue_id,
+            key: TurnKey::new(task, 1),
+            enqueued_at_millis: 0,
+            state: RowState::Parked,
+            slot_reservation: None,
+            ready_at_millis: 0,
+            cancel_requested: false,
+            priority: 0,
+            after: Vec::new(),
+        }
+    }
+
+    fn part(tasks: &[&str]) -> QueueReads {
+        QueueReads {
+            tasks: tasks.iter().map(|t| t.to_string()).collect(),
+            turns: Default::default(),
+        }
+    }
+
+    fn in_section(state: &mut QueueState, loaded: Loaded) -> InSection<'_> {
+        let rows_at_load = state.entries.len();
+        InSection {
+            state: RefCell::new(state),
+            loaded,
+            rows_at_load,
+            needs_everything: Cell::new(false),
+        }
+    }
+
+    /// A delivery's step on the batch's part sees the batch's part (with the rows earlier
+    /// deliveries added counted), so the core's `submit_covers` keeps the queue's bound.
+    #[test]
+    fn a_task_of_the_batch_is_covered_by_its_part() {
+        let mut state = QueueState::default();
+        let loaded = Loaded::Part {
+            reads: part(&["a", "b"]),
+            queue_rows: 10,
+        };
+        let section = in_section(&mut state, loaded);
+        let reads = Reads::Part(steps::submit_reads(Some("a"), &[]));
+        let seen = section
+            .transact_reading(Commit::Promise, &reads, |state, loaded| {
+                state.entries.push(row("a", 1));
+                Ok::<_, StoreError>(loaded.clone())
+            })
+            .expect("covered");
+        assert_eq!(
+            seen,
+            Loaded::Part {
+                reads: part(&["a", "b"]),
+                queue_rows: 10
+            }
+        );
+        let again = section.covering(Some(&reads)).expect("covered");
+        assert_eq!(
+            again,
+            Loaded::Part {
+                reads: part(&["a", "b"]),
+                queue_rows: 11
+            },
+            "the row the first delivery added counts toward the queue's bound"
+        );
+        assert!(!section.needs_everything.get());
+    }
+
+    /// A step that asks for more than the part (another task, the whole queue, a section on
+    /// the whole queue) is refused before it runs, and the batch is marked to run again on the
+    /// whole queue.
+    #[test]
+    fn a_step_beyond_the_part_runs_the_batch_again_on_the_whole_queue() {
+        for reads in [Reads::Part(part(&["c"])), Reads::Everything] {
+            let mut state = QueueState::default();
+            let section = in_section(
+                &mut state,
+                Loaded::Part {
+                    reads: part(&["a"]),
+                    queue_rows: 0,
+                },
+            );
+            let ran =
+                section.transact_reading(Commit::Promise, &reads, |_, _| Ok::<_, StoreError>(()));
+            assert!(
+                ran.is_err(),
+                "{reads:?} ran on a part that does not hold it"
+            );
+            assert!(section.needs_everything.get(), "{reads:?}");
+        }
+        let mut state = QueueState::default();
+        let section = in_section(
+            &mut state,
+            Loaded::Part {
+                reads: part(&["a"]),
+                queue_rows: 0,
+            },
+        );
+        assert!(section.transact(|_| Ok::<_, StoreError>(())).is_err());
+        assert!(section.needs_everything.get());
+        // On the whole queue every step runs.
+        let mut state = QueueState::default();
+        let section = in_section(&mut state, Loaded::Whole);
+        let reads = Reads::Part(part(&["c"]));
+        let seen = section
+            .transact_reading(Commit::Promise, &reads, |_, l| {
+                Ok::<_, StoreError>(l.clone())
+            })
+            .expect("the whole queue covers every step");
+        assert_eq!(seen, Loaded::Whole);
+        assert!(!section.needs_everything.get());
+    }
+
+    /// The batch's part names every delivery's task.
+    #[test]
+    fn the_batch_part_names_every_task() {
+        let pending = |task: &str| Pending {
+            meta: DeliveryMeta {
+                id: task.into(),
+                adapter: "generic".into(),
+                tenant: String::new(),
+                identity: task.into(),
+                admitted_at_millis: 0,
+                route: "/hook".into(),
+            },
+            request: SubmitRequest {
+                task: Some(task.into()),
+                strategy: None,
+                argv: vec!["true".into()],
+                cwd: None,
+                env: BTreeMap::new(),
+                labels: Vec::new(),
+                timeout_millis: None,
+                schedule: Default::default(),
+            },
+            body: Vec::new(),
+            identity: EventIdentity(task.into()),
+            now_millis: 0,
+        };
+        assert_eq!(
+            batch_reads(&[pending("x"), pending("y"), pending("x")]),
+            Reads::Part(part(&["x", "y"]))
+        );
+    }
 }

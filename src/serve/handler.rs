@@ -435,15 +435,17 @@ async fn accepted(
     env.insert("TOLLGATE_EVENT_ID".into(), meta.identity.clone());
     env.insert("TOLLGATE_ADAPTER".into(), meta.adapter.clone());
     env.insert("TOLLGATE_TENANT".into(), meta.tenant.clone());
-    let pending = Pending {
-        route: Arc::clone(route),
-        meta: meta.clone(),
-        scope: verified.scope.clone(),
+    // Everything that does not need the queue is prepared here, off the committer's thread.
+    let pending = Pending::new(
+        route,
+        &app.cwd,
+        meta.clone(),
+        verified.scope.as_deref(),
         env,
-        body: body.to_vec(),
-        identity: identity.clone(),
-        now_millis: now,
-    };
+        body.to_vec(),
+        identity.clone(),
+        now,
+    );
     // Queued for the next group commit; answered once its batch committed (or failed).
     let committed = {
         let app = Arc::clone(app);
@@ -536,7 +538,14 @@ async fn accepted(
     }
     match route.dispatch() {
         DispatchMode::Deferred => {
-            app.watcher.watch(watched(None));
+            match decided.decision.effect {
+                // Live and waiting in the queue as the batch left it: no need to read its record
+                // again right after the answer.
+                SubmitEffect::Park | SubmitEffect::Wait { .. } => {
+                    app.watcher.watch_queued(watched(None))
+                }
+                _ => app.watcher.watch(watched(None)),
+            }
             interactive_or(route, body, &key)
         }
         DispatchMode::Sync => {

@@ -245,13 +245,28 @@ impl Watcher {
     /// The folder is watched before the delivery is marked for a first read, so a turn that
     /// ended before (or while) it was added is still seen.
     pub fn watch(&self, watched: Watched) {
+        self.watch_reading(watched, true);
+    }
+
+    /// [`Watcher::watch`] for a turn the caller has just seen live in the section that queued
+    /// it, waiting in the queue (parked, or waiting for its time: nothing of this process starts
+    /// it): its record is not read again now, only when its folder changes or on the fallback
+    /// tick. A turn started and ended by another process before its folder is watched is seen on
+    /// that tick (latency, never a lost outcome).
+    pub fn watch_queued(&self, watched: Watched) {
+        self.watch_reading(watched, false);
+    }
+
+    fn watch_reading(&self, watched: Watched, read_now: bool) {
         self.add_watch(&watched.key);
         let id = watched.meta.id.clone();
         if let Some(old) = crate::sync::lock(&self.entries).insert(id.clone(), watched) {
             self.remove_watch(&old.key);
         }
-        crate::sync::lock(&self.dirty).insert(id);
-        self.wake.notify_one();
+        if read_now {
+            crate::sync::lock(&self.dirty).insert(id);
+            self.wake.notify_one();
+        }
     }
 
     pub fn len(&self) -> usize {

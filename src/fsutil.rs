@@ -79,6 +79,22 @@ impl FileError {
     }
 }
 
+/// Sets the modification and change times of the directory `dir` (not following a symlink) to
+/// now: one `utimensat`, no entry created, no data and no sync. A watcher of `dir` gets
+/// `IN_ATTRIB` (the turn folders' change signal, [`crate::queue::records`]).
+pub fn touch_dir(dir: &Path) -> io::Result<()> {
+    use nix::sys::stat::{utimensat, UtimensatFlags};
+    use nix::sys::time::TimeSpec;
+    utimensat(
+        None,
+        dir,
+        &TimeSpec::UTIME_OMIT,
+        &TimeSpec::UTIME_NOW,
+        UtimensatFlags::NoFollowSymlink,
+    )
+    .map_err(io::Error::from)
+}
+
 /// Creates `dir` and its missing parents with mode 0700.
 pub fn create_private_dir(dir: &Path) -> Result<(), FileError> {
     fs::DirBuilder::new()

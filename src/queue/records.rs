@@ -1299,8 +1299,9 @@ mod tests {
         let turn = made_turn(&store, &home);
         let (entered_tx, entered) = std::sync::mpsc::sync_channel::<()>(1);
         let (read_tx, read) = std::sync::mpsc::sync_channel::<bool>(1);
+        let store = &store;
         let (found, read_during_section) = std::thread::scope(|scope| {
-            let section = scope.spawn(|| {
+            let section = scope.spawn(move || {
                 store
                     .transact_internal(|_| {
                         entered_tx.send(()).expect("tell the reader");

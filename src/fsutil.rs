@@ -79,6 +79,23 @@ impl FileError {
     }
 }
 
+/// Sets the access and modification times of the directory `dir` (not following a symlink) to
+/// now: one `utimensat`, no entry created, no data and no sync. A watcher of `dir` gets
+/// `IN_ATTRIB` (the turn folders' change signal, [`crate::queue::records`]): the kernel reports
+/// a change of both times as `IN_ATTRIB`, of the modification time alone as `IN_MODIFY`.
+pub fn touch_dir(dir: &Path) -> io::Result<()> {
+    use nix::sys::stat::{utimensat, UtimensatFlags};
+    use nix::sys::time::TimeSpec;
+    utimensat(
+        None,
+        dir,
+        &TimeSpec::UTIME_NOW,
+        &TimeSpec::UTIME_NOW,
+        UtimensatFlags::NoFollowSymlink,
+    )
+    .map_err(io::Error::from)
+}
+
 /// Creates `dir` and its missing parents with mode 0700.
 pub fn create_private_dir(dir: &Path) -> Result<(), FileError> {
     fs::DirBuilder::new()

@@ -102,9 +102,16 @@ impl Home {
     }
 
     /// Creates the home (0700) and a default config if there is none, then loads the config.
+    /// A home whose config loads is not created again: every command starts here, and the
+    /// folders below it are created with their parents when first written (`tasks/` by the
+    /// first turn, [`crate::tasks`]).
     pub fn ensure(&self) -> Result<Config, HomeError> {
+        if let Some(config) = Config::load(&self.config_path())? {
+            return Ok(config);
+        }
         fsutil::create_private_dir(&self.root)?;
         fsutil::create_private_dir(&self.tasks_dir())?;
+        // Loaded again: another command may have written it since.
         match Config::load(&self.config_path())? {
             Some(config) => Ok(config),
             None => {

@@ -415,8 +415,13 @@ fn submit_section<L: Liveness, S: Store>(
                     }
                     _ => turn.clone(),
                 };
+                let before = turn.clone();
                 prepare(&rt.home, &mut turn)?;
-                tasks::save_turn(&rt.home, &turn)?;
+                // One write of the record per step: saved again only when `prepare` changed it
+                // (serve's delivery); a CLI submit's record stays the one `create_turn` wrote.
+                if turn != before {
+                    tasks::save_turn(&rt.home, &turn)?;
+                }
             }
             tasks::settle_turn_id(&rt.home, &key, turn.id, decision.queue_id)?;
             if let SubmitEffect::Dropped { .. } = decision.effect {

@@ -2,8 +2,9 @@
 //! record published by rename, its output growing) or "its runner died", with a bounded fallback
 //! poll so a missed event only costs latency.
 //!
-//! The events are inotify on the turn folders (`IN_MOVED_TO` for the rename publish of
-//! `turn.json`, `IN_CLOSE_WRITE`, and `IN_MODIFY` when the caller streams output) and a pidfd of
+//! The events are inotify on the turn folders (`IN_ATTRIB` for a record committed in the
+//! database, which sets the folder's times; `IN_MOVED_TO` for the rename publish of `turn.json`,
+//! `IN_CLOSE_WRITE`, and `IN_MODIFY` when the caller streams output) and a pidfd of
 //! the runner (`pidfd_open`, Linux ≥ 5.3), readable once the runner has exited. Where either is
 //! refused (another filesystem, `max_user_watches` or `max_user_instances` reached, an older
 //! kernel) the wait degrades to a sleep of [`FALLBACK_POLL_MILLIS`]; the caller re-reads what it
@@ -48,8 +49,11 @@ pub enum Wake {
 }
 
 /// The inotify events that mean "a watched folder changed", for [`TurnWatch::new`] and serve.
+/// `IN_ATTRIB` is the signal of a record committed in the database (the folder's times set,
+/// [`crate::queue::records`]); the others are files published, written or created in it.
 pub fn dir_mask(with_output: bool) -> AddWatchFlags {
     let mut mask = AddWatchFlags::IN_MOVED_TO
+        | AddWatchFlags::IN_ATTRIB
         | AddWatchFlags::IN_CLOSE_WRITE
         | AddWatchFlags::IN_CREATE
         | AddWatchFlags::IN_DELETE_SELF
@@ -300,6 +304,20 @@ mod tests {
         std::fs::write(&tmp, b"{}").expect("write");
         std::fs::rename(&tmp, dir.path().join("turn.json")).expect("rename");
         assert_eq!(watch.wait(), Wake::Changed);
+    }
+
+    /// The record-change signal (the folder's times set, no file made) wakes the wait.
+    #[test]
+    fn touching_the_folder_wakes_the_wait() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut watch = TurnWatch::new(&[dir.path().to_path_buf()], false);
+        if !watch.has_events() {
+            return; // inotify refused on this machine: only the fallback exists.
+        }
+        crate::fsutil::touch_dir(dir.path()).expect("touch");
+        assert_eq!(watch.wait(), Wake::Changed);
+        let entries = std::fs::read_dir(dir.path()).expect("read_dir").count();
+        assert_eq!(entries, 0, "the signal creates nothing in the folder");
     }
 
     /// The runner's exit wakes the wait through its pidfd, and the pidfd is dropped after.

@@ -11,8 +11,11 @@
 //! with the step, in the step's durability class, and reads see the step's own writes. The
 //! closure never leaves its thread (sections are synchronous), so the slot is exactly "the
 //! section in progress". A record access outside a section opens a short transaction of its own
-//! on a per-thread side connection (`synchronous = NORMAL`: the writes made outside sections are
-//! the runner's internal ones, spec/store.md).
+//! (`synchronous = NORMAL`: the writes made outside sections are the runner's internal ones,
+//! spec/store.md) on the home's store's own connection when no section holds it
+//! ([`share_sqlite`]: a command then opens the database, reads its schema and prepares its
+//! statements once), else on a per-thread side connection (another thread of `serve` is in a
+//! section: the access does not wait for it).
 //!
 //! Which homes keep their records here: a home whose store is its `tollgate.db`, and (schema
 //! version 5 of that database, [`PG_SCHEMA_V5`]) a home whose store is PostgreSQL, whose
@@ -22,8 +25,8 @@
 //!
 //! The watchers of turns (`submit --wait`, `logs -f`, serve's watcher) wait on inotify events of
 //! the turn's folder. A record in the database makes no event there, so after the commit that
-//! wrote a turn's record its folder gets one: [`TURN_CHANGED_FILE`] is opened and closed
-//! (`IN_CLOSE_WRITE`, no data and no sync).
+//! wrote a turn's record its folder gets one: the folder's own times are set to now
+//! ([`signal_changed`]: one `utimensat`, `IN_ATTRIB` on the folder; no file, no data, no sync).
 
 use super::postgres::{PostgresStore, PostgresUrl};
 use crate::fsutil::FileError;
@@ -32,15 +35,36 @@ use rusqlite::Connection;
 use std::cell::RefCell;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, TryLockError, Weak};
 use std::time::Duration;
-
-/// The empty file a turn's folder gets (opened and closed) after a commit that changed the turn's
-/// record in the database: the inotify event watchers of the folder wake on.
-pub const TURN_CHANGED_FILE: &str = "record.changed";
 
 /// The most homes a process remembers the store choice of (a command has one; tests a few).
 const MAX_REGISTERED_HOMES: usize = 64;
+
+/// The connection slots of the SQLite stores built in this process, by database (the newest
+/// store of a database first); at most [`MAX_REGISTERED_HOMES`].
+type SharedSlot = Weak<Mutex<Option<super::sqlite::Open>>>;
+static SHARED: Mutex<Vec<(PathBuf, SharedSlot)>> = Mutex::new(Vec::new());
+
+/// Lends the connection slot of a SQLite store of `db` to the record accesses outside sections
+/// (called when the store is built; no IO). Dropped stores are forgotten.
+pub(crate) fn share_sqlite(db: PathBuf, slot: SharedSlot) {
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    shared.retain(|(path, weak)| path != &db && weak.strong_count() > 0);
+    if shared.len() >= MAX_REGISTERED_HOMES {
+        shared.pop();
+    }
+    shared.insert(0, (db, slot));
+}
+
+/// The live store slot of `db`, if a store of it was built in this process.
+fn shared_slot(db: &Path) -> Option<Arc<Mutex<Option<super::sqlite::Open>>>> {
+    let shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    shared
+        .iter()
+        .filter(|(path, _)| path == db)
+        .find_map(|(_, weak)| weak.upgrade())
+}
 
 /// A section's connection while its closure runs: the database it belongs to, the connection
 /// (inside `BEGIN IMMEDIATE`), and the turn folders to signal once it commits.
@@ -56,9 +80,13 @@ struct Lent {
 thread_local! {
     /// The section in progress on this thread, if any.
     static ACTIVE: RefCell<Option<Lent>> = const { RefCell::new(None) };
-    /// The side connection for record accesses outside a section (one home per thread).
-    static SIDE: RefCell<Option<(PathBuf, Connection)>> = const { RefCell::new(None) };
+    /// The side connection for record accesses outside a section when the store's is taken (one
+    /// home per thread), and the `synchronous` level it is at.
+    static SIDE: RefCell<Option<SideConnection>> = const { RefCell::new(None) };
 }
+
+/// A side connection: its database, the connection, its `synchronous` level.
+type SideConnection = (PathBuf, Connection, Option<&'static str>);
 
 /// Where a home's task and turn records live, as its store was built.
 #[derive(Clone, Debug)]
@@ -209,18 +237,13 @@ impl Drop for Section<'_> {
     }
 }
 
-/// Opens and closes [`TURN_CHANGED_FILE`] in each folder (best effort: a missing folder or a full
-/// disk only costs a watcher its fallback poll).
+/// Sets each folder's times to now ([`crate::fsutil::touch_dir`]): the `IN_ATTRIB` event the
+/// folder's watchers wake on ([`crate::watch::dir_mask`]). Best effort: a missing folder only
+/// costs a watcher its fallback poll. One syscall and no new inode per signal, so a turn nobody
+/// watches pays almost nothing for it.
 fn signal_changed(dirs: &[PathBuf]) {
-    use std::os::unix::fs::OpenOptionsExt;
     for dir in dirs {
-        let _ = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-            .open(dir.join(TURN_CHANGED_FILE));
+        let _ = crate::fsutil::touch_dir(dir);
     }
 }
 
@@ -317,46 +340,113 @@ fn with_sqlite<T>(
         return result;
     }
     let f = f.take().expect("not taken");
-    let result = SIDE.with_borrow_mut(|side| {
-        if side.as_ref().is_none_or(|(path, _)| path != &db) {
-            let conn = super::sqlite::open_for_records(home, timeout).map_err(store_error)?;
-            *side = Some((db.clone(), conn));
-        }
-        let Some((_, conn)) = side.as_ref() else {
-            unreachable!("opened above");
-        };
-        if access == Access::Read {
-            return f(conn);
-        }
-        let level = if access == Access::Outcome {
-            "FULL"
-        } else {
-            "NORMAL"
-        };
-        conn.pragma_update(None, "synchronous", level)
-            .map_err(|e| record_error(&db, e))?;
-        conn.execute_batch("BEGIN IMMEDIATE")
-            .map_err(|e| record_error(&db, e))?;
-        match f(conn) {
-            Ok(value) => match conn.execute_batch("COMMIT") {
-                Ok(()) => Ok(value),
-                Err(e) => {
-                    let _ = conn.execute_batch("ROLLBACK");
-                    Err(record_error(&db, e))
-                }
-            },
-            Err(e) => {
-                let _ = conn.execute_batch("ROLLBACK");
-                Err(e)
-            }
-        }
+    // The store's connection when it is free: one open per command. A section of this home on
+    // another thread holds it: the side connection, so the access does not wait for the section.
+    let slot = shared_slot(&db);
+    let guard = slot.as_ref().and_then(|slot| match slot.try_lock() {
+        Ok(guard) => Some(guard),
+        // A section that panicked rolled back on its way out (records::Section's drop).
+        Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
     });
+    let result = match guard {
+        // (A connection not in its slot is lent to a section: not this thread's, which took
+        // the section's path above; never the case while the slot's lock is free.)
+        Some(mut guard) if guard.as_ref().is_none_or(|open| open.conn.is_some()) => {
+            on_store_connection(home, timeout, &mut guard, access, f)
+        }
+        _ => on_side_connection(home, timeout, access, f),
+    };
     if result.is_ok() {
         if let Some(dir) = changed {
             signal_changed(&[dir]);
         }
     }
     result
+}
+
+/// [`with_sqlite`] outside a section, on the store's connection slot (opened into it if the store
+/// has not opened it yet); the level it leaves the connection at is noted in the slot, as the
+/// store's sections note theirs.
+fn on_store_connection<T>(
+    home: &Home,
+    timeout: Duration,
+    slot: &mut Option<super::sqlite::Open>,
+    access: Access,
+    f: impl FnOnce(&Connection) -> Result<T, FileError>,
+) -> Result<T, FileError> {
+    if slot.is_none() {
+        *slot = Some(super::sqlite::Open::database(home, timeout).map_err(store_error)?);
+    }
+    let Some(open) = slot.as_mut() else {
+        unreachable!("opened above");
+    };
+    let Some(conn) = open.conn.as_ref() else {
+        unreachable!("checked by the caller: the connection is in its slot");
+    };
+    short_transaction(&home.db_path(), conn, &mut open.synchronous, access, f)
+}
+
+/// [`with_sqlite`] outside a section on this thread's side connection.
+fn on_side_connection<T>(
+    home: &Home,
+    timeout: Duration,
+    access: Access,
+    f: impl FnOnce(&Connection) -> Result<T, FileError>,
+) -> Result<T, FileError> {
+    let db = home.db_path();
+    SIDE.with_borrow_mut(|side| {
+        if side.as_ref().is_none_or(|(path, ..)| path != &db) {
+            let conn = super::sqlite::open_for_records(home, timeout).map_err(store_error)?;
+            *side = Some((db.clone(), conn, Some("NORMAL")));
+        }
+        let Some((_, conn, synchronous)) = side.as_mut() else {
+            unreachable!("opened above");
+        };
+        short_transaction(&db, conn, synchronous, access, f)
+    })
+}
+
+/// `f` on `conn`: as it is for a read, else in a `BEGIN IMMEDIATE` transaction committed with
+/// `synchronous = NORMAL` (`FULL` for an [`Access::Outcome`]). `synchronous` is the level the
+/// connection is at (set only when it differs). `Err` from `f` rolls the transaction back.
+fn short_transaction<T>(
+    db: &Path,
+    conn: &Connection,
+    synchronous: &mut Option<&'static str>,
+    access: Access,
+    f: impl FnOnce(&Connection) -> Result<T, FileError>,
+) -> Result<T, FileError> {
+    if access == Access::Read {
+        return f(conn);
+    }
+    let level = if access == Access::Outcome {
+        "FULL"
+    } else {
+        "NORMAL"
+    };
+    if *synchronous != Some(level) {
+        // Noted as unknown until it is set: a failed pragma leaves the level unknown.
+        *synchronous = None;
+        conn.pragma_update(None, "synchronous", level)
+            .map_err(|e| record_error(db, e))?;
+        *synchronous = Some(level);
+    }
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .map_err(|e| record_error(db, e))?;
+    match f(conn) {
+        Ok(value) => match conn.execute_batch("COMMIT") {
+            Ok(()) => Ok(value),
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                Err(record_error(db, e))
+            }
+        },
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
 }
 
 /// Version 4 of the schema: the records (and `sync_barrier`, the one row a synced commit after an
@@ -1101,5 +1191,136 @@ mod tests {
             .expect("record");
         assert_eq!(back.outcome, Some(TurnOutcome::Cancelled));
         assert_eq!(tasks::unfinished_turns(&home).expect("unfinished"), []);
+    }
+
+    /// A turn made in a section of `store`.
+    fn made_turn(store: &SqliteStore, home: &Home) -> tasks::TurnRecord {
+        store
+            .transact(|_| {
+                tasks::create_turn(
+                    home,
+                    "t",
+                    vec!["true".into()],
+                    None,
+                    BTreeMap::new(),
+                    false,
+                    1,
+                )
+                .map_err(StoreError::from)
+            })
+            .expect("section")
+    }
+
+    /// The descriptors of this process open on `db` itself (not its `-wal` or `-shm`).
+    fn descriptors_on(db: &std::path::Path) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .expect("/proc/self/fd")
+            .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+            .filter(|target| target == db)
+            .count()
+    }
+
+    /// A record written outside a section, and one written inside, wake a watch of the turn's
+    /// folder (the signal the watchers of `submit --wait`, `wait`, `logs -f` and serve wake on)
+    /// and leave no file in it.
+    #[test]
+    fn a_committed_record_wakes_the_folders_watch_and_makes_no_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = Home::at(dir.path());
+        super::register(&home, super::RecordHome::Sqlite, Duration::from_secs(10));
+        let store = SqliteStore::new(home.clone(), Duration::from_secs(10), Durability::Fsync);
+        let mut turn = made_turn(&store, &home);
+        let folder = home.turn_dir(&turn.key);
+        let mut watch = crate::watch::TurnWatch::new(std::slice::from_ref(&folder), false);
+        if !watch.has_events() {
+            return; // inotify refused on this machine: only the fallback exists.
+        }
+        turn.started_at_millis = Some(2);
+        tasks::save_turn(&home, &turn).expect("save outside a section");
+        assert_eq!(
+            watch.wait(),
+            crate::watch::Wake::Changed,
+            "outside a section"
+        );
+        store
+            .transact_internal(|_| {
+                tasks::end_unrun(&home, &turn.key, TurnOutcome::Cancelled, 3)?;
+                Ok::<_, StoreError>(())
+            })
+            .expect("internal section");
+        assert_eq!(watch.wait(), crate::watch::Wake::Changed, "in a section");
+        let entries: Vec<_> = std::fs::read_dir(&folder)
+            .expect("read the folder")
+            .filter_map(|e| e.ok().map(|e| e.file_name()))
+            .collect();
+        assert!(entries.is_empty(), "files in the turn folder: {entries:?}");
+    }
+
+    /// A command opens the database once: record reads and writes outside a section run on the
+    /// store's own connection (one descriptor on `tollgate.db`, not a second connection).
+    #[test]
+    fn records_outside_a_section_use_the_stores_connection() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = Home::at(dir.path());
+        super::register(&home, super::RecordHome::Sqlite, Duration::from_secs(10));
+        let store = SqliteStore::new(home.clone(), Duration::from_secs(10), Durability::Fsync);
+        let mut turn = made_turn(&store, &home);
+        assert_eq!(descriptors_on(&home.db_path()), 1, "the store's connection");
+        assert!(tasks::load_turn(&home, &turn.key).expect("load").is_some());
+        turn.started_at_millis = Some(2);
+        tasks::save_turn(&home, &turn).expect("save outside a section");
+        let back = tasks::load_turn(&home, &turn.key)
+            .expect("load")
+            .expect("record");
+        assert_eq!(back.started_at_millis, Some(2));
+        assert_eq!(descriptors_on(&home.db_path()), 1, "no second connection");
+        // The store's next section sees the write and still commits.
+        store
+            .transact_internal(|_| {
+                tasks::end_unrun(&home, &turn.key, TurnOutcome::Cancelled, 3)?;
+                Ok::<_, StoreError>(())
+            })
+            .expect("internal section");
+        let back = tasks::load_turn(&home, &turn.key)
+            .expect("load")
+            .expect("record");
+        assert_eq!(back.outcome, Some(TurnOutcome::Cancelled));
+    }
+
+    /// A record read on one thread while another thread's section holds the store's connection
+    /// does not wait for that section (`serve`: its request threads read records beside the
+    /// sections of others): it reads on a side connection, and sees the last commit.
+    #[test]
+    fn a_read_beside_another_threads_section_does_not_wait_for_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = Home::at(dir.path());
+        super::register(&home, super::RecordHome::Sqlite, Duration::from_secs(10));
+        let store = SqliteStore::new(home.clone(), Duration::from_secs(10), Durability::Fsync);
+        let turn = made_turn(&store, &home);
+        let (entered_tx, entered) = std::sync::mpsc::sync_channel::<()>(1);
+        let (read_tx, read) = std::sync::mpsc::sync_channel::<bool>(1);
+        let store = &store;
+        let (found, read_during_section) = std::thread::scope(|scope| {
+            let section = scope.spawn(move || {
+                store
+                    .transact_internal(|_| {
+                        entered_tx.send(()).expect("tell the reader");
+                        // Held until the reader has read; bounded, so a reader that waited for
+                        // this section fails the test instead of hanging it.
+                        let read = read.recv_timeout(Duration::from_secs(10)).is_ok();
+                        Ok::<_, StoreError>(read)
+                    })
+                    .expect("section")
+            });
+            entered.recv().expect("the section started");
+            let found = tasks::load_turn(&home, &turn.key).expect("load").is_some();
+            let _ = read_tx.send(found);
+            (found, section.join().expect("section thread"))
+        });
+        assert!(
+            read_during_section,
+            "the read waited for the other thread's section"
+        );
+        assert!(found, "the read saw the committed record");
     }
 }

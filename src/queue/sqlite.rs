@@ -26,7 +26,7 @@ use serde::Serialize;
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// The newest schema this tollgate writes; a database whose `schema_migrations` names a newer
@@ -171,17 +171,30 @@ pub struct SqliteStore {
     home: Home,
     lock_timeout: Duration,
     durability: Durability,
-    open: Mutex<Option<Open>>,
+    /// Shared with the record layer ([`records::share_sqlite`]): a record access outside a
+    /// section uses this connection when it is free, so a command opens the database once.
+    open: Arc<Mutex<Option<Open>>>,
     /// The queue rows the last section loaded ([`SqliteStore::rows_loaded_by_last_section`]).
     rows_loaded: std::sync::atomic::AtomicUsize,
 }
 
 /// An open connection and the `synchronous` level it was last set to.
-struct Open {
+pub(crate) struct Open {
     /// `None` only while a section's closure runs on this thread and the record layer holds it
     /// ([`records::Section`]); the store's mutex is held meanwhile, so no one else sees that.
-    conn: Option<Connection>,
-    synchronous: Option<&'static str>,
+    pub(crate) conn: Option<Connection>,
+    pub(crate) synchronous: Option<&'static str>,
+}
+
+impl Open {
+    /// The home's database opened as the store opens it (checks, migrations, imports), its
+    /// `synchronous` level not set yet.
+    pub(crate) fn database(home: &Home, lock_timeout: Duration) -> Result<Open, StoreError> {
+        Ok(Open {
+            conn: Some(open_retrying_busy(home, lock_timeout)?),
+            synchronous: None,
+        })
+    }
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -196,11 +209,13 @@ impl std::fmt::Debug for SqliteStore {
 
 impl SqliteStore {
     pub fn new(home: Home, lock_timeout: Duration, durability: Durability) -> Self {
+        let open = Arc::new(Mutex::new(None));
+        records::share_sqlite(home.db_path(), Arc::downgrade(&open));
         SqliteStore {
             home,
             lock_timeout,
             durability,
-            open: Mutex::new(None),
+            open,
             rows_loaded: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -230,11 +245,7 @@ impl SqliteStore {
     fn connection(&self) -> Result<MutexGuard<'_, Option<Open>>, StoreError> {
         let mut guard = self.open.lock().unwrap_or_else(|e| e.into_inner());
         if guard.is_none() {
-            let conn = open_retrying_busy(&self.home, self.lock_timeout)?;
-            *guard = Some(Open {
-                conn: Some(conn),
-                synchronous: None,
-            });
+            *guard = Some(Open::database(&self.home, self.lock_timeout)?);
         }
         Ok(guard)
     }

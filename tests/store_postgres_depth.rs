@@ -160,6 +160,8 @@ fn a_section_on_a_part_loads_what_the_core_projects_and_commits_what_it_merges()
     after.entries.push(QueueEntry {
         queue_id: 200,
         key: TurnKey::new("p-3", 2),
+        // After every parked row's (enqueue times do not fall along the queue).
+        enqueued_at_millis: 1_700_000_000_100 + PARKED,
         ..before
             .row(&TurnKey::new("p-3", 1))
             .expect("p-3's row")

@@ -88,18 +88,18 @@ fn part_of(store: &PostgresStore, reads: &QueueReads) -> (QueueState, Loaded) {
     let seen = store.transact_reading(
         tollgate::queue::Commit::Internal,
         &Reads::Part(reads.clone()),
-        |state, loaded| Err::<(), _>(Seen::Part(state.clone(), loaded.clone())),
+        |state, loaded| Err::<(), _>(Seen::Part(Box::new((state.clone(), loaded.clone())))),
     );
     match seen {
         Ok(()) => unreachable!("the closure returned an Err"),
-        Err(Seen::Part(state, loaded)) => (state, loaded),
+        Err(Seen::Part(seen)) => *seen,
         Err(Seen::Store(e)) => panic!("section failed: {e}"),
     }
 }
 
 /// A section's `Err`: what it saw, or the store's failure.
 enum Seen {
-    Part(QueueState, Loaded),
+    Part(Box<(QueueState, Loaded)>),
     Store(StoreError),
 }
 

@@ -292,7 +292,7 @@ pub(super) fn read_sql(queue: &str, fleet: Option<&HostId>, rows: Option<Rows<'_
         let ids = part_ids(&q, rows);
         let (entries_in, deps_in) = match &ids {
             Some(ids) => {
-                let _ = write!(with, "WITH part AS ({ids})\n");
+                let _ = writeln!(with, "WITH part AS ({ids})");
                 (
                     " AND queue_id IN (SELECT queue_id FROM part)",
                     " AND queue_id IN (SELECT queue_id FROM part)",

@@ -140,6 +140,7 @@ impl Store for HomeStore {
     fn load_active(&self) -> Result<QueueState, StoreError> {
         match self {
             HomeStore::Database(store) => store.load_active(),
+            HomeStore::Postgres(store) => store.load_active(),
             other => Store::load(other),
         }
     }
@@ -173,6 +174,7 @@ impl Store for HomeStore {
     {
         match self {
             HomeStore::Database(store) => store.transact_reading(commit, reads, change),
+            HomeStore::Postgres(store) => store.transact_reading(commit, reads, change),
             other => other.transact_as(commit, |state| change(state, &Loaded::Whole)),
         }
     }

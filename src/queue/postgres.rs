@@ -17,6 +17,7 @@
 use super::store::{check_queue, Commit, Store, StoreError};
 use crate::clock;
 use crate::config::Durability;
+use crate::protocol::slots::steps::{Loaded, QueueReads, Reads};
 use crate::protocol::slots::{QueueState, QUEUE_FORMAT_VERSION};
 use postgres::error::SqlState;
 use postgres::{Client, GenericClient, NoTls};
@@ -34,7 +35,7 @@ pub use ops::{
 };
 
 /// The newest schema this tollgate writes in a PostgreSQL database.
-pub const POSTGRES_SCHEMA_VERSION: i32 = 7;
+pub const POSTGRES_SCHEMA_VERSION: i32 = 8;
 
 /// The first key of every advisory lock tollgate takes (`pg_advisory_xact_lock(int4, int4)`):
 /// "tg" in ASCII, so tollgate's locks do not collide with another application's single-key ones.
@@ -146,7 +147,44 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "serve: dedupe marks, refused, handed-off deliveries and payloads",
         super::serve_tables::PG_SCHEMA_V7,
     ),
+    (
+        8,
+        "sections on a part of the queue: indexes and the row count",
+        SCHEMA_V8,
+    ),
 ];
+
+/// Version 8: what a section on a part of the queue reads by index searches
+/// ([`Store::transact_reading`], spec/store.md, "What a section loads"): the dependencies by the
+/// turn they name (the rows depending on a task's turns) and the rows holding a reservation (a
+/// few: one per slot being handed off); and the number of rows of each queue in
+/// `queue_meta.row_count`, kept by a trigger (so a row inserted or deleted by hand is counted
+/// too), for the bound check of a section on a part (`MAX_QUEUE_ROWS` needs the count only;
+/// `count(*)` reads a whole index). Rows are written by `INSERT … ON CONFLICT DO UPDATE`, whose
+/// updates fire no `INSERT` trigger. Every statement may run again (`IF NOT EXISTS`, `OR
+/// REPLACE`): a database taken back to an earlier version by hand (the migration tests do)
+/// migrates again.
+const SCHEMA_V8: &str = "
+CREATE INDEX IF NOT EXISTS entry_dependencies_by_turn
+    ON entry_dependencies (queue, task, turn);
+CREATE INDEX IF NOT EXISTS entries_reserved
+    ON entries (queue, queue_id) WHERE reservation_token IS NOT NULL;
+ALTER TABLE queue_meta ADD COLUMN IF NOT EXISTS row_count BIGINT NOT NULL DEFAULT 0;
+UPDATE queue_meta AS m SET row_count = (SELECT count(*) FROM entries AS e WHERE e.queue = m.queue);
+CREATE OR REPLACE FUNCTION tollgate_entries_counted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        UPDATE queue_meta SET row_count = row_count + 1 WHERE queue = NEW.queue;
+    ELSE
+        UPDATE queue_meta SET row_count = row_count - 1 WHERE queue = OLD.queue;
+    END IF;
+    RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS entries_counted ON entries;
+CREATE TRIGGER entries_counted AFTER INSERT OR DELETE ON entries
+    FOR EACH ROW EXECUTE FUNCTION tollgate_entries_counted();
+";
 
 /// A `store` URL split into what the client connects with and the queue it names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -260,6 +298,8 @@ pub struct PostgresStore {
     client: Arc<Mutex<Option<Client>>>,
     /// Set on a home's store: every section reads the leases (spec/fleet.md).
     fleet: Option<FleetContext>,
+    /// The queue rows the last section loaded ([`PostgresStore::rows_loaded_by_last_section`]).
+    rows_loaded: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -290,6 +330,7 @@ impl PostgresStore {
             home: None,
             client: Arc::new(Mutex::new(None)),
             fleet: None,
+            rows_loaded: Default::default(),
         }
     }
 
@@ -315,6 +356,7 @@ impl PostgresStore {
             home: self.home.clone(),
             client: self.client.clone(),
             fleet: None,
+            rows_loaded: Default::default(),
         }
     }
 
@@ -498,6 +540,19 @@ impl PostgresStore {
         }
     }
 
+    /// A failed commit message: a full disk as ENOSPC (the record writes it carries are the
+    /// result writer's, whose retry looks for it: [`crate::tasks::retry_while_disk_full`]).
+    fn commit_error(&self, error: postgres::Error) -> StoreError {
+        if error.code() == Some(&SqlState::DISK_FULL) {
+            StoreError::File(crate::fsutil::FileError::io(
+                &self.name(),
+                std::io::Error::from_raw_os_error(libc::ENOSPC),
+            ))
+        } else {
+            self.error(error)
+        }
+    }
+
     /// [`Store::load`], callable without importing the trait.
     pub fn load(&self) -> Result<QueueState, StoreError> {
         Store::load(self)
@@ -535,10 +590,23 @@ impl Store for PostgresStore {
         let Some(client) = guard.as_mut() else {
             unreachable!("client() connected");
         };
-        let sql = batch::read_sql(&self.queue, None, true);
+        let sql = batch::read_sql(&self.queue, None, Some(batch::Rows::All));
         let messages = client.simple_query(&sql).map_err(|e| self.error(e))?;
         let json = batch::last_value(self, &messages)?;
         batch::parse_document(self, &json)?.queue_state(self)
+    }
+
+    /// One statement reading the active part ([`batch::Rows::Active`]): index searches, so its
+    /// cost does not grow with the parked rows.
+    fn load_active(&self) -> Result<QueueState, StoreError> {
+        let mut guard = self.client()?;
+        let Some(client) = guard.as_mut() else {
+            unreachable!("client() connected");
+        };
+        let sql = batch::read_sql(&self.queue, None, Some(batch::Rows::Active));
+        let messages = client.simple_query(&sql).map_err(|e| self.error(e))?;
+        let json = batch::last_value(self, &messages)?;
+        batch::parse_document(self, &json)?.queue_rows(self, false)
     }
 
     /// Two round trips ([`batch`]): `BEGIN`, the `SET LOCAL`s, the queue's lock, the lease lock
@@ -548,6 +616,49 @@ impl Store for PostgresStore {
         &self,
         commit: Commit,
         change: impl FnOnce(&mut QueueState) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
+        self.section(commit, None, |state, _| change(state))
+    }
+
+    /// A section on the part `reads` names (spec/store.md, "What a section loads"): the same
+    /// two round trips, its reading statement selecting the part's rows by index searches
+    /// ([`batch::Rows::Part`]) and the row count; only those rows are sent, decoded, checked,
+    /// cloned and diffed. [`Reads::Everything`] is the whole queue, as [`Store::transact_as`].
+    fn transact_reading<R, E>(
+        &self,
+        commit: Commit,
+        reads: &Reads,
+        change: impl FnOnce(&mut QueueState, &Loaded) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
+        match reads {
+            Reads::Everything => {
+                self.section(commit, None, |state, _| change(state, &Loaded::Whole))
+            }
+            Reads::Part(part) => self.section(commit, Some(part), change),
+        }
+    }
+}
+
+impl PostgresStore {
+    /// How many queue rows the last section of this store loaded: a test hook
+    /// (tests/store_postgres_depth.rs checks that a parking submit at depth loads only its part).
+    pub fn rows_loaded_by_last_section(&self) -> usize {
+        self.rows_loaded.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The one transaction of [`Store::transact_as`] and [`Store::transact_reading`]: the whole
+    /// queue when `part` is `None`.
+    fn section<R, E>(
+        &self,
+        commit: Commit,
+        part: Option<&QueueReads>,
+        change: impl FnOnce(&mut QueueState, &Loaded) -> Result<R, E>,
     ) -> Result<R, E>
     where
         E: From<StoreError>,
@@ -579,10 +690,14 @@ impl Store for PostgresStore {
         let mut sql = batch::begin_sql(self.lock_timeout_millis(), false, &locks);
         // The statements of one message run in order: the reads (and the database clock) come
         // after both locks are held.
+        let rows = match part {
+            None => batch::Rows::All,
+            Some(reads) => batch::Rows::Part(reads),
+        };
         sql.push_str(&batch::read_sql(
             &self.queue,
             self.fleet.as_ref().map(|f| &f.host),
-            true,
+            Some(rows),
         ));
         let messages = section
             .with(|c| c.simple_query(&sql))
@@ -590,13 +705,26 @@ impl Store for PostgresStore {
         let document = batch::parse_document(self, &batch::last_value(self, &messages)?)?;
         let fleet = self.fleet_begin(&document)?;
         let original = document.queue_state(self)?;
+        let loaded = match part {
+            None => Loaded::Whole,
+            Some(reads) => Loaded::Part {
+                reads: reads.clone(),
+                queue_rows: document.row_count().ok_or_else(|| StoreError::Database {
+                    path: self.name(),
+                    detail: "queue_meta.row_count was not read".to_string(),
+                })?,
+            },
+        };
         drop(document);
+        self.rows_loaded
+            .store(original.entries.len(), std::sync::atomic::Ordering::Relaxed);
         let mut state = original.clone();
         // On an `Err` (or a panic) `section` is dropped, which rolls the transaction back.
         let view = fleet.as_ref().map(|f| f.view.clone());
-        let (result, fleet_after) = crate::fleet::in_section(view, || change(&mut state));
+        let (result, fleet_after) = crate::fleet::in_section(view, || change(&mut state, &loaded));
         let result = result?;
-        let mut sql = String::new();
+        // The task and turn records `change` wrote, kept for this message (records::PgConn).
+        let mut sql = section.take_pending();
         let leases_changed = self.fleet_end(&mut sql, fleet, fleet_after);
         if state != original {
             check_queue(&state).map_err(|detail| StoreError::Unpublishable {
@@ -615,7 +743,7 @@ impl Store for PostgresStore {
         let sql = batch::checked(self, sql)?;
         let messages = section
             .with(|c| c.simple_query(&sql))
-            .map_err(|e| self.error(e))?;
+            .map_err(|e| self.commit_error(e))?;
         let wrote = batch::last_value(self, &messages)? == "true";
         // Durable before anything is told or done on its behalf, waking the turn folders'
         // watchers included. A lease change and a recorded outcome are flushed whatever the

@@ -630,7 +630,141 @@ pub(crate) fn db_error(db: &Path, error: DbError) -> FileError {
 pub(crate) enum Db<'a> {
     Sqlite(&'a Connection),
     /// The client (inside the section's transaction, or a short one of its own) and the queue.
-    Postgres(&'a mut postgres::Client, &'a str),
+    Postgres(&'a mut PgConn, &'a str),
+}
+
+/// A PostgreSQL client as the record layer uses it inside a write transaction (a section's, or
+/// a short one of its own): the task and turn records it writes are not sent one statement per
+/// round trip but kept as SQL text ([`PgConn::take_pending`]) and sent with the transaction's
+/// `COMMIT` message (spec/store.md, "PostgreSQL", "Round trips"). A read of a record the
+/// transaction wrote is served from what it wrote; a read of a set of records (names, turn
+/// numbers, the unfinished turns) first sends what is pending, and so does every statement that
+/// is not the record layer's (the serve tables' statements and savepoints run through
+/// [`PgConn::execute`], [`PgConn::query`], [`PgConn::batch_execute`], which also forget what was
+/// written: a `ROLLBACK TO` may undo it). So every statement sees the transaction's writes in
+/// the order they were made, as when each was sent at once.
+pub(crate) struct PgConn {
+    client: postgres::Client,
+    /// Whether writes are kept for the commit (inside a write transaction) or sent at once.
+    buffered: bool,
+    /// The kept writes, each statement ended by `;`.
+    pending: String,
+    /// The task records this transaction wrote or read (`None`: no such record), by name.
+    tasks: std::collections::HashMap<String, Option<String>>,
+    /// The turn records this transaction wrote, deleted (`None`) or read.
+    turns: std::collections::HashMap<(String, u32), Option<String>>,
+}
+
+impl PgConn {
+    fn new(client: postgres::Client, buffered: bool) -> Self {
+        PgConn {
+            client,
+            buffered,
+            pending: String::new(),
+            tasks: Default::default(),
+            turns: Default::default(),
+        }
+    }
+
+    fn into_client(self) -> postgres::Client {
+        self.client
+    }
+
+    /// The writes kept for the commit, taken (the written bodies stay known: the commit's
+    /// message sends them before anything else of the transaction is read).
+    pub(crate) fn take_pending(&mut self) -> String {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Sends the kept writes now.
+    fn send_pending(&mut self) -> Result<(), postgres::Error> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let sql = std::mem::take(&mut self.pending);
+        self.client.batch_execute(&sql)
+    }
+
+    /// Before a statement that is not the record layer's: the kept writes go first, and what was
+    /// written is forgotten (the statement may undo it).
+    fn before_foreign(&mut self) -> Result<&mut postgres::Client, postgres::Error> {
+        self.send_pending()?;
+        self.tasks.clear();
+        self.turns.clear();
+        Ok(&mut self.client)
+    }
+
+    pub(crate) fn execute(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<u64, postgres::Error> {
+        self.before_foreign()?.execute(sql, params)
+    }
+
+    pub(crate) fn query(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<postgres::Row>, postgres::Error> {
+        self.before_foreign()?.query(sql, params)
+    }
+
+    pub(crate) fn batch_execute(&mut self, sql: &str) -> Result<(), postgres::Error> {
+        self.before_foreign()?.batch_execute(sql)
+    }
+
+    /// Remembers a task record read in a write transaction: it holds the queue's lock, under
+    /// which every writer of the queue's records writes, so the record stays as read until the
+    /// transaction writes it (bounded: a section reads the records its step names).
+    fn remember_task(&mut self, name: &str, body: Option<&str>) {
+        if self.buffered && self.tasks.len() < PG_REMEMBERED_RECORDS {
+            self.tasks
+                .insert(name.to_string(), body.map(str::to_string));
+        }
+    }
+
+    /// [`PgConn::remember_task`] for a turn record.
+    fn remember_turn(&mut self, task: &str, turn: u32, body: Option<&str>) {
+        if self.buffered && self.turns.len() < PG_REMEMBERED_RECORDS {
+            self.turns
+                .insert((task.to_string(), turn), body.map(str::to_string));
+        }
+    }
+
+    /// Makes room for one more written record: at the bound the kept writes are sent and the
+    /// remembered records forgotten (later reads then go to the server, which has the writes).
+    fn room(&mut self) -> Result<(), postgres::Error> {
+        if self.tasks.len() >= PG_REMEMBERED_RECORDS || self.turns.len() >= PG_REMEMBERED_RECORDS {
+            self.before_foreign()?;
+        }
+        Ok(())
+    }
+
+    /// Keeps `sql` (one statement with its values as literals) for the commit; `false`: not in a
+    /// write transaction, so the caller sends its statement itself.
+    fn keep(&mut self, sql: std::fmt::Arguments<'_>) -> bool {
+        if !self.buffered {
+            return false;
+        }
+        use std::fmt::Write as _;
+        let _ = self.pending.write_fmt(sql);
+        self.pending.push_str(";\n");
+        true
+    }
+}
+
+/// How many task (and how many turn) records a [`PgConn`] remembers at most.
+const PG_REMEMBERED_RECORDS: usize = 1024;
+
+/// `text` as an SQL literal ([`super::postgres::quoted_text`]).
+fn lit(text: &str) -> String {
+    super::postgres::quoted_text(text)
+}
+
+/// An optional integer as an SQL literal.
+fn lit_int(value: Option<i64>) -> String {
+    value.map_or_else(|| "NULL".to_string(), |v| v.to_string())
 }
 
 /// The parameter types of the record statements (`query_typed`: one round trip, no prepare).
@@ -646,13 +780,21 @@ impl Db<'_> {
     pub(crate) fn task_body(&mut self, name: &str) -> Result<Option<String>, DbError> {
         match self {
             Db::Sqlite(c) => Ok(task_body(c, name)?),
-            Db::Postgres(c, queue) => Ok(c
-                .query_typed_opt(
-                    "SELECT body FROM tasks WHERE queue = $1 AND name = $2",
-                    &[(queue, TEXT), (&name, TEXT)],
-                )?
-                .map(|row| row.try_get(0))
-                .transpose()?),
+            Db::Postgres(c, _) if c.tasks.contains_key(name) => {
+                Ok(c.tasks.get(name).cloned().flatten())
+            }
+            Db::Postgres(c, queue) => {
+                let body: Option<String> = c
+                    .client
+                    .query_typed_opt(
+                        "SELECT body FROM tasks WHERE queue = $1 AND name = $2",
+                        &[(queue, TEXT), (&name, TEXT)],
+                    )?
+                    .map(|row| row.try_get(0))
+                    .transpose()?;
+                c.remember_task(name, body.as_deref());
+                Ok(body)
+            }
         }
     }
 
@@ -665,7 +807,19 @@ impl Db<'_> {
         match self {
             Db::Sqlite(c) => Ok(put_task(c, name, next_turn, body)?),
             Db::Postgres(c, queue) => {
-                c.execute_typed(
+                c.room()?;
+                c.tasks.insert(name.to_string(), Some(body.to_string()));
+                if c.keep(format_args!(
+                    "INSERT INTO tasks (queue, name, next_turn, body) VALUES ({}, {}, {next_turn}, {})
+                     ON CONFLICT (queue, name) DO UPDATE SET next_turn = EXCLUDED.next_turn,
+                        body = EXCLUDED.body",
+                    lit(queue),
+                    lit(name),
+                    lit(body)
+                )) {
+                    return Ok(());
+                }
+                c.client.execute_typed(
                     "INSERT INTO tasks (queue, name, next_turn, body) VALUES ($1, $2, $3, $4)
                      ON CONFLICT (queue, name) DO UPDATE SET next_turn = EXCLUDED.next_turn,
                         body = EXCLUDED.body",
@@ -684,13 +838,21 @@ impl Db<'_> {
     pub(crate) fn turn_body(&mut self, task: &str, turn: u32) -> Result<Option<String>, DbError> {
         match self {
             Db::Sqlite(c) => Ok(turn_body(c, task, turn)?),
-            Db::Postgres(c, queue) => Ok(c
-                .query_typed_opt(
-                    "SELECT body FROM turns WHERE queue = $1 AND task = $2 AND turn = $3",
-                    &[(queue, TEXT), (&task, TEXT), (&i64::from(turn), INT8)],
-                )?
-                .map(|row| row.try_get(0))
-                .transpose()?),
+            Db::Postgres(c, _) if c.turns.contains_key(&(task.to_string(), turn)) => {
+                Ok(c.turns.get(&(task.to_string(), turn)).cloned().flatten())
+            }
+            Db::Postgres(c, queue) => {
+                let body: Option<String> = c
+                    .client
+                    .query_typed_opt(
+                        "SELECT body FROM turns WHERE queue = $1 AND task = $2 AND turn = $3",
+                        &[(queue, TEXT), (&task, TEXT), (&i64::from(turn), INT8)],
+                    )?
+                    .map(|row| row.try_get(0))
+                    .transpose()?;
+                c.remember_turn(task, turn, body.as_deref());
+                Ok(body)
+            }
         }
     }
 
@@ -698,35 +860,41 @@ impl Db<'_> {
     pub(crate) fn put_turn(&mut self, row: &TurnRow<'_>, create: bool) -> Result<bool, DbError> {
         match self {
             Db::Sqlite(c) => Ok(put_turn(c, row, create)?),
-            Db::Postgres(c, queue) => Ok(pg_put_turn(*c, queue, row, create)? == 1),
+            Db::Postgres(c, queue) => pg_keep_turn(c, queue, row, create),
         }
     }
 
     pub(crate) fn task_names(&mut self) -> Result<Vec<String>, DbError> {
         match self {
             Db::Sqlite(c) => Ok(task_names(c)?),
-            Db::Postgres(c, queue) => c
-                .query_typed(
-                    "SELECT name FROM tasks WHERE queue = $1 ORDER BY name COLLATE \"C\"",
-                    &[(queue, TEXT)],
-                )?
-                .iter()
-                .map(|row| Ok(row.try_get(0)?))
-                .collect(),
+            Db::Postgres(c, queue) => {
+                c.send_pending()?;
+                c.client
+                    .query_typed(
+                        "SELECT name FROM tasks WHERE queue = $1 ORDER BY name COLLATE \"C\"",
+                        &[(queue, TEXT)],
+                    )?
+                    .iter()
+                    .map(|row| Ok(row.try_get(0)?))
+                    .collect()
+            }
         }
     }
 
     pub(crate) fn turn_numbers(&mut self, task: &str) -> Result<Vec<u32>, DbError> {
         match self {
             Db::Sqlite(c) => Ok(turn_numbers(c, task)?),
-            Db::Postgres(c, queue) => c
-                .query_typed(
-                    "SELECT turn FROM turns WHERE queue = $1 AND task = $2 ORDER BY turn",
-                    &[(queue, TEXT), (&task, TEXT)],
-                )?
-                .iter()
-                .map(|row| pg_turn(row.try_get(0)?))
-                .collect(),
+            Db::Postgres(c, queue) => {
+                c.send_pending()?;
+                c.client
+                    .query_typed(
+                        "SELECT turn FROM turns WHERE queue = $1 AND task = $2 ORDER BY turn",
+                        &[(queue, TEXT), (&task, TEXT)],
+                    )?
+                    .iter()
+                    .map(|row| pg_turn(row.try_get(0)?))
+                    .collect()
+            }
         }
     }
 
@@ -734,30 +902,36 @@ impl Db<'_> {
     pub(crate) fn unfinished(&mut self) -> Result<Vec<(String, u32, String)>, DbError> {
         match self {
             Db::Sqlite(c) => Ok(unfinished(c)?),
-            Db::Postgres(c, queue) => c
-                .query_typed(
-                    "SELECT task, turn, body FROM turns WHERE queue = $1 AND NOT settled
+            Db::Postgres(c, queue) => {
+                c.send_pending()?;
+                c.client
+                    .query_typed(
+                        "SELECT task, turn, body FROM turns WHERE queue = $1 AND NOT settled
                      ORDER BY task COLLATE \"C\", turn",
-                    &[(queue, TEXT)],
-                )?
-                .iter()
-                .map(|row| Ok((row.try_get(0)?, pg_turn(row.try_get(1)?)?, row.try_get(2)?)))
-                .collect(),
+                        &[(queue, TEXT)],
+                    )?
+                    .iter()
+                    .map(|row| Ok((row.try_get(0)?, pg_turn(row.try_get(1)?)?, row.try_get(2)?)))
+                    .collect()
+            }
         }
     }
 
     pub(crate) fn turns_with_short_id(&mut self, id: u64) -> Result<Vec<(String, u32)>, DbError> {
         match self {
             Db::Sqlite(c) => Ok(turns_with_short_id(c, id)?),
-            Db::Postgres(c, queue) => c
-                .query_typed(
-                    "SELECT task, turn FROM turns WHERE queue = $1 AND short_id = $2
+            Db::Postgres(c, queue) => {
+                c.send_pending()?;
+                c.client
+                    .query_typed(
+                        "SELECT task, turn FROM turns WHERE queue = $1 AND short_id = $2
                      ORDER BY task COLLATE \"C\", turn",
-                    &[(queue, TEXT), (&(id as i64), INT8)],
-                )?
-                .iter()
-                .map(|row| Ok((row.try_get(0)?, pg_turn(row.try_get(1)?)?)))
-                .collect(),
+                        &[(queue, TEXT), (&(id as i64), INT8)],
+                    )?
+                    .iter()
+                    .map(|row| Ok((row.try_get(0)?, pg_turn(row.try_get(1)?)?)))
+                    .collect()
+            }
         }
     }
 
@@ -765,14 +939,23 @@ impl Db<'_> {
         match self {
             Db::Sqlite(c) => Ok(delete_turn(c, task, turn)?),
             Db::Postgres(c, queue) => {
+                c.room()?;
+                c.turns.insert((task.to_string(), turn), None);
+                let (q, t) = (lit(queue), lit(task));
+                if c.keep(format_args!(
+                    "DELETE FROM turns WHERE queue = {q} AND task = {t} AND turn = {turn}; \
+                     DELETE FROM turn_output WHERE queue = {q} AND task = {t} AND turn = {turn}"
+                )) {
+                    return Ok(());
+                }
                 let key: [(&(dyn postgres::types::ToSql + Sync), _); 3] =
                     [(queue, TEXT), (&task, TEXT), (&i64::from(turn), INT8)];
-                c.execute_typed(
+                c.client.execute_typed(
                     "DELETE FROM turns WHERE queue = $1 AND task = $2 AND turn = $3",
                     &key,
                 )?;
                 // Its output copied for other hosts (schema version 6) goes with it.
-                c.execute_typed(
+                c.client.execute_typed(
                     "DELETE FROM turn_output WHERE queue = $1 AND task = $2 AND turn = $3",
                     &key,
                 )?;
@@ -780,6 +963,59 @@ impl Db<'_> {
             }
         }
     }
+}
+
+/// [`Db::put_turn`] on PostgreSQL: in a write transaction the row is kept for the commit
+/// ([`PgConn`]); `create` first asks whether the turn number is taken (from what this
+/// transaction wrote, else one read: the queue's lock is held, so no other writer can take it
+/// before the commit).
+fn pg_keep_turn(
+    c: &mut PgConn,
+    queue: &str,
+    row: &TurnRow<'_>,
+    create: bool,
+) -> Result<bool, DbError> {
+    if !c.buffered {
+        return Ok(pg_put_turn(&mut c.client, queue, row, create)? == 1);
+    }
+    let key = (row.task.to_string(), row.turn);
+    if create {
+        let taken = match c.turns.get(&key) {
+            Some(body) => body.is_some(),
+            None => c
+                .client
+                .query_typed_opt(
+                    "SELECT 1 FROM turns WHERE queue = $1 AND task = $2 AND turn = $3",
+                    &[
+                        (&queue, TEXT),
+                        (&row.task, TEXT),
+                        (&i64::from(row.turn), INT8),
+                    ],
+                )?
+                .is_some(),
+        };
+        if taken {
+            return Ok(false);
+        }
+    }
+    c.room()?;
+    c.turns.insert(key, Some(row.body.to_string()));
+    let kept = c.keep(format_args!(
+        "INSERT INTO turns (queue, task, turn, short_id, settled, ended_at_millis, body)
+         VALUES ({}, {}, {}, {}, {}, {}, {})
+         ON CONFLICT (queue, task, turn) DO UPDATE SET short_id = EXCLUDED.short_id,
+            settled = EXCLUDED.settled, ended_at_millis = EXCLUDED.ended_at_millis,
+            body = EXCLUDED.body",
+        lit(queue),
+        lit(row.task),
+        row.turn,
+        lit_int(row.short_id.map(|id| id as i64)),
+        row.settled,
+        lit_int(row.ended_at_millis.map(|at| at as i64)),
+        lit(row.body)
+    ));
+    debug_assert!(kept, "a buffered connection keeps its writes");
+    Ok(true)
 }
 
 fn pg_put_turn(
@@ -849,7 +1085,7 @@ CREATE TABLE record_imports (
 struct PgLent {
     /// `(connect URL, queue)`: the record accesses this section serves.
     key: (String, String),
-    client: postgres::Client,
+    conn: PgConn,
     changed_dirs: Vec<PathBuf>,
     outcome_recorded: bool,
     committed: bool,
@@ -913,7 +1149,7 @@ impl<'a> PgSection<'a> {
         PG_ACTIVE.with_borrow_mut(|active| {
             *active = Some(PgLent {
                 key,
-                client,
+                conn: PgConn::new(client, true),
                 changed_dirs: Vec::new(),
                 outcome_recorded: false,
                 committed: false,
@@ -924,8 +1160,16 @@ impl<'a> PgSection<'a> {
 
     pub(crate) fn with<T>(&self, f: impl FnOnce(&mut postgres::Client) -> T) -> T {
         PG_ACTIVE.with_borrow_mut(|active| match active {
-            Some(lent) => f(&mut lent.client),
+            Some(lent) => f(&mut lent.conn.client),
             None => unreachable!("a PgSection's client is lent until it drops"),
+        })
+    }
+
+    /// The record writes `change` made, kept for the commit's message ([`PgConn`]).
+    pub(crate) fn take_pending(&self) -> String {
+        PG_ACTIVE.with_borrow_mut(|active| match active {
+            Some(lent) => lent.conn.take_pending(),
+            None => String::new(),
         })
     }
 
@@ -949,11 +1193,12 @@ impl<'a> PgSection<'a> {
 
 impl Drop for PgSection<'_> {
     fn drop(&mut self) {
-        if let Some(mut lent) = PG_ACTIVE.with_borrow_mut(Option::take) {
+        if let Some(lent) = PG_ACTIVE.with_borrow_mut(Option::take) {
+            let mut client = lent.conn.into_client();
             if !lent.committed {
-                let _ = lent.client.batch_execute("ROLLBACK");
+                let _ = client.batch_execute("ROLLBACK");
             }
-            *self.slot = Some(lent.client);
+            *self.slot = Some(client);
         }
     }
 }
@@ -984,7 +1229,7 @@ fn with_postgres<T>(
                 }
             }
             let f = f.take().expect("taken once");
-            Some(f(&mut Db::Postgres(&mut lent.client, &queue)))
+            Some(f(&mut Db::Postgres(&mut lent.conn, &queue)))
         }
         _ => None,
     });
@@ -997,43 +1242,14 @@ fn with_postgres<T>(
     let result = (|| {
         let name = store.name();
         let mut guard = store.client().map_err(store_error)?;
-        let Some(client) = guard.as_mut() else {
+        let Some(client) = guard.take() else {
             unreachable!("client() connected");
         };
-        let pg = |e: postgres::Error| db_error(&name, DbError::Postgres(e));
-        if access == Access::Read {
-            return f(&mut Db::Postgres(client, &queue));
-        }
-        let millis = timeout.as_millis().clamp(1, i32::MAX as u128);
-        // One round trip: `BEGIN`, the `SET LOCAL`s and the queue's lock in one message (the
-        // queue name as an escaped literal, super::postgres::quoted_text).
-        let locked = client
-            .batch_execute(&format!(
-                "BEGIN; SET LOCAL lock_timeout = {millis}; SET LOCAL synchronous_commit = off; \
-                 SELECT pg_advisory_xact_lock({}, hashtext({}))",
-                super::postgres::LOCK_NAMESPACE,
-                super::postgres::quoted_text(&queue)
-            ))
-            .map_err(pg);
-        let result = locked.and_then(|_| f(&mut Db::Postgres(client, &queue)));
-        match result {
-            // Flushed after the lock is released, before the write is reported done
-            // (spec/store.md, "PostgreSQL", "Durability").
-            Ok(value) => match client
-                .batch_execute("COMMIT")
-                .and_then(|()| super::postgres::flush_wal(client))
-            {
-                Ok(()) => Ok(value),
-                Err(e) => {
-                    let _ = client.batch_execute("ROLLBACK");
-                    Err(pg(e))
-                }
-            },
-            Err(e) => {
-                let _ = client.batch_execute("ROLLBACK");
-                Err(e)
-            }
-        }
+        // Back in its slot whatever `f` returns (a panic drops it: the next use connects).
+        let mut conn = PgConn::new(client, access != Access::Read);
+        let result = side_transaction(&name, &queue, timeout, access, &mut conn, f);
+        *guard = Some(conn.into_client());
+        result
     })();
     if result.is_ok() {
         if let Some(dir) = changed {
@@ -1041,6 +1257,72 @@ fn with_postgres<T>(
         }
     }
     result
+}
+
+/// The record access of [`with_postgres`] outside a section, on the side store's client: a read
+/// in autocommit; a write in a short transaction holding the queue's lock, its writes sent with
+/// the `COMMIT` ([`PgConn`]).
+fn side_transaction<T>(
+    name: &Path,
+    queue: &str,
+    timeout: Duration,
+    access: Access,
+    conn: &mut PgConn,
+    f: impl FnOnce(&mut Db<'_>) -> Result<T, FileError>,
+) -> Result<T, FileError> {
+    {
+        let pg = |e: postgres::Error| db_error(name, DbError::Postgres(e));
+        if access == Access::Read {
+            return f(&mut Db::Postgres(conn, queue));
+        }
+        let millis = timeout.as_millis().clamp(1, i32::MAX as u128);
+        // One round trip: `BEGIN`, the `SET LOCAL`s and the queue's lock in one message (the
+        // queue name as an escaped literal, super::postgres::quoted_text).
+        let locked = conn
+            .client
+            .batch_execute(&format!(
+                "BEGIN; SET LOCAL lock_timeout = {millis}; SET LOCAL synchronous_commit = off; \
+                 SELECT pg_advisory_xact_lock({}, hashtext({}))",
+                super::postgres::LOCK_NAMESPACE,
+                super::postgres::quoted_text(queue)
+            ))
+            .map_err(pg);
+        let result = locked.and_then(|_| f(&mut Db::Postgres(conn, queue)));
+        match result {
+            // The kept writes and the `COMMIT` as one message; flushed after the lock is
+            // released, before the write is reported done (spec/store.md, "PostgreSQL",
+            // "Durability"). A write that fails skips the rest, `COMMIT` included.
+            Ok(value) => {
+                let mut sql = conn.take_pending();
+                sql.push_str("COMMIT");
+                let client = &mut conn.client;
+                let sent = if sql.contains('\0') {
+                    Err(FileError::Corrupt {
+                        path: name.to_path_buf(),
+                        format: "tollgate record table",
+                        detail: "a value holds a NUL byte, which PostgreSQL text cannot store"
+                            .to_string(),
+                    })
+                } else {
+                    client
+                        .batch_execute(&sql)
+                        .and_then(|()| super::postgres::flush_wal(client))
+                        .map_err(pg)
+                };
+                match sent {
+                    Ok(()) => Ok(value),
+                    Err(e) => {
+                        let _ = client.batch_execute("ROLLBACK");
+                        Err(e)
+                    }
+                }
+            }
+            Err(e) => {
+                let _ = conn.client.batch_execute("ROLLBACK");
+                Err(e)
+            }
+        }
+    }
 }
 
 /// Imports `home`'s record files (an earlier version's, or a PostgreSQL home's before schema

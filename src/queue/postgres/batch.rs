@@ -21,6 +21,7 @@
 use super::{PostgresStore, LOCK_NAMESPACE};
 use crate::fsutil::FileError;
 use crate::protocol::fleet::{FleetIdentity, HostId, Lease, LeaseTable, MAX_LEASES};
+use crate::protocol::slots::steps::QueueReads;
 use crate::protocol::slots::{
     AfterRule, Dependency, PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState,
     RunnerRecord, RunnerSlotReservation, SlotToken, TurnKey, WorkId, WorkRecord,
@@ -198,10 +199,84 @@ pub(super) fn checked(store: &PostgresStore, sql: String) -> Result<String, Stor
     Ok(sql)
 }
 
-/// The one JSON document of a section's reads: the queue's tables, and with `fleet` the
-/// database clock, whether that host is drained and the lease table (at most `MAX_LEASES + 1`
-/// rows: a table over the bound is refused rather than read in part).
-pub(super) fn read_sql(queue: &str, fleet: Option<&HostId>, queue_tables: bool) -> String {
+/// Which rows of the queue [`read_sql`] reads (spec/store.md, "What a section loads").
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Rows<'a> {
+    /// Every row: `load`, and a section on the whole queue.
+    All,
+    /// The rows that are not parked, hold a reservation, or are named by a runner or work
+    /// record ([`crate::queue::Store::load_active`]); not checked as a queue, never published.
+    Active,
+    /// The active rows, the last row, every row of the named tasks and every row depending on a
+    /// turn of them, and the named turns (the core's `steps::project` is the reference), with
+    /// the queue's row count (`queue_meta.row_count`, version 8).
+    Part(&'a QueueReads),
+}
+
+/// The `queue_id`s of the rows `rows` names, as the body of a `WITH part AS (…)` (each arm an
+/// index search: `entries_by_state`, `entries_reserved`, the `(queue, task, turn)` key,
+/// `entry_dependencies_by_turn`); `None` for every row.
+fn part_ids(q: &str, rows: Rows<'_>) -> Option<String> {
+    let reads = match rows {
+        Rows::All => return None,
+        Rows::Active => None,
+        Rows::Part(reads) => Some(reads),
+    };
+    let mut sql = format!(
+        "SELECT queue_id FROM entries WHERE queue = {q} AND state IN ('waiting', 'dispatching')
+         UNION SELECT queue_id FROM entries WHERE queue = {q} AND reservation_token IS NOT NULL
+         UNION SELECT e.queue_id FROM runners AS r JOIN entries AS e
+             ON e.queue = {q} AND e.task = r.task AND e.turn = r.turn WHERE r.queue = {q}
+         UNION SELECT e.queue_id FROM works AS w JOIN entries AS e
+             ON e.queue = {q} AND e.task = w.task AND e.turn = w.turn WHERE w.queue = {q}"
+    );
+    let Some(reads) = reads else {
+        return Some(sql);
+    };
+    // The highest id as a `u64`: past 2^63 (see [`int`]) it is the highest negative one.
+    let _ = write!(
+        sql,
+        "
+         UNION SELECT coalesce(
+             (SELECT max(queue_id) FROM entries WHERE queue = {q} AND queue_id < 0),
+             (SELECT max(queue_id) FROM entries WHERE queue = {q}))"
+    );
+    if !reads.tasks.is_empty() {
+        let mut tasks = String::new();
+        for (i, task) in reads.tasks.iter().enumerate() {
+            if i > 0 {
+                tasks.push_str(", ");
+            }
+            push_text(&mut tasks, task);
+        }
+        let _ = write!(
+            sql,
+            "
+         UNION SELECT queue_id FROM entries WHERE queue = {q} AND task IN ({tasks})
+         UNION SELECT queue_id FROM entry_dependencies WHERE queue = {q} AND task IN ({tasks})"
+        );
+    }
+    if !reads.turns.is_empty() {
+        let mut turns = String::new();
+        for (i, key) in reads.turns.iter().enumerate() {
+            if i > 0 {
+                turns.push_str(", ");
+            }
+            push_row(&mut turns, &[&key.task, &i64::from(key.turn)]);
+        }
+        let _ = write!(
+            sql,
+            "
+         UNION SELECT queue_id FROM entries WHERE queue = {q} AND (task, turn) IN ({turns})"
+        );
+    }
+    Some(sql)
+}
+
+/// The one JSON document of a section's reads: the queue's tables (`rows` of its entries, or
+/// none), and with `fleet` the database clock, whether that host is drained and the lease table
+/// (at most `MAX_LEASES + 1` rows: a table over the bound is refused rather than read in part).
+pub(super) fn read_sql(queue: &str, fleet: Option<&HostId>, rows: Option<Rows<'_>>) -> String {
     let q = text(queue);
     let mut parts: Vec<String> = Vec::new();
     if let Some(host) = fleet {
@@ -212,9 +287,26 @@ pub(super) fn read_sql(queue: &str, fleet: Option<&HostId>, queue_tables: bool) 
         ));
         parts.push(lease_part());
     }
-    if queue_tables {
+    let mut with = String::new();
+    if let Some(rows) = rows {
+        let ids = part_ids(&q, rows);
+        let (entries_in, deps_in) = match &ids {
+            Some(ids) => {
+                let _ = writeln!(with, "WITH part AS ({ids})");
+                (
+                    " AND queue_id IN (SELECT queue_id FROM part)",
+                    " AND queue_id IN (SELECT queue_id FROM part)",
+                )
+            }
+            None => ("", ""),
+        };
+        let row_count = if matches!(rows, Rows::Part(_)) {
+            ", row_count"
+        } else {
+            ""
+        };
         parts.push(format!(
-            "'meta', (SELECT row_to_json(m) FROM (SELECT version, next_queue_id, paused_home
+            "'meta', (SELECT row_to_json(m) FROM (SELECT version, next_queue_id, paused_home{row_count}
                 FROM queue_meta WHERE queue = {q}) m)"
         ));
         parts.push(format!(
@@ -227,12 +319,12 @@ pub(super) fn read_sql(queue: &str, fleet: Option<&HostId>, queue_tables: bool) 
                     owner_pid, owner_start_micros, enqueue_owner_pid, enqueue_owner_start_micros,
                     reservation_token, reserver_pid, reserver_start_micros, child_pid,
                     child_start_micros, cancel_requested, priority
-                FROM entries WHERE queue = {q}) e)"
+                FROM entries WHERE queue = {q}{entries_in}) e)"
         ));
         parts.push(format!(
             "'deps', (SELECT coalesce(json_agg(d ORDER BY d.queue_id, d.pos), '[]') FROM (
                 SELECT queue_id, pos, task, turn, rule FROM entry_dependencies
-                WHERE queue = {q}) d)"
+                WHERE queue = {q}{deps_in}) d)"
         ));
         parts.push(format!(
             "'runners', (SELECT coalesce(json_agg(r ORDER BY r.pos), '[]') FROM (
@@ -245,7 +337,10 @@ pub(super) fn read_sql(queue: &str, fleet: Option<&HostId>, queue_tables: bool) 
                     leader_start_micros, cgroup FROM works WHERE queue = {q}) w)"
         ));
     }
-    format!("SELECT json_build_object({})::text", parts.join(",\n"))
+    format!(
+        "{with}SELECT json_build_object({})::text",
+        parts.join(",\n")
+    )
 }
 
 /// The lease table's column of [`read_sql`] (ordered as it always was read).
@@ -354,6 +449,9 @@ struct MetaRow {
     version: i32,
     next_queue_id: i64,
     paused_home: bool,
+    /// Read for a part only ([`Rows::Part`]).
+    #[serde(default)]
+    row_count: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -481,6 +579,26 @@ impl Document {
     /// The queue's rows as the document the core takes, refusing what the file store's loader
     /// would refuse.
     pub(super) fn queue_state(&self, store: &PostgresStore) -> Result<QueueState, StoreError> {
+        self.queue_rows(store, true)
+    }
+
+    /// The number of rows of the whole queue, as `queue_meta.row_count` holds it (read for a
+    /// part only: [`Rows::Part`]).
+    pub(super) fn row_count(&self) -> Option<usize> {
+        self.meta
+            .as_ref()
+            .and_then(|m| m.row_count)
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+    }
+
+    /// The rows read as the document the core takes; `check`: refusing what the file store's
+    /// loader would refuse (a part is checked too: its rows are a subsequence of the queue's, so
+    /// the structural invariants hold of it; the active rows of `load_active` are not).
+    pub(super) fn queue_rows(
+        &self,
+        store: &PostgresStore,
+        check: bool,
+    ) -> Result<QueueState, StoreError> {
         let corrupt = |detail: String| {
             StoreError::File(FileError::Corrupt {
                 path: store.name(),
@@ -555,7 +673,9 @@ impl Document {
         }
         // Already in order unless ids passed 2^63 (as the SQLite store's BIGINT).
         state.entries.sort_by_key(|e| e.queue_id);
-        check_queue(&state).map_err(corrupt)?;
+        if check {
+            check_queue(&state).map_err(corrupt)?;
+        }
         Ok(state)
     }
 

@@ -88,6 +88,7 @@ impl PostgresStore {
             home: None,
             client: std::sync::Arc::new(std::sync::Mutex::new(None)),
             fleet: self.fleet.clone(),
+            rows_loaded: Default::default(),
         }
     }
 

@@ -89,7 +89,10 @@ pub fn watch_ancestor(inotify: &Inotify, dir: &Path) -> Option<(WatchDescriptor,
             Ok(wd) => return Some((wd, parent.to_path_buf())),
             Err(nix::errno::Errno::ENOENT) => continue,
             Err(e) => {
-                tracing::debug!("cannot watch {} ({e}); waiting by polling", parent.display());
+                tracing::debug!(
+                    "cannot watch {} ({e}); waiting by polling",
+                    parent.display()
+                );
                 return None;
             }
         }
@@ -213,10 +216,7 @@ impl TurnWatch {
                         missing.push(dir.clone());
                     }
                     Err(e) => {
-                        tracing::debug!(
-                            "cannot watch {} ({e}); waiting by polling",
-                            dir.display()
-                        );
+                        tracing::debug!("cannot watch {} ({e}); waiting by polling", dir.display());
                         inotify = None;
                         break;
                     }

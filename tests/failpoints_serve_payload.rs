@@ -55,9 +55,9 @@ fn a_serve_killed_before_the_payload_file_loses_nothing() {
     // The next serve recovers the row; the runner writes the payload from the database.
     let serve = Serve::start(&home);
     wait_until(60, "the recovered delivery to complete", || {
-        home.log().iter().any(|l| {
-            l["kind"] == "outcome" && l["identity"] == "p1" && l["outcome"] == "completed"
-        })
+        home.log()
+            .iter()
+            .any(|l| l["kind"] == "outcome" && l["identity"] == "p1" && l["outcome"] == "completed")
     });
     assert_eq!(
         std::fs::read(&seen).expect("the command read its payload"),

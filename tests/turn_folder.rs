@@ -18,11 +18,22 @@ fn a_queued_turn_has_no_folder_until_its_runner_makes_it() {
         "i=0; while [ ! -e '{}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done",
         release.display()
     );
-    let held = tollgate(&home, &["submit", "--task", "hold", "--", "sh", "-c", &hold]);
+    let held = tollgate(
+        &home,
+        &["submit", "--task", "hold", "--", "sh", "-c", &hold],
+    );
     assert!(held.status.success(), "{}", describe(&held));
     let queued = tollgate(
         &home,
-        &["submit", "--task", "later", "--", "sh", "-c", "echo ran-later"],
+        &[
+            "submit",
+            "--task",
+            "later",
+            "--",
+            "sh",
+            "-c",
+            "echo ran-later",
+        ],
     );
     assert!(queued.status.success(), "{}", describe(&queued));
 
@@ -34,7 +45,10 @@ fn a_queued_turn_has_no_folder_until_its_runner_makes_it() {
     let status = tollgate(&home, &["status", "--json"]);
     assert!(status.status.success(), "{}", describe(&status));
     let text = String::from_utf8_lossy(&status.stdout);
-    assert!(text.contains("\"later\""), "status lists the queued turn: {text}");
+    assert!(
+        text.contains("\"later\""),
+        "status lists the queued turn: {text}"
+    );
     let logs = tollgate(&home, &["logs", "later"]);
     assert!(logs.status.success(), "{}", describe(&logs));
     assert!(logs.stdout.is_empty(), "no output yet: {}", describe(&logs));

@@ -452,7 +452,8 @@ pub fn restore_payloads(app: &App) -> usize {
         let key = crate::protocol::slots::TurnKey::new(task, turn);
         let dir = app.home.turn_dir(&key);
         if !dir.is_dir() {
-            // Another home of the queue (PostgreSQL) queued this turn: its folder is there.
+            // Not started yet (its runner writes the file from the row), or queued by another
+            // home of the queue (PostgreSQL).
             continue;
         }
         let path = dir.join(PAYLOAD_FILE);

@@ -1,7 +1,11 @@
 //! Task and turn records: rows of the home's database (`tasks` and `turns`, schema version 4,
 //! spec/store.md "Records") when its store is `tollgate.db`; files on disk otherwise (the file
 //! store and PostgreSQL homes): `tasks/<task>/task.json` and `tasks/<task>/turns/<n>/turn.json`.
-//! The turn's folder `tasks/<task>/turns/<n>/` exists either way: it holds the turn's logs.
+//! The turn's folder `tasks/<task>/turns/<n>/` holds the turn's logs (and, on files, its
+//! record). With the records in a database it is made lazily, by whoever first writes into it
+//! (the runner's spawn, an attached run, a watcher), never by the step that creates the turn: a
+//! queued turn may have no folder, and every reader treats a missing folder as an empty one
+//! (spec/turns.md, "The turn folder").
 //!
 //! The queue lock guards the records too: a turn number is handed out, its record written and its
 //! row enqueued in one critical section. In the database that section is one transaction: a
@@ -9,8 +13,9 @@
 //! transaction to [`crate::queue::records`] for the closure's duration, so these functions keep
 //! their `&Home` signatures), and one written outside a section commits on its own.
 //!
-//! Records are never overwritten by a new turn: a turn's directory is created exclusively, and when
-//! the number `next_turn` names is taken (a deleted `task.json`, a rewound counter) the turn gets the
+//! Records are never overwritten by a new turn: a turn's directory is created exclusively (with
+//! the records in a database: its record is inserted only where none exists and no folder is
+//! left at its place), and when the number `next_turn` names is taken (a deleted `task.json`, a rewound counter) the turn gets the
 //! first number after the highest recorded one instead, with a warning. Counters are checked: a task
 //! whose numbers are used up refuses new turns. Nothing is published that the loader would refuse.
 
@@ -191,7 +196,13 @@ pub fn fresh_task_for(
     }
     let base = readable_base(argv);
     let id = predicted_turn_id(state);
-    let free = |name: &str| !home.task_dir(name).exists();
+    // With the records in a database a task's folder is made with its first turn's folder, so the
+    // record is asked too (an error counts as taken).
+    let database = records::in_database(home);
+    let free = |name: &str| {
+        !home.task_dir(name).exists()
+            && (!database || load_task(home, name).is_ok_and(|task| task.is_none()))
+    };
     let first = format!("{base}-{id}");
     if free(&first) {
         return Ok(first);
@@ -535,9 +546,10 @@ fn write_turn(home: &Home, turn: &TurnRecord, create: bool) -> Result<(), FileEr
         } else {
             records::Access::Write
         };
-        let written = db(home, access, Some(home.turn_dir(&turn.key)), |c| {
-            c.put_turn(&row, create)
-        })?;
+        // A new turn's record signals no folder: nobody watches a turn before it exists, and its
+        // folder is made later (a `utimensat` of a missing folder is a wasted syscall).
+        let changed = (!create).then(|| home.turn_dir(&turn.key));
+        let written = db(home, access, changed, |c| c.put_turn(&row, create))?;
         if !written {
             return Err(FileError::Refused {
                 path: db_record_path(home, format!("turns/{}/{}", turn.key.task, turn.key.turn)),
@@ -609,7 +621,10 @@ pub fn create_turn_with(
     now_millis: u64,
     meta: TurnMeta,
 ) -> Result<(TurnRecord, Strategy), FileError> {
-    fsutil::create_private_dir(&home.task_dir(task))?;
+    if !records::in_database(home) {
+        // On files the folders hold the records; in a database they are made lazily.
+        fsutil::create_private_dir(&home.task_dir(task))?;
+    }
     let mut record = load_task(home, task)?.unwrap_or(TaskRecord {
         version: TASK_FORMAT_VERSION,
         name: task.to_string(),
@@ -674,13 +689,19 @@ fn next_turn_after(home: &Home, task: &str, turn: u32) -> Result<u32, FileError>
 /// Creates the directory of a new turn of `task` exclusively, numbered `wanted` if that is free,
 /// else the first number after the highest recorded turn (a deleted `task.json` or a rewound
 /// `next_turn`: the existing records stay as they are). Call under the queue lock.
+///
+/// With the records in a database nothing is created: the claim is the record inserted where none
+/// exists ([`write_turn`]), and a number whose folder is still there (a removal cut short) is
+/// taken too, so a new turn never shows an older turn's logs. The folder is made when it is first
+/// written into (spec/turns.md, "The turn folder").
 fn claim_turn_dir(home: &Home, task: &str, wanted: u32) -> Result<TurnKey, FileError> {
-    let turns = home.task_dir(task).join("turns");
-    fsutil::create_private_dir(&turns)?;
+    if !records::in_database(home) {
+        fsutil::create_private_dir(&home.task_dir(task).join("turns"))?;
+    }
     // Refuse a last number before creating anything for it.
     next_turn_after(home, task, wanted)?;
     let key = TurnKey::new(task, wanted);
-    if !has_db_record(home, &key)? && create_exclusive_dir(&home.turn_dir(&key))? {
+    if claim(home, &key)? {
         return Ok(key);
     }
     let mut highest = dir_turns(home, task)?.last().copied().unwrap_or(0);
@@ -697,13 +718,30 @@ fn claim_turn_dir(home: &Home, task: &str, wanted: u32) -> Result<TurnKey, FileE
          deleted or its next_turn rewound); the new turn is {free} and the existing records are kept",
         home.turn_dir(&TurnKey::new(task, wanted)).display()
     );
-    if !has_db_record(home, &key)? && create_exclusive_dir(&home.turn_dir(&key))? {
+    if claim(home, &key)? {
         Ok(key)
     } else {
         Err(FileError::Refused {
             path: home.turn_dir(&key),
             detail: "the turn directory exists although no higher turn is recorded".to_string(),
         })
+    }
+}
+
+/// Claims `key`'s number for a new turn: on files, its folder created exclusively; in a database,
+/// no record of it and nothing at its folder's place (one `stat`, no inode made).
+fn claim(home: &Home, key: &TurnKey) -> Result<bool, FileError> {
+    let dir = home.turn_dir(key);
+    if !records::in_database(home) {
+        return create_exclusive_dir(&dir);
+    }
+    if has_db_record(home, key)? {
+        return Ok(false);
+    }
+    match std::fs::symlink_metadata(&dir) {
+        Ok(_) => Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(true),
+        Err(e) => Err(FileError::io(&dir, e)),
     }
 }
 

@@ -13,11 +13,16 @@
 //! No lost wake-up: create the watch *before* the first read of the record; a change after that
 //! read is queued in the inotify instance and ends the next [`TurnWatch::wait`] at once.
 //!
+//! A queued turn may have no folder yet (it is made by its runner, spec/turns.md "The turn
+//! folder"): its nearest existing ancestor is watched for entries made in it ([`ancestor_mask`]),
+//! and each wake tries the folder itself again; the wait that finds it there returns
+//! [`Wake::Changed`], so the caller reads again whatever changed before the folder was watched.
+//!
 //! `TOLLGATE_TEST_NO_WATCH=1` refuses both the inotify watch and the pidfd, so tests can prove
 //! the fallback path completes. It exists for tests only.
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -62,6 +67,37 @@ pub fn dir_mask(with_output: bool) -> AddWatchFlags {
         mask |= AddWatchFlags::IN_MODIFY;
     }
     mask
+}
+
+/// The inotify events of the nearest existing ancestor of a folder not made yet: an entry made in
+/// it (the folder, or a folder on the way to it).
+pub fn ancestor_mask() -> AddWatchFlags {
+    AddWatchFlags::IN_CREATE
+        | AddWatchFlags::IN_MOVED_TO
+        | AddWatchFlags::IN_DELETE_SELF
+        | AddWatchFlags::IN_ONLYDIR
+}
+
+/// Watches the nearest existing ancestor of `dir` (a folder not made yet) with [`ancestor_mask`];
+/// its descriptor and path, or `None` when none could be watched (the caller polls).
+pub fn watch_ancestor(inotify: &Inotify, dir: &Path) -> Option<(WatchDescriptor, PathBuf)> {
+    for parent in dir.ancestors().skip(1) {
+        if parent.as_os_str().is_empty() {
+            break;
+        }
+        match inotify.add_watch(parent, ancestor_mask()) {
+            Ok(wd) => return Some((wd, parent.to_path_buf())),
+            Err(nix::errno::Errno::ENOENT) => continue,
+            Err(e) => {
+                tracing::debug!(
+                    "cannot watch {} ({e}); waiting by polling",
+                    parent.display()
+                );
+                return None;
+            }
+        }
+    }
+    None
 }
 
 /// Opens a non-blocking inotify instance, or `None` when refused (logged, not an error).
@@ -149,6 +185,10 @@ pub(crate) fn pidfd_open(pid: u32) -> Result<OwnedFd, nix::errno::Errno> {
 /// One wait's watch: inotify on the turns' folders and, once known, a pidfd of the runner.
 pub struct TurnWatch {
     inotify: Option<Inotify>,
+    /// The folders not made yet: their nearest existing ancestor is watched, and each wait tries
+    /// the folder again.
+    missing: Vec<PathBuf>,
+    mask: AddWatchFlags,
     runner: Option<(u32, OwnedFd)>,
     /// The runner's pid was gone when we tried to open its pidfd: the next wait says so at once.
     runner_gone: bool,
@@ -164,17 +204,29 @@ impl TurnWatch {
         } else {
             None
         };
+        let mut missing = Vec::new();
         if let Some(instance) = &inotify {
             for dir in dirs {
-                if let Err(e) = instance.add_watch(dir.as_path(), dir_mask(with_output)) {
-                    tracing::debug!("cannot watch {} ({e}); waiting by polling", dir.display());
-                    inotify = None;
-                    break;
+                match instance.add_watch(dir.as_path(), dir_mask(with_output)) {
+                    Ok(_) => {}
+                    // A queued turn's folder not made yet: wait for it on its ancestor.
+                    Err(nix::errno::Errno::ENOENT)
+                        if watch_ancestor(instance, dir.as_path()).is_some() =>
+                    {
+                        missing.push(dir.clone());
+                    }
+                    Err(e) => {
+                        tracing::debug!("cannot watch {} ({e}); waiting by polling", dir.display());
+                        inotify = None;
+                        break;
+                    }
                 }
             }
         }
         TurnWatch {
             inotify,
+            missing,
+            mask: dir_mask(with_output),
             runner: None,
             runner_gone: false,
             fallback: Duration::from_millis(FALLBACK_POLL_MILLIS),
@@ -205,10 +257,45 @@ impl TurnWatch {
         }
     }
 
+    /// Watches the folders made since the last try (`true`: one was, and what happened in it
+    /// before its watch was not seen), and the nearest ancestor of those still missing.
+    fn arm_missing(&mut self) -> bool {
+        let Some(instance) = &self.inotify else {
+            return false;
+        };
+        let mut appeared = false;
+        let mut refused = false;
+        self.missing.retain(|dir| {
+            match instance.add_watch(dir.as_path(), self.mask) {
+                Ok(_) => {
+                    appeared = true;
+                    false
+                }
+                Err(nix::errno::Errno::ENOENT) => {
+                    // A folder on the way may have been made: watch the nearest one now.
+                    refused |= watch_ancestor(instance, dir.as_path()).is_none();
+                    true
+                }
+                Err(_) => {
+                    refused = true;
+                    true
+                }
+            }
+        });
+        if refused {
+            tracing::debug!("cannot watch a turn folder's ancestor; waiting by polling");
+            self.inotify = None;
+        }
+        appeared
+    }
+
     /// Sleeps until a watched folder changes, the runner exits, or the fallback period passes.
     pub fn wait(&mut self) -> Wake {
         if std::mem::take(&mut self.runner_gone) {
             return Wake::RunnerEnded;
+        }
+        if !self.missing.is_empty() && self.arm_missing() {
+            return Wake::Changed;
         }
         let deadline = Instant::now() + self.fallback;
         loop {
@@ -248,6 +335,9 @@ impl TurnWatch {
             drop(fds);
             if changed {
                 self.drain();
+                if !self.missing.is_empty() {
+                    self.arm_missing();
+                }
             }
             if ended {
                 // A pidfd stays readable once its process exited: stop following it.
@@ -318,6 +408,26 @@ mod tests {
         assert_eq!(watch.wait(), Wake::Changed);
         let entries = std::fs::read_dir(dir.path()).expect("read_dir").count();
         assert_eq!(entries, 0, "the signal creates nothing in the folder");
+    }
+
+    /// A folder not made yet (a queued turn's) is waited for on its nearest ancestor: the wait
+    /// ends when it is made (two levels down), and a change in it then wakes the next wait.
+    #[test]
+    fn a_folder_made_later_wakes_the_wait_then_is_watched() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let folder = home.path().join("turns").join("1");
+        let mut watch = TurnWatch::new(std::slice::from_ref(&folder), false);
+        if !watch.has_events() {
+            return; // inotify refused on this machine: only the fallback exists.
+        }
+        std::fs::create_dir(home.path().join("turns")).expect("turns");
+        // The first level made wakes the wait; the folder is not there yet.
+        assert_eq!(watch.wait(), Wake::Changed);
+        std::fs::create_dir(&folder).expect("folder");
+        assert_eq!(watch.wait(), Wake::Changed);
+        assert!(watch.missing.is_empty(), "the folder itself is watched now");
+        crate::fsutil::touch_dir(&folder).expect("touch");
+        assert_eq!(watch.wait(), Wake::Changed);
     }
 
     /// The runner's exit wakes the wait through its pidfd, and the pidfd is dropped after.

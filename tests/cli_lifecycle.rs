@@ -135,7 +135,16 @@ fn clean_removes_only_ended_turns_and_honours_keep() {
         home.join("tasks/live/turns/1").exists(),
         "running turn kept"
     );
-    assert!(home.join("tasks/live/turns/2").exists(), "queued turn kept");
+    // A queued turn has no folder yet (spec/turns.md, "The turn folder"): its record is kept.
+    assert!(
+        tollgate::tasks::load_turn(
+            &tollgate::home::Home::at(home),
+            &tollgate::protocol::slots::TurnKey::new("live", 2)
+        )
+        .expect("turn record")
+        .is_some(),
+        "queued turn kept"
+    );
     // --older-than: nothing ended a day ago.
     let none = ok(home, &["clean", "--older-than", "1d"]);
     assert!(none.contains("0 ended turn(s) removed"), "{none}");

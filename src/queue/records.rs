@@ -1513,6 +1513,8 @@ mod tests {
         let store = SqliteStore::new(home.clone(), Duration::from_secs(10), Durability::Fsync);
         let mut turn = made_turn(&store, &home);
         let folder = home.turn_dir(&turn.key);
+        // Made lazily, by the first writer into it (spec/turns.md, "The turn folder"): a runner.
+        crate::fsutil::create_private_dir(&folder).expect("the turn's folder");
         let mut watch = crate::watch::TurnWatch::new(std::slice::from_ref(&folder), false);
         if !watch.has_events() {
             return; // inotify refused on this machine: only the fallback exists.

@@ -290,6 +290,14 @@ fn run_work_with<L: Liveness, S: Store>(
     attached: bool,
     guard: Option<&mut guard::Guard>,
 ) -> Execution {
+    if attached {
+        // The turn's folder is made lazily (spec/turns.md, "The turn folder"); a detached runner's
+        // spawn made it for `runner.log`, an attached turn writes its first file (`hooks.log`,
+        // `result.pending`) from here on.
+        if let Err(e) = crate::fsutil::create_private_dir(&rt.home.turn_dir(&turn.key)) {
+            return Execution::unstartable(format!("cannot make the turn's folder: {e}"));
+        }
+    }
     let turn = match payload::localised(&rt.home, turn) {
         Ok(turn) => turn,
         Err(e) => {

@@ -350,11 +350,14 @@ fn one(
     let meta = pending.meta.clone();
     let body = &pending.body;
     let database = app.serve_state.in_database();
+    let records_in_database = records::in_database(&app.home);
     let decided = decide_submit(inner, app.me, &pending.request, |home, turn| {
         let path = home.turn_dir(&turn.key).join(PAYLOAD_FILE);
         if database {
-            // Durable with the batch's commit; the file is written without a sync (serve
-            // restores it from the table at start, spec/ingress.md "Group commit").
+            // Durable with the batch's commit, and the only copy the batch writes: the file is
+            // made by the turn's runner from this row before the command starts
+            // ([`crate::runner::payload::localised`]; spec/ingress.md "Group commit"), so an
+            // accept makes no inode.
             records::with_db(home, Access::Write, None, |db| {
                 crate::queue::serve_tables::put_payload(
                     db,
@@ -365,8 +368,10 @@ fn one(
                 )
                 .map_err(|e| records::db_error(&records::database_name(home), e))
             })?;
-            write_unsynced(&path, body)?;
-        } else {
+        }
+        if !database || !records_in_database {
+            // Records in files: the turn's folder was made by its claim, and the runner reads the
+            // file as it is (no row to write it from).
             crate::fsutil::publish_bytes(&path, body)?;
         }
         turn.env.insert(
@@ -447,7 +452,8 @@ pub fn restore_payloads(app: &App) -> usize {
         let key = crate::protocol::slots::TurnKey::new(task, turn);
         let dir = app.home.turn_dir(&key);
         if !dir.is_dir() {
-            // Another home of the queue (PostgreSQL) queued this turn: its folder is there.
+            // Not started yet (its runner writes the file from the row), or queued by another
+            // home of the queue (PostgreSQL).
             continue;
         }
         let path = dir.join(PAYLOAD_FILE);
@@ -460,23 +466,6 @@ pub fn restore_payloads(app: &App) -> usize {
         }
     }
     restored
-}
-
-/// Writes `bytes` to a new private file at `path` (0600, not following a symlink) without a
-/// sync: its durable copy is the database row committed with the turn.
-fn write_unsynced(path: &std::path::Path, bytes: &[u8]) -> Result<(), crate::fsutil::FileError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| crate::fsutil::FileError::io(path, e))?;
-    file.write_all(bytes)
-        .map_err(|e| crate::fsutil::FileError::io(path, e))
 }
 
 #[cfg(test)]

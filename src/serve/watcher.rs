@@ -6,6 +6,11 @@
 //! only costs latency. A delivery past `detach_timeout` has its turn cancelled (the task wakes at
 //! the nearest deadline) and ends as timed-out once the turn has really ended (capacity is never
 //! given back while the turn still runs).
+//!
+//! A queued turn has no folder until its runner makes it (spec/turns.md, "The turn folder"): its
+//! delivery waits on the nearest existing ancestor (one watch shared by every delivery under it,
+//! [`crate::watch::ancestor_mask`]) and is moved to its own folder's watch, and read again, when
+//! the entry on its way is made.
 
 use super::events::{Event, EventLog};
 use crate::gate::Permit;
@@ -16,6 +21,7 @@ use crate::tasks::{self, DeliveryMeta, TurnOutcome};
 use nix::sys::inotify::{AddWatchFlags, Inotify, WatchDescriptor};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
@@ -33,6 +39,30 @@ pub const MAX_WATCHES: usize = 4096;
 struct WatchBook {
     by_key: HashMap<TurnKey, (WatchDescriptor, usize)>,
     by_wd: HashMap<WatchDescriptor, TurnKey>,
+    /// Turns whose folder is not made yet, with the watch of their nearest existing ancestor
+    /// and how many deliveries use them.
+    waiting: HashMap<TurnKey, (WatchDescriptor, usize)>,
+    /// The ancestors watched for them: the path and the turns waiting under it.
+    ancestors: HashMap<WatchDescriptor, (PathBuf, BTreeSet<TurnKey>)>,
+}
+
+impl WatchBook {
+    fn watched(&self) -> usize {
+        self.by_key.len() + self.waiting.len()
+    }
+
+    /// Drops `key` from its ancestor's turns; the ancestor's watch once nobody waits under it.
+    fn leave_ancestor(&mut self, inotify: &Inotify, key: &TurnKey) -> Option<usize> {
+        let (wd, users) = self.waiting.remove(key)?;
+        if let Some((_, keys)) = self.ancestors.get_mut(&wd) {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.ancestors.remove(&wd);
+                let _ = inotify.rm_watch(wd);
+            }
+        }
+        Some(users)
+    }
 }
 
 /// How a delivery ended, for a synchronous request waiting on it.
@@ -134,19 +164,56 @@ impl Watcher {
             *users += 1;
             return;
         }
-        if book.by_key.len() >= MAX_WATCHES {
+        if let Some((_, users)) = book.waiting.get_mut(key) {
+            *users += 1;
             return;
         }
+        if book.watched() >= MAX_WATCHES {
+            return;
+        }
+        self.watch_folder(inotify, &mut book, key, 1);
+    }
+
+    /// Watches `key`'s folder for `users` deliveries, or, while it is not made, its nearest
+    /// existing ancestor. Returns true when the folder itself is watched.
+    fn watch_folder(
+        &self,
+        inotify: &Inotify,
+        book: &mut WatchBook,
+        key: &TurnKey,
+        users: usize,
+    ) -> bool {
         let dir = self.home.turn_dir(key);
         match inotify.add_watch(dir.as_path(), crate::watch::dir_mask(false)) {
             Ok(wd) => {
-                book.by_key.insert(key.clone(), (wd, 1));
+                book.by_key.insert(key.clone(), (wd, users));
                 book.by_wd.insert(wd, key.clone());
+                true
             }
-            Err(e) => tracing::debug!(
-                "cannot watch {} ({e}); read on the fallback tick",
-                dir.display()
-            ),
+            Err(nix::errno::Errno::ENOENT) => {
+                let Some((wd, path)) = crate::watch::watch_ancestor(inotify, &dir) else {
+                    return false;
+                };
+                book.waiting.insert(key.clone(), (wd, users));
+                book.ancestors
+                    .entry(wd)
+                    .or_insert_with(|| (path, BTreeSet::new()))
+                    .1
+                    .insert(key.clone());
+                // Made between the two tries: its creation event was not watched.
+                if dir.is_dir() {
+                    book.leave_ancestor(inotify, key);
+                    return self.watch_folder(inotify, book, key, users);
+                }
+                false
+            }
+            Err(e) => {
+                tracing::debug!(
+                    "cannot watch {} ({e}); read on the fallback tick",
+                    dir.display()
+                );
+                false
+            }
         }
     }
 
@@ -156,6 +223,13 @@ impl Watcher {
             return;
         };
         let mut book = crate::sync::lock(&self.book);
+        if let Some((_, users)) = book.waiting.get_mut(key) {
+            *users = users.saturating_sub(1);
+            if *users == 0 {
+                book.leave_ancestor(inotify, key);
+            }
+            return;
+        }
         let Some((wd, users)) = book.by_key.get_mut(key) else {
             return;
         };
@@ -188,6 +262,29 @@ impl Watcher {
                         }
                         if let Some(key) = book.by_wd.get(&event.wd) {
                             changed.insert(key.clone());
+                        }
+                        // The entry made in an ancestor (all of them when the ancestor itself
+                        // went): the turns on its way move to their folder, or a nearer ancestor.
+                        let moved: Vec<TurnKey> = match book.ancestors.get(&event.wd) {
+                            Some((path, keys)) => {
+                                let made = event.name.as_ref().map(|name| path.join(name));
+                                keys.iter()
+                                    .filter(|key| {
+                                        made.as_ref().is_none_or(|made| {
+                                            self.home.turn_dir(key).starts_with(made)
+                                        })
+                                    })
+                                    .cloned()
+                                    .collect()
+                            }
+                            None => Vec::new(),
+                        };
+                        for key in moved {
+                            if let Some(users) = book.leave_ancestor(inotify, &key) {
+                                if self.watch_folder(inotify, &mut book, &key, users) {
+                                    changed.insert(key);
+                                }
+                            }
                         }
                         if event.mask.contains(AddWatchFlags::IN_IGNORED) {
                             // The folder is gone (swept): its watch went with it.

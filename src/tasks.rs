@@ -25,7 +25,7 @@ use crate::protocol::admission::Strategy;
 use crate::protocol::slots::{Dependency, ProcessIdentity, RetryPlan, TurnKey};
 use crate::queue::records;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -963,6 +963,22 @@ pub fn unfinished_turns(home: &Home) -> Result<Vec<TurnRecord>, FileError> {
         }
     }
     Ok(unfinished)
+}
+
+/// The keys of every turn without an outcome, from the database's index of unfinished turns
+/// without reading a record's body (serve's fallback re-read: a watched turn found here is still
+/// live, since a row's `settled` is written with its outcome); `None` for a home whose records
+/// are files (the caller reads the records).
+pub fn unfinished_turn_keys(home: &Home) -> Result<Option<BTreeSet<TurnKey>>, FileError> {
+    if !records::in_database(home) {
+        return Ok(None);
+    }
+    let rows = db(home, records::Access::Read, None, |c| c.unfinished_keys())?;
+    Ok(Some(
+        rows.into_iter()
+            .map(|(task, turn)| TurnKey::new(task, turn))
+            .collect(),
+    ))
 }
 
 /// The turns whose short id is `id`, from the database's index; `None` for a home whose records

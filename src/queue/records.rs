@@ -568,6 +568,13 @@ pub(crate) fn unfinished(conn: &Connection) -> rusqlite::Result<Vec<(String, u32
         .collect()
 }
 
+/// `(task, turn)` of every turn without an outcome, from the partial index (no body read).
+pub(crate) fn unfinished_keys(conn: &Connection) -> rusqlite::Result<Vec<(String, u32)>> {
+    conn.prepare_cached("SELECT task, turn FROM turns WHERE settled = 0")?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect()
+}
+
 /// The turns whose short id is `id` (one, unless a counter started again), from its index.
 pub(crate) fn turns_with_short_id(
     conn: &Connection,
@@ -912,6 +919,24 @@ impl Db<'_> {
                     )?
                     .iter()
                     .map(|row| Ok((row.try_get(0)?, pg_turn(row.try_get(1)?)?, row.try_get(2)?)))
+                    .collect()
+            }
+        }
+    }
+
+    /// `(task, turn)` of every turn without an outcome, from the partial index (no body read).
+    pub(crate) fn unfinished_keys(&mut self) -> Result<Vec<(String, u32)>, DbError> {
+        match self {
+            Db::Sqlite(c) => Ok(unfinished_keys(c)?),
+            Db::Postgres(c, queue) => {
+                c.send_pending()?;
+                c.client
+                    .query_typed(
+                        "SELECT task, turn FROM turns WHERE queue = $1 AND NOT settled",
+                        &[(queue, TEXT)],
+                    )?
+                    .iter()
+                    .map(|row| Ok((row.try_get(0)?, pg_turn(row.try_get(1)?)?)))
                     .collect()
             }
         }

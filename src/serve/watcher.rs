@@ -2,8 +2,9 @@
 //! sleeps on one inotify instance watching the retained turns' folders and re-reads only the
 //! records whose folder changed (a record is published by rename: `IN_MOVED_TO`). Beyond
 //! [`MAX_WATCHES`] folders, or when inotify is refused, the records are read on the fallback tick
-//! ([`crate::watch::FALLBACK_POLL_MILLIS`]), which also re-reads every record so a missed event
-//! only costs latency. A delivery past `detach_timeout` has its turn cancelled (the task wakes at
+//! ([`crate::watch::FALLBACK_POLL_MILLIS`]), which also looks at every watched turn so a missed
+//! event only costs latency (in a database home by one read of the unfinished turns' keys, the
+//! records of the turns not among them read one by one). A delivery past `detach_timeout` has its turn cancelled (the task wakes at
 //! the nearest deadline) and ends as timed-out once the turn has really ended (capacity is never
 //! given back while the turn still runs).
 //!
@@ -424,16 +425,36 @@ impl Watcher {
         }
     }
 
-    /// Re-reads every watched delivery's record (the fallback tick, and the drain's poll).
+    /// Looks at every watched delivery's turn (the fallback tick, and the drain's poll). In a
+    /// database home one read of the unfinished turns' keys answers for every turn still live, so
+    /// only the records of turns that ended (or vanished) are read: the tick's cost follows the
+    /// deliveries that changed, not the deliveries retained.
     pub fn tick(&self) {
         let snapshot: Vec<String> = crate::sync::lock(&self.entries).keys().cloned().collect();
-        self.tick_some(snapshot);
+        if snapshot.is_empty() {
+            self.reap();
+            return;
+        }
+        let unfinished = match tasks::unfinished_turn_keys(&self.home) {
+            Ok(keys) => keys,
+            Err(e) => {
+                tracing::warn!("{e}; reading each watched turn's record instead");
+                None
+            }
+        };
+        self.pass(snapshot, unfinished.as_ref());
     }
 
-    /// One pass over `ids`: for each delivery still watched, read its turn record and run the
-    /// core's `watch_turn` step (under the entries' lock) and perform its effect: settle the
-    /// permit, or cancel a turn past its deadline.
+    /// One pass over `ids`, each turn's record read (the deliveries an event named).
     fn tick_some(&self, ids: Vec<String>) {
+        self.pass(ids, None);
+    }
+
+    /// One pass over `ids`: for each delivery still watched, read its turn record (or take it as
+    /// live when `unfinished` holds its key) and run the core's `watch_turn` step (under the
+    /// entries' lock) and perform its effect: settle the permit, or cancel a turn past its
+    /// deadline.
+    fn pass(&self, ids: Vec<String>, unfinished: Option<&BTreeSet<TurnKey>>) {
         self.reap();
         let snapshot: Vec<(String, TurnKey)> = {
             let entries = crate::sync::lock(&self.entries);
@@ -442,14 +463,20 @@ impl Watcher {
                 .collect()
         };
         for (id, key) in snapshot {
-            let record = match tasks::load_turn(&self.home, &key) {
-                Ok(record) => record,
-                Err(e) => {
-                    tracing::warn!("{e}");
-                    continue;
+            let live = unfinished.is_some_and(|keys| keys.contains(&key));
+            let record = if live {
+                None
+            } else {
+                match tasks::load_turn(&self.home, &key) {
+                    Ok(record) => record,
+                    Err(e) => {
+                        tracing::warn!("{e}");
+                        continue;
+                    }
                 }
             };
             let turn = match &record {
+                _ if live => TurnNow::Live,
                 Some(turn) => turn
                     .outcome
                     .map_or(TurnNow::Live, |o| TurnNow::Ended(turn_end(o))),

@@ -272,7 +272,8 @@ pub fn spawn_into(spec: &InitSpec, group: &Path) -> Result<Direct, DirectError> 
         direct_child(spec, &argv, &envp, &fds, parent);
     }
     let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
-    let pid = pid.map_err(|errno| DirectError::Refused(std::io::Error::from_raw_os_error(errno)))?;
+    let pid =
+        pid.map_err(|errno| DirectError::Refused(std::io::Error::from_raw_os_error(errno)))?;
     let pid = nix::unistd::Pid::from_raw(pid as libc::pid_t);
     drop((out_w, err_w, fail_w, null, group));
     // EOF: the command was exec'd (the pipe is close-on-exec). Four bytes: the errno of what failed.
@@ -366,7 +367,9 @@ pub fn spawn(spec: &InitSpec) -> Result<Started, PidnsError> {
         .map_err(|e| start(e.into()))?;
     // Born into the work's group where the kernel can (no move, no wait for the cgroup lock);
     // else forked and moved in by the init itself (`init_main`, `join`).
-    let born_in = group.as_ref().map(|g| raw_fork_into(libc::CLONE_NEWPID, g.as_raw_fd()));
+    let born_in = group
+        .as_ref()
+        .map(|g| raw_fork_into(libc::CLONE_NEWPID, g.as_raw_fd()));
     let (pid, clone_error, joined) = match born_in {
         Some(Ok(pid)) => (pid, std::io::Error::from_raw_os_error(0), true),
         Some(Err(_)) | None => {
@@ -682,17 +685,22 @@ mod tests {
     fn output(mut file: std::fs::File) -> String {
         use std::io::Read;
         let mut text = String::new();
-        file.read_to_string(&mut text).expect("the command's output");
+        file.read_to_string(&mut text)
+            .expect("the command's output");
         text
     }
 
     #[test]
     fn a_command_spawned_into_a_group_is_born_in_it_and_leads_its_own_process_group() {
         let Some(group) = fresh_group() else { return };
-        let argv: Vec<String> = ["sh", "-c", "cat /proc/self/cgroup; ps -o pgid= -p $$; pwd; echo \"$MARK\"; echo oops >&2"]
-            .iter()
-            .map(|a| a.to_string())
-            .collect();
+        let argv: Vec<String> = [
+            "sh",
+            "-c",
+            "cat /proc/self/cgroup; ps -o pgid= -p $$; pwd; echo \"$MARK\"; echo oops >&2",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
         let path = std::env::var("PATH").unwrap_or_default();
         let spec = InitSpec::new(
             &argv,
@@ -708,7 +716,12 @@ mod tests {
         let mut lines = out.lines();
         let v2 = lines.find(|l| l.starts_with("0::")).expect("a v2 line");
         assert!(v2.ends_with(name), "born in {v2}, not in {name}");
-        let pgid: i32 = lines.next().expect("its pgid").trim().parse().expect("a pgid");
+        let pgid: i32 = lines
+            .next()
+            .expect("its pgid")
+            .trim()
+            .parse()
+            .expect("a pgid");
         assert_eq!(pgid, started.pid.as_raw(), "it leads its own process group");
         assert_eq!(lines.next(), Some("/"), "its directory");
         assert_eq!(lines.next(), Some("m-1"), "exactly its environment");

@@ -90,7 +90,10 @@ mod tests {
         assert_eq!(pause(5), Duration::from_micros(MAX_PAUSE_MICROS));
         assert_eq!(pause(u32::MAX), Duration::from_micros(MAX_PAUSE_MICROS));
         assert!(may_wait(Duration::ZERO, Duration::from_millis(1)));
-        assert!(!may_wait(Duration::from_millis(1), Duration::from_millis(1)));
+        assert!(!may_wait(
+            Duration::from_millis(1),
+            Duration::from_millis(1)
+        ));
         assert!(!may_wait(Duration::ZERO, Duration::ZERO));
     }
 
@@ -103,7 +106,8 @@ mod tests {
         let path = dir.path().join("t.db");
         let open = |timeout_millis: u64| {
             let conn = Connection::open(&path).expect("open");
-            conn.pragma_update(None, "journal_mode", "wal").expect("wal");
+            conn.pragma_update(None, "journal_mode", "wal")
+                .expect("wal");
             install(&conn, Duration::from_millis(timeout_millis)).expect("handler");
             conn
         };
@@ -129,7 +133,10 @@ mod tests {
         });
         waiting.recv().expect("the waiter started");
         holder.execute_batch("COMMIT").expect("commit");
-        waiter.join().expect("the waiter").expect("the waiter's transaction");
+        waiter
+            .join()
+            .expect("the waiter")
+            .expect("the waiter's transaction");
         let rows: i64 = holder
             .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
             .expect("count");

@@ -163,7 +163,14 @@ pub fn execute_turn(
         guard.watch(unit);
     }
     let in_namespace = if !attached && pidns::wanted() {
-        spawn_in_namespace(turn, &unit.marker, join.clone(), unit.cgroup.clone(), hold, logs)
+        spawn_in_namespace(
+            turn,
+            &unit.marker,
+            join.clone(),
+            unit.cgroup.clone(),
+            hold,
+            logs,
+        )
     } else {
         None
     };

@@ -316,7 +316,8 @@ burst() {
     tsp) TS_SOCKET="$dir/sock" tsp -K >/dev/null 2>&1 || true ;;
     pueue) pueue -c "$dir/pueue.yml" shutdown >/dev/null 2>&1 || true ;;
   esac
-  rm -rf "$dir" "$dir".out* "$dir.ids"
+  # pueued may still be writing its state while it shuts down: a second try, and never fatal.
+  rm -rf "$dir" "$dir".out* "$dir.ids" 2>/dev/null || { sleep 1; rm -rf "$dir" || say "could not remove $dir"; }
   BURST_US=$((t1 - t0))
 }
 ONE_TOOLS="tg tg_os"

@@ -2,7 +2,6 @@
 //! section's bound check reads instead of counting) with the rows it counts (spec/store.md,
 //! "Doctor").
 
-#[allow(dead_code)]
 mod common;
 
 use common::{describe, tollgate};

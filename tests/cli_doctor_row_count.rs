@@ -18,8 +18,14 @@ fn doctor_json(home: &Path) -> (Option<i32>, serde_json::Value) {
 fn home_with_rows(dir: &Path) -> std::path::PathBuf {
     let home = common::init_home(dir, 1);
     let release = dir.join("release");
-    let hold = format!("while [ ! -e '{}' ]; do sleep 0.02; done", release.display());
-    let out = tollgate(&home, &["submit", "--task", "hold", "--", "sh", "-c", &hold]);
+    let hold = format!(
+        "while [ ! -e '{}' ]; do sleep 0.02; done",
+        release.display()
+    );
+    let out = tollgate(
+        &home,
+        &["submit", "--task", "hold", "--", "sh", "-c", &hold],
+    );
     assert!(out.status.success(), "{}", describe(&out));
     let out = tollgate(&home, &["submit", "--task", "parked", "--", "true"]);
     assert!(out.status.success(), "{}", describe(&out));
@@ -43,7 +49,11 @@ fn doctor_finds_the_kept_row_count_equal_to_the_rows_counted() {
     assert!(report["queue_row_count_problem"].is_null(), "{report}");
     let out = tollgate(&home, &["doctor"]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("queue row count: ok (2)"), "{}", describe(&out));
+    assert!(
+        text.contains("queue row count: ok (2)"),
+        "{}",
+        describe(&out)
+    );
     end_rows(tmp.path(), &home);
 }
 

@@ -7,7 +7,7 @@
 //! step's section holds it for well under a millisecond, so a waiter that lost twice slept 5 ms
 //! more on a lock that sat free. In a burst of 60 `submit -- true` on 4 slots that was about
 //! 30 ms of sleep per turn across the submits and runners (strace: 330 sleeps of 1 to 100 ms;
-//! docs/PERFORMANCE.md, "The queue lock's wait"). This handler tries again after
+//! docs/PERFORMANCE.md, "Where one turn goes"). This handler tries again after
 //! [`FIRST_PAUSE_MICROS`], doubling up to [`MAX_PAUSE_MICROS`], until `lock_timeout` has passed
 //! since the first refusal; then the statement fails with `SQLITE_BUSY` as before and the store
 //! names the database in its error.

@@ -42,6 +42,9 @@
 #                    skip a peer;  SKIP_INSTALL=1 installs nothing (missing peers are skipped)
 #   BIN=path         this tollgate binary (no build; the helper is still built when workload 3
 #                    or 5 runs)
+#   BASE_BIN=path    a second tollgate binary (e.g. main's release build) measured beside BIN in
+#                    workloads 1 and 2, interleaved round by round, as "base" (its rows and the
+#                    ratio BIN / BASE_BIN in the report)
 #   PUEUE_BIN=path   the pueue client to use (its daemon `pueued` in the same directory), e.g. one
 #                    installed elsewhere with `cargo install --root DIR pueue`: DIR/bin/pueue
 #   OUT=target/bench-peers.md   where the markdown report is written too (empty: stdout only)
@@ -238,11 +241,21 @@ if ! skip SKIP_LATENCY; then
   tg_home "$work/lat-os" os
   "$BIN" --home "$work/lat-fsync" submit --wait -- true >/dev/null 2>&1 # the homes' files exist
   "$BIN" --home "$work/lat-os" submit --wait -- true >/dev/null 2>&1
+  if [ -n "${BASE_BIN:-}" ]; then
+    tg_home "$work/lat-base-fsync" fsync
+    tg_home "$work/lat-base-os" os
+    "$BASE_BIN" --home "$work/lat-base-fsync" submit --wait -- true >/dev/null 2>&1
+    "$BASE_BIN" --home "$work/lat-base-os" submit --wait -- true >/dev/null 2>&1
+  fi
   if [ "$HAVE_TSP" = 1 ]; then tsp_start "$work/lat-tsp.sock" 1; TS_SOCKET="$work/lat-tsp.sock" tsp -f true >/dev/null; fi
   for r in $(seq 1 "$LAT_ROUNDS"); do
     t0=$(now_us); "$TRUE_BIN"; t1=$(now_us); add lat_spawn $((t1 - t0))
     t0=$(now_us); "$BIN" --home "$work/lat-fsync" submit --wait -- true >/dev/null 2>&1; t1=$(now_us); add lat_tg $((t1 - t0))
     t0=$(now_us); "$BIN" --home "$work/lat-os" submit --wait -- true >/dev/null 2>&1; t1=$(now_us); add lat_tg_os $((t1 - t0))
+    if [ -n "${BASE_BIN:-}" ]; then
+      t0=$(now_us); "$BASE_BIN" --home "$work/lat-base-fsync" submit --wait -- true >/dev/null 2>&1; t1=$(now_us); add lat_tgb $((t1 - t0))
+      t0=$(now_us); "$BASE_BIN" --home "$work/lat-base-os" submit --wait -- true >/dev/null 2>&1; t1=$(now_us); add lat_tgb_os $((t1 - t0))
+    fi
     if [ "$HAVE_TSP" = 1 ]; then
       t0=$(now_us); TS_SOCKET="$work/lat-tsp.sock" TMPDIR="$work" tsp -f true >/dev/null; t1=$(now_us); add lat_tsp $((t1 - t0))
     fi
@@ -260,16 +273,18 @@ burst() {
   # Loop l submits share(l) turns: N split over the loops, the remainder to the first ones.
   share() { echo $((N / loops + ($1 <= N % loops ? 1 : 0))); }
   case "$tool" in
-    tg | tg_os) tg_home "$dir" "$([ "$tool" = tg ] && echo fsync || echo os)" ;;
+    tg | tg_os | tgb | tgb_os) tg_home "$dir" "$(case "$tool" in tg | tgb) echo fsync ;; *) echo os ;; esac)" ;;
     tsp) mkdir -p "$dir"; tsp_start "$dir/sock" "$SLOTS" ;;
     pueue) pueue_start "$dir" ;;
     *) mkdir -p "$dir" ;;
   esac
   t0=$(now_us)
   case "$tool" in
-    tg | tg_os)
+    tg | tg_os | tgb | tgb_os)
+      local bin="$BIN"
+      case "$tool" in tgb*) bin="$BASE_BIN" ;; esac
       for l in $(seq 1 "$loops"); do
-        ( for _ in $(seq 1 "$(share "$l")"); do "$BIN" --home "$dir" submit -- true || echo "submit failed: exit $?"; done >"$dir.out$l" 2>&1 ) &
+        ( for _ in $(seq 1 "$(share "$l")"); do "$bin" --home "$dir" submit -- true || echo "submit failed: exit $?"; done >"$dir.out$l" 2>&1 ) &
         lp+=($!)
       done
       wait "${lp[@]}"
@@ -301,16 +316,19 @@ burst() {
     tsp) TS_SOCKET="$dir/sock" tsp -K >/dev/null 2>&1 || true ;;
     pueue) pueue -c "$dir/pueue.yml" shutdown >/dev/null 2>&1 || true ;;
   esac
-  rm -rf "$dir" "$dir".out* "$dir.ids"
+  # pueued may still be writing its state while it shuts down: a second try, and never fatal.
+  rm -rf "$dir" "$dir".out* "$dir.ids" 2>/dev/null || { sleep 1; rm -rf "$dir" || say "could not remove $dir"; }
   BURST_US=$((t1 - t0))
 }
 ONE_TOOLS="tg tg_os"
+[ -n "${BASE_BIN:-}" ] && ONE_TOOLS+=" tgb tgb_os"
 [ "$HAVE_NQ" = 1 ] && ONE_TOOLS+=" nq"
 [ "$HAVE_TSP" = 1 ] && ONE_TOOLS+=" tsp"
 [ "$HAVE_PUEUE" = 1 ] && ONE_TOOLS+=" pueue"
 ONE_TOOLS+=" xargs"
 [ "$HAVE_PARALLEL" = 1 ] && ONE_TOOLS+=" parallel"
 MANY_TOOLS="tg tg_os"
+[ -n "${BASE_BIN:-}" ] && MANY_TOOLS+=" tgb tgb_os"
 [ "$HAVE_NQ" = 1 ] && MANY_TOOLS+=" nq"
 [ "$HAVE_TSP" = 1 ] && MANY_TOOLS+=" tsp"
 if ! skip SKIP_THROUGHPUT; then
@@ -447,6 +465,7 @@ report() {
   echo
   echo "- before: $CONDITIONS_BEFORE"
   echo "- after: $CONDITIONS_AFTER"
+  [ -n "${BASE_BIN:-}" ] && echo "- base binary (rows \"base\"): $BASE_BIN"
   echo "- binary: $BIN ($(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo "?")); medians; ROUNDS=$ROUNDS N=$N LOOPS=$LOOPS LAT_ROUNDS=$LAT_ROUNDS PARK_ROUNDS=$PARK_ROUNDS"
   echo
   if ! skip SKIP_LATENCY; then
@@ -455,7 +474,7 @@ report() {
     echo "| command | ms | × spawning \`true\` |"
     echo "|---|---|---|"
     local spawn; spawn=$(med lat_spawn)
-    for k in spawn:"spawning \`true\`" tg:"tollgate \`submit --wait -- true\` (fsync)" tg_os:"tollgate \`submit --wait -- true\` (os)" tsp:"\`tsp -f true\`" nq:"\`nq true\` + \`nq -w\`"; do
+    for k in spawn:"spawning \`true\`" tg:"tollgate \`submit --wait -- true\` (fsync)" tg_os:"tollgate \`submit --wait -- true\` (os)" tgb:"base \`submit --wait -- true\` (fsync)" tgb_os:"base \`submit --wait -- true\` (os)" tsp:"\`tsp -f true\`" nq:"\`nq true\` + \`nq -w\`"; do
       local m; m=$(med "lat_${k%%:*}")
       [ "$m" = - ] && continue
       echo "| ${k#*:} | $(ms "$m") | $(ratio "$m" "$spawn") |"
@@ -467,7 +486,7 @@ report() {
     echo
     echo "| runner | one loop, s | $LOOPS loops, s |"
     echo "|---|---|---|"
-    for k in tg:"tollgate (durability fsync)" tg_os:"tollgate (durability os)" nq:"nq (one serial queue)" tsp:"task-spooler (\`tsp -S $SLOTS\`)" pueue:"pueue (\`parallel $SLOTS\`)" xargs:"xargs -P$SLOTS (no queue)" parallel:"GNU \`parallel -j$SLOTS\` (no queue)"; do
+    for k in tg:"tollgate (durability fsync)" tg_os:"tollgate (durability os)" tgb:"base (durability fsync)" tgb_os:"base (durability os)" nq:"nq (one serial queue)" tsp:"task-spooler (\`tsp -S $SLOTS\`)" pueue:"pueue (\`parallel $SLOTS\`)" xargs:"xargs -P$SLOTS (no queue)" parallel:"GNU \`parallel -j$SLOTS\` (no queue)"; do
       local a b; a=$(med "one_${k%%:*}"); b=$(med "many_${k%%:*}")
       [ "$a" = - ] && [ "$b" = - ] && continue
       echo "| ${k#*:} | $(secs "$a") | $(secs "$b") |"
@@ -475,10 +494,11 @@ report() {
     echo
     echo "| ratio (wall time; < 1 means tollgate is faster) | one loop | $LOOPS loops |"
     echo "|---|---|---|"
-    for pair in tg:nq tg:tsp tg_os:nq tg_os:tsp; do
+    for pair in tg:nq tg:tsp tg_os:nq tg_os:tsp tg:tgb tg_os:tgb_os tgb:nq tgb_os:tsp; do
       tg=${pair%%:*} ref=${pair#*:}
       [ "$(med "one_$ref")" = - ] && continue
-      echo "| tollgate ($([ "$tg" = tg ] && echo fsync || echo os)) / $ref | $(ratio "$(med "one_$tg")" "$(med "one_$ref")") | $(ratio "$(med "many_$tg")" "$(med "many_$ref")") |"
+      local name; case "$tg" in tg) name="tollgate (fsync)" ;; tg_os) name="tollgate (os)" ;; tgb) name="base (fsync)" ;; *) name="base (os)" ;; esac
+      echo "| $name / ${ref/tgb/base} | $(ratio "$(med "one_$tg")" "$(med "one_$ref")") | $(ratio "$(med "many_$tg")" "$(med "many_$ref")") |"
     done
     if [ "$(med one_pueue)" != - ]; then
       echo "| pueue / tollgate (fsync): how many times faster tollgate is | $(ratio "$(med one_pueue)" "$(med one_tg)") | |"

@@ -69,12 +69,17 @@ pub fn doctor(home: Option<PathBuf>, args: DoctorArgs) -> Result<i32, CliError> 
     };
     let healthy = report.healthy()
         && tables.problems.is_empty()
+        && tables.row_count_problem.is_none()
         && postgres.as_ref().is_none_or(|pg| pg.healthy());
     if args.json {
         let mut value = serde_json::to_value(&report)
             .map_err(|e| CliError::Environment(format!("cannot render the report: {e}")))?;
         value["tables_checked"] = tables.checked.into();
         value["table_problems"] = tables.problems.clone().into();
+        if let Some((kept, counted)) = tables.row_count {
+            value["queue_row_count"] = serde_json::json!({ "kept": kept, "counted": counted });
+        }
+        value["queue_row_count_problem"] = tables.row_count_problem.clone().into();
         if let Some(pg) = &postgres {
             value["postgres"] = serde_json::to_value(pg)
                 .map_err(|e| CliError::Environment(format!("cannot render the report: {e}")))?;
@@ -176,12 +181,20 @@ const TABLE_CHECKS: &[TableCheck] = &[
     },
 ];
 
-/// What the table checks found: the tables read (`<database>: <table>`) and the problems.
+/// What the table checks found: the tables read (`<database>: <table>`) and the problems; and
+/// the queue's kept row count against the rows counted ([`check_row_count`]).
 #[derive(Clone, Debug, Default)]
 struct TableReport {
     checked: Vec<String>,
     problems: Vec<String>,
+    /// `queue_meta.row_count` (`None`: its row is missing) and `count(*)` of the queue's rows,
+    /// where the schema keeps the count (version 8 on).
+    row_count: Option<(Option<i64>, i64)>,
+    row_count_problem: Option<String>,
 }
+
+/// The schema version from which `queue_meta.row_count` is kept by triggers.
+const ROW_COUNT_SINCE_VERSION: u32 = 8;
 
 /// A database the table checks could not read.
 #[derive(Debug, thiserror::Error)]
@@ -202,6 +215,9 @@ fn check_tables(home: &Home, report: &DoctorReport) -> Result<TableReport, Table
             .filter(|c| report.schema_version >= c.since_version)
             .collect();
         run_checks(&report.database, &checks, &mut out)?;
+        if report.schema_version >= ROW_COUNT_SINCE_VERSION {
+            check_row_count(&report.database, &mut out)?;
+        }
     }
     let sweep_db = home.root().join(crate::exec::sweep::SWEEP_DB);
     if sweep_db.is_file() {
@@ -257,6 +273,41 @@ fn run_checks(
     Ok(())
 }
 
+/// Compares the queue's kept row count (`queue_meta.row_count`, which a section's bound check
+/// reads instead of counting: spec/store.md) with the rows counted. A row inserted or deleted by
+/// hand is counted by the triggers; a count changed by hand, or triggers dropped, are not: the
+/// bound check would then admit more rows than `MAX_QUEUE_ROWS`, or refuse too early.
+fn check_row_count(database: &Path, out: &mut TableReport) -> Result<(), TableCheckError> {
+    let fail = |e: rusqlite::Error| TableCheckError {
+        database: database.to_path_buf(),
+        detail: e.to_string(),
+    };
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(database, flags).map_err(fail)?;
+    conn.busy_timeout(Duration::from_secs(10)).map_err(fail)?;
+    // One read transaction, so both numbers are of the same state.
+    let (kept, counted): (Option<i64>, i64) = conn
+        .query_row(
+            "SELECT (SELECT row_count FROM queue_meta WHERE id = 1), (SELECT count(*) FROM entries)",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .map_err(fail)?;
+    out.row_count = Some((kept, counted));
+    out.row_count_problem = match kept {
+        None => Some(format!(
+            "{}: queue_meta has no row for the queue (id 1), so no row count",
+            database.display()
+        )),
+        Some(kept) if kept != counted => Some(format!(
+            "{}: queue_meta.row_count is {kept}, but the queue has {counted} row(s)",
+            database.display()
+        )),
+        Some(_) => None,
+    };
+    Ok(())
+}
+
 /// Says that `database` could not be checked (`doing` it), as JSON or on stderr: exit 2.
 fn cannot_open(json: bool, database: &Path, doing: &str, error: &dyn std::fmt::Display) -> i32 {
     if json {
@@ -297,6 +348,11 @@ fn print_report(report: &DoctorReport, tables: &TableReport, healthy: bool) {
     match &report.queue_problem {
         None => println!("queue structure: ok ({} row(s))", report.queue_rows),
         Some(problem) => println!("queue structure: {problem}"),
+    }
+    match (&tables.row_count_problem, tables.row_count) {
+        (Some(problem), _) => println!("queue row count: {problem}"),
+        (None, Some((_, counted))) => println!("queue row count: ok ({counted})"),
+        (None, None) => {}
     }
     if report.record_problems.is_empty() {
         println!(

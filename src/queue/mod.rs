@@ -1,6 +1,7 @@
 //! The queue store: the home's database `tollgate.db` ([`SqliteStore`], spec/store.md), the file
 //! store of earlier versions (`queue.json` under `queue.lock`), or memory (tests).
 
+mod busy;
 mod home_store;
 mod lock;
 mod postgres;

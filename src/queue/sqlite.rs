@@ -557,8 +557,8 @@ fn open_database(home: &Home, lock_timeout: Duration) -> Result<Connection, Stor
     }
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let mut conn = Connection::open_with_flags(&path, flags).map_err(|e| sql_error(&path, e))?;
-    conn.busy_timeout(lock_timeout)
-        .map_err(|e| sql_error(&path, e))?;
+    // The queue lock's wait: short, growing pauses up to `lock_timeout` (src/queue/busy.rs).
+    super::busy::install(&conn, lock_timeout).map_err(|e| sql_error(&path, e))?;
     // Every command is a short process: a checkpoint at each close would cost every command the
     // syncs of the database file. The log is checkpointed as it grows (SQLite's automatic
     // checkpoint every 1000 pages) by whichever commit crosses the mark.

@@ -163,17 +163,31 @@ pub fn execute_turn(
         guard.watch(unit);
     }
     let in_namespace = if !attached && pidns::wanted() {
-        spawn_in_namespace(turn, &unit.marker, join.clone(), hold, logs)
+        spawn_in_namespace(
+            turn,
+            &unit.marker,
+            join.clone(),
+            unit.cgroup.clone(),
+            hold,
+            logs,
+        )
     } else {
         None
     };
-    let (pid, status) = match in_namespace {
-        Some(Ok((pid, status))) => (pid, Some(status)),
-        Some(Err(e)) => {
+    // Detached with a group: the command is born inside it (clone3 `CLONE_INTO_CGROUP`), which
+    // spares the move into it and the kernel's wait for its cgroup lock (spec/containment.md).
+    let born_in = match (&in_namespace, &unit.cgroup) {
+        (None, Some(dir)) if !attached => spawn_into_group(turn, &unit.marker, dir, hold, logs),
+        _ => None,
+    };
+    let (pid, status, inside) = match (in_namespace, born_in) {
+        (Some(Ok((pid, status, inside))), _) => (pid, Some(status), inside),
+        (None, Some(Ok(pid))) => (pid, None, true),
+        (Some(Err(e)), _) | (None, Some(Err(e))) => {
             remove_group(unit);
             return Execution::unstartable(format!("cannot start {program:?}: {e}"));
         }
-        None => {
+        (None, None) => {
             // SAFETY: runs in the forked child before exec; prctl(PR_SET_PDEATHSIG), getppid,
             // nanosleep and the group join (open/write/close of a path made before the fork) are
             // plain syscalls that allocate nothing, so they are safe there.
@@ -207,11 +221,12 @@ pub fn execute_turn(
             // The child is reaped by waitpid below, not through the handle. Until then it is at
             // worst a zombie, so its identity can still be read.
             drop(child);
-            (pid, None)
+            (pid, None, false)
         }
     };
     let leader = crate::process::identity_including_zombie(child_pid(pid));
-    if let Some(dir) = &unit.cgroup {
+    // A process born inside the group has nothing to move: every process it forks is born there.
+    if let Some(dir) = unit.cgroup.as_ref().filter(|_| !inside) {
         if let Err(e) = cgroup::adopt(dir, pid.as_raw()) {
             tracing::warn!("cannot move the command into {}: {e}", dir.display());
         }
@@ -471,9 +486,10 @@ fn spawn_in_namespace(
     turn: &TurnRecord,
     marker: &Marker,
     join: Option<std::ffi::CString>,
+    group: Option<std::path::PathBuf>,
     hold: Option<Duration>,
     logs: &mut LogDrains,
-) -> Option<Result<(Pid, std::os::fd::OwnedFd), std::io::Error>> {
+) -> Option<Result<(Pid, std::os::fd::OwnedFd, bool), std::io::Error>> {
     let mut spec =
         match pidns::InitSpec::new(&turn.argv, &marked_env(turn, marker), turn.cwd.as_deref()) {
             Ok(spec) => spec,
@@ -482,6 +498,7 @@ fn spawn_in_namespace(
             }
         };
     spec.join = join;
+    spec.group = group;
     spec.hold = hold;
     match pidns::spawn(&spec) {
         Ok(started) => {
@@ -489,7 +506,7 @@ fn spawn_in_namespace(
                 logs.drain(started.stdout, out);
                 logs.drain(started.stderr, err);
             }
-            Some(Ok((started.init, started.status)))
+            Some(Ok((started.init, started.status, started.born_in_group)))
         }
         Err(pidns::PidnsError::Start(e)) => Some(Err(e)),
         Err(pidns::PidnsError::Refused(e)) => {
@@ -503,6 +520,47 @@ fn spawn_in_namespace(
                 tracing::warn!("{line}");
                 // A detached runner has no subscriber: its stderr is its runner.log.
                 eprintln!("tollgate: {line}");
+            });
+            None
+        }
+    }
+}
+
+/// Starts a detached turn's command born inside its work's group `dir` ([`pidns::spawn_into`]);
+/// its output goes to `logs`. `None`: the kernel cannot start a process inside the group (an
+/// older kernel, or a group that refuses it: logged once per process), nothing was started, and
+/// the caller starts the command as before (it moves itself in before its exec).
+fn spawn_into_group(
+    turn: &TurnRecord,
+    marker: &Marker,
+    dir: &std::path::Path,
+    hold: Option<Duration>,
+    logs: &mut LogDrains,
+) -> Option<Result<Pid, std::io::Error>> {
+    let mut spec =
+        match pidns::InitSpec::new(&turn.argv, &marked_env(turn, marker), turn.cwd.as_deref()) {
+            Ok(spec) => spec,
+            Err(pidns::PidnsError::Start(e)) | Err(pidns::PidnsError::Refused(e)) => {
+                return Some(Err(e))
+            }
+        };
+    spec.hold = hold;
+    match pidns::spawn_into(&spec, dir) {
+        Ok(started) => {
+            if let Some((out, err)) = logs.files.take() {
+                logs.drain(started.stdout, out);
+                logs.drain(started.stderr, err);
+            }
+            Some(Ok(started.pid))
+        }
+        Err(pidns::DirectError::Start(e)) => Some(Err(e)),
+        Err(pidns::DirectError::Refused(e)) => {
+            static LOGGED: std::sync::Once = std::sync::Once::new();
+            LOGGED.call_once(|| {
+                tracing::warn!(
+                    "cannot start the command inside {} ({e}); it moves itself in instead",
+                    dir.display()
+                );
             });
             None
         }

@@ -21,7 +21,7 @@ pub use execute::{execute_turn, truncation_line, Execution, LogDrains, TIMED_OUT
 use crate::dispatch::{DispatchError, Handoff};
 use crate::driver;
 use crate::process::{containment, work};
-use crate::protocol::slots::steps::{self, FinishInput, TakeOverEffect, TakeOverInput};
+use crate::protocol::slots::steps::{self, FinishInput, Reads, TakeOverEffect, TakeOverInput};
 use crate::protocol::slots::{
     Liveness, ProcessIdentity, SlotError, SlotToken, TurnKey, WorkId, WorkRecord,
 };
@@ -170,7 +170,9 @@ fn take_over_section<L: Liveness, S: Store>(
     cgroup: Option<&str>,
     record_started: bool,
 ) -> Result<(TakeOverEffect, TurnRecord), DispatchError> {
-    rt.store.transact_internal(|state| {
+    // The part of the queue its row-local step reads (`steps::row_reads`), not the parked rows.
+    let reads = Reads::Part(steps::row_reads(key));
+    rt.store.transact_reading(Commit::Internal, &reads, |state, _| {
         // On a fleet the take-over first renews the lease its handoff took (F4); lost: exit.
         crate::runner::lease::renew_at_take_over(me)?;
         let mut turn = tasks::load_turn(&rt.home, key)?
@@ -342,7 +344,8 @@ pub fn record_leader<L: Liveness, S: Store>(
     work: WorkId,
     leader: ProcessIdentity,
 ) -> Result<(), DispatchError> {
-    rt.store.transact_internal(|state| {
+    let reads = Reads::Part(steps::row_reads(key));
+    rt.store.transact_reading(Commit::Internal, &reads, |state, _| {
         steps::work_started(state, key, work, leader).map_err(DispatchError::from)
     })
 }

@@ -1014,9 +1014,7 @@ fn read_queue_part(conn: &Connection, path: &Path, part: Part) -> Result<QueueSt
     state.entries.sort_by_key(|e| e.queue_id);
     match part {
         Part::All => read_dependencies(conn, &mut state).map_err(sql)?,
-        Part::Active | Part::Look => {
-            read_dependencies_of(conn, &mut state.entries).map_err(sql)?
-        }
+        Part::Active | Part::Look => read_dependencies_of(conn, &mut state.entries).map_err(sql)?,
     }
     let mut runners = conn
         .prepare_cached("SELECT task, turn, pid, start_micros, attached FROM runners ORDER BY pos")

@@ -14,9 +14,11 @@
 use crate::dispatch::DispatchError;
 use crate::process::work::WorkKill;
 use crate::process::RunnerSpawner;
-use crate::protocol::slots::steps::{handoff_publish_second, spawn_failed, Handoff};
+use crate::protocol::slots::steps::{
+    handoff_publish_second, row_reads, spawn_failed, Handoff, Reads,
+};
 use crate::protocol::slots::{ProcessIdentity, SlotError, WorkRecord};
-use crate::queue::Store;
+use crate::queue::{Commit, Store};
 
 /// How a handoff ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,17 +48,22 @@ pub fn hand_off<S: Store>(
     spawner: &dyn RunnerSpawner,
     handoff: Handoff,
 ) -> Result<HandoffOutcome, DispatchError> {
+    // Each section of the handoff reads the part of the queue its row-local step needs (the
+    // row, the runner and work records, the active rows: `steps::row_reads`), not the parked
+    // rows, so its lock hold does not grow with the queue's depth.
+    let reads = Reads::Part(row_reads(handoff.key()));
     let child = match spawner.spawn(handoff.key(), handoff.token()) {
         Ok(child) => child,
         Err(spawn_error) => {
-            store
-                .transact_internal(|state| Ok::<_, DispatchError>(spawn_failed(state, handoff)))?;
+            store.transact_reading(Commit::Internal, &reads, |state, _| {
+                Ok::<_, DispatchError>(spawn_failed(state, handoff))
+            })?;
             return Err(spawn_error.into());
         }
     };
     fail::fail_point!("dispatch::after_spawn");
     // On a fleet the same section takes the child's lease (F4, `crate::fleet::publish_first`).
-    let bound = match store.transact_internal(|state| {
+    let bound = match store.transact_reading(Commit::Internal, &reads, |state, _| {
         crate::fleet::publish_first(state, handoff, child).map_err(DispatchError::from)
     })? {
         Ok(bound) => bound,
@@ -68,9 +75,9 @@ pub fn hand_off<S: Store>(
         }
     };
     fail::fail_point!("dispatch::between_publishes");
-    match store
-        .transact_internal(|state| Ok::<_, DispatchError>(handoff_publish_second(state, bound)))?
-    {
+    match store.transact_reading(Commit::Internal, &reads, |state, _| {
+        Ok::<_, DispatchError>(handoff_publish_second(state, bound))
+    })? {
         Ok(child) => Ok(HandoffOutcome::Completed { child }),
         Err(fenced) => Ok(HandoffOutcome::Fenced {
             child,

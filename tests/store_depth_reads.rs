@@ -56,8 +56,19 @@ fn one_slot_home(
     Runtime<ProcLiveness, tollgate::queue::HomeStore>,
     ProcessIdentity,
 ) {
+    home_with_slots(dir, 1)
+}
+
+/// [`one_slot_home`] with `workers` slots.
+fn home_with_slots(
+    dir: &std::path::Path,
+    workers: usize,
+) -> (
+    Runtime<ProcLiveness, tollgate::queue::HomeStore>,
+    ProcessIdentity,
+) {
     let home = Home::at(dir);
-    let config = home.init(Some(1)).expect("init");
+    let config = home.init(Some(workers)).expect("init");
     let store = store_for(&home, &config);
     let rt = Runtime {
         home,
@@ -198,7 +209,12 @@ fn the_repairs_look_reads_the_active_rows_and_sees_a_dead_runner() {
 
     let active = rt.store.load_active().expect("load the active part");
     let keys: Vec<&TurnKey> = active.entries.iter().map(|e| &e.key).collect();
-    assert_eq!(keys, [&held.key], "only the held row is active");
+    let oldest_parked = TurnKey::new("p-0", 1);
+    assert_eq!(
+        keys,
+        [&held.key, &oldest_parked],
+        "only the held row is active; the oldest parked row says the queue has one"
+    );
     assert_eq!(active.runners.len(), 1);
     assert_eq!(rt.store.load().expect("load").entries.len(), PARKED + 1);
     assert!(!tollgate::reconcile::repair_due(&rt, me).expect("look"));
@@ -333,4 +349,60 @@ fn a_parking_submit_loads_only_the_rows_its_step_names() {
             queue_rows: PARKED + 3
         }
     );
+}
+
+/// Issue 14: the repair's look takes no section for a free slot alone. With two slots, one held
+/// by a live "runner" and no row parked, nothing can start: the look says so (before, a free slot
+/// made every submit on a queue without parked rows run a reconcile section that did nothing: on
+/// a fleet, the seventh section of a turn under both locks). With a parked row that the free slot
+/// can start (released by hand: a failed spawn parks its row the same way), the look says yes,
+/// and the repair starts it.
+#[test]
+fn a_free_slot_without_a_parked_row_takes_no_repair_section() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (rt, me) = home_with_slots(dir.path(), 2);
+    let held = submit_detached(&rt, me, request("hold")).expect("submit hold");
+    assert!(matches!(held.placement, Placement::Started(_)), "{held:?}");
+    assert!(steps::start_reachable(
+        &rt.store.load().expect("load"),
+        rt.cap(),
+        &ProcLiveness
+    ));
+    assert!(
+        !tollgate::reconcile::repair_due(&rt, me).expect("look"),
+        "a free slot and no parked row: nothing to repair"
+    );
+    let repair = tollgate::runner::repair::bounded_repair(&rt, me).expect("repair");
+    assert!(repair.steps.is_empty(), "no section: {:?}", repair.steps);
+
+    // A parked row behind deeper ones: the look sees the oldest parked row and says yes.
+    let mut parked = Vec::new();
+    for n in 0..3 {
+        let turn = tollgate::tasks::create_turn(
+            &rt.home,
+            &format!("w-{n}"),
+            vec!["true".into()],
+            None,
+            BTreeMap::new(),
+            false,
+            1,
+        )
+        .expect("record");
+        parked.push(turn.key);
+    }
+    rt.store
+        .transact(|state| {
+            for key in &parked {
+                tollgate::protocol::slots::enqueue(state, key, me, 1)?;
+                tollgate::protocol::slots::park(state, key)?;
+            }
+            Ok::<_, tollgate::dispatch::DispatchError>(())
+        })
+        .expect("park rows");
+    let active = rt.store.load_active().expect("look");
+    assert!(active
+        .entries
+        .iter()
+        .any(|e| e.key == parked[0] && e.state == RowState::Parked));
+    assert!(tollgate::reconcile::repair_due(&rt, me).expect("look"));
 }

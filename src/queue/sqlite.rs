@@ -269,8 +269,9 @@ impl Store for SqliteStore {
     }
 
     /// A read transaction of the active part only: the rows that are not parked, hold a
-    /// reservation, or are named by a runner or work record (index searches: `entries_by_state`,
-    /// `entries_reserved`, and the `(task, turn)` key for the few runner and work records).
+    /// reservation, or are named by a runner or work record, and the oldest parked row (index
+    /// searches: `entries_by_state`, `entries_reserved`, and the `(task, turn)` key for the few
+    /// runner and work records).
     fn load_active(&self) -> Result<QueueState, StoreError> {
         let path = self.home.db_path();
         let mut guard = self.connection()?;
@@ -281,7 +282,7 @@ impl Store for SqliteStore {
             unreachable!("the connection is back in its slot outside a section");
         };
         let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;
-        let state = read_queue_part(&tx, &path, Part::Active)?;
+        let state = read_queue_part(&tx, &path, Part::Look)?;
         tx.commit().map_err(|e| sql_error(&path, e))?;
         Ok(state)
     }
@@ -910,6 +911,10 @@ enum Part {
     /// record names ([`Store::load_active`]); not checked as a whole queue (it is not one),
     /// never published.
     Active,
+    /// [`Part::Active`] and the oldest parked row ([`Store::load_active`]): whether the queue
+    /// has a parked row decides whether a free slot can start anything
+    /// (`steps::reconcile_would_act`).
+    Look,
 }
 
 /// The columns of an `entries` row as [`entry_from_row`] reads them.
@@ -973,10 +978,27 @@ fn read_queue_part(conn: &Connection, path: &Path, part: Part) -> Result<QueueSt
                   JOIN entries AS e ON e.task = w.task AND e.turn = w.turn)
          ORDER BY 1"
     );
+    let look = format!(
+        "SELECT {ENTRY_COLUMNS} FROM entries WHERE state IN ('waiting', 'dispatching')
+         UNION
+         SELECT {ENTRY_COLUMNS} FROM entries WHERE reservation_token IS NOT NULL
+         UNION
+         SELECT {ENTRY_COLUMNS} FROM entries WHERE queue_id IN
+             (SELECT e.queue_id FROM runners AS r
+                  JOIN entries AS e ON e.task = r.task AND e.turn = r.turn
+              UNION
+              SELECT e.queue_id FROM works AS w
+                  JOIN entries AS e ON e.task = w.task AND e.turn = w.turn)
+         UNION
+         SELECT {ENTRY_COLUMNS} FROM entries WHERE queue_id =
+             (SELECT min(queue_id) FROM entries WHERE state = 'parked')
+         ORDER BY 1"
+    );
     let mut rows = conn
         .prepare_cached(match part {
             Part::All => &all,
             Part::Active => &active,
+            Part::Look => &look,
         })
         .map_err(sql)?;
     let mut query = rows.query([]).map_err(sql)?;
@@ -992,7 +1014,7 @@ fn read_queue_part(conn: &Connection, path: &Path, part: Part) -> Result<QueueSt
     state.entries.sort_by_key(|e| e.queue_id);
     match part {
         Part::All => read_dependencies(conn, &mut state).map_err(sql)?,
-        Part::Active => read_dependencies_of(conn, &mut state.entries).map_err(sql)?,
+        Part::Active | Part::Look => read_dependencies_of(conn, &mut state.entries).map_err(sql)?,
     }
     let mut runners = conn
         .prepare_cached("SELECT task, turn, pid, start_micros, attached FROM runners ORDER BY pos")

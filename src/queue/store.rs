@@ -43,7 +43,8 @@ pub trait Store {
     /// The active part of the queue, read without the lock, for a look that decides whether a
     /// section is needed at all (the bounded repair, [`crate::reconcile::repair_due`]): the meta
     /// row, the pause set, every row that is not parked, holds a reservation or is named by a
-    /// runner or work record, and every runner and work record. Other parked rows may be left out, so
+    /// runner or work record, the oldest parked row (whether there is one decides whether a free
+    /// slot can start anything), and every runner and work record. Other parked rows may be left out, so
     /// its cost does not grow with the parked rows; a store that cannot leave them out returns
     /// the whole queue (this default). Never a section's input, never published.
     fn load_active(&self) -> Result<QueueState, StoreError> {

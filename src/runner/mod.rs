@@ -21,7 +21,7 @@ pub use execute::{execute_turn, truncation_line, Execution, LogDrains, TIMED_OUT
 use crate::dispatch::{DispatchError, Handoff};
 use crate::driver;
 use crate::process::{containment, work};
-use crate::protocol::slots::steps::{self, FinishInput, TakeOverEffect, TakeOverInput};
+use crate::protocol::slots::steps::{self, FinishInput, Reads, TakeOverEffect, TakeOverInput};
 use crate::protocol::slots::{
     Liveness, ProcessIdentity, SlotError, SlotToken, TurnKey, WorkId, WorkRecord,
 };
@@ -170,36 +170,39 @@ fn take_over_section<L: Liveness, S: Store>(
     cgroup: Option<&str>,
     record_started: bool,
 ) -> Result<(TakeOverEffect, TurnRecord), DispatchError> {
-    rt.store.transact_internal(|state| {
-        // On a fleet the take-over first renews the lease its handoff took (F4); lost: exit.
-        crate::runner::lease::renew_at_take_over(me)?;
-        let mut turn = tasks::load_turn(&rt.home, key)?
-            .ok_or_else(|| SlotError::UnknownRow { key: key.clone() })?;
-        let effect = steps::runner_take_over(
-            state,
-            TakeOverInput {
-                key,
-                token,
-                me,
-                settled: turn.is_settled(),
-                cgroup,
-                liveness: &rt.liveness,
-            },
-        )?;
-        match effect {
-            TakeOverEffect::Run { .. } if record_started => {
-                turn.started_at_millis = Some(tasks::now_millis());
-                turn.runner = Some(me);
-                turn.host = crate::fleet::section_host();
-                tasks::save_turn(&rt.home, &turn)?;
+    // The part of the queue its row-local step reads (`steps::row_reads`), not the parked rows.
+    let reads = Reads::Part(steps::row_reads(key));
+    rt.store
+        .transact_reading(Commit::Internal, &reads, |state, _| {
+            // On a fleet the take-over first renews the lease its handoff took (F4); lost: exit.
+            crate::runner::lease::renew_at_take_over(me)?;
+            let mut turn = tasks::load_turn(&rt.home, key)?
+                .ok_or_else(|| SlotError::UnknownRow { key: key.clone() })?;
+            let effect = steps::runner_take_over(
+                state,
+                TakeOverInput {
+                    key,
+                    token,
+                    me,
+                    settled: turn.is_settled(),
+                    cgroup,
+                    liveness: &rt.liveness,
+                },
+            )?;
+            match effect {
+                TakeOverEffect::Run { .. } if record_started => {
+                    turn.started_at_millis = Some(tasks::now_millis());
+                    turn.runner = Some(me);
+                    turn.host = crate::fleet::section_host();
+                    tasks::save_turn(&rt.home, &turn)?;
+                }
+                TakeOverEffect::Refused { .. } => {
+                    crate::fleet::release_own(me);
+                }
+                _ => {}
             }
-            TakeOverEffect::Refused { .. } => {
-                crate::fleet::release_own(me);
-            }
-            _ => {}
-        }
-        Ok::<_, DispatchError>((effect, turn))
-    })
+            Ok::<_, DispatchError>((effect, turn))
+        })
 }
 
 /// [`take_over_section`] as the runner runs it: the started record in the same section.
@@ -350,9 +353,11 @@ pub fn record_leader<L: Liveness, S: Store>(
     work: WorkId,
     leader: ProcessIdentity,
 ) -> Result<(), DispatchError> {
-    rt.store.transact_internal(|state| {
-        steps::work_started(state, key, work, leader).map_err(DispatchError::from)
-    })
+    let reads = Reads::Part(steps::row_reads(key));
+    rt.store
+        .transact_reading(Commit::Internal, &reads, |state, _| {
+            steps::work_started(state, key, work, leader).map_err(DispatchError::from)
+        })
 }
 
 /// Leaves the queue for `key` and starts the oldest parked row in the slot this process frees.

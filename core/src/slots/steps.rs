@@ -35,8 +35,8 @@ use crate::scopes::{attached_may_start, plan_submit, start_filter, SubmitPlan};
 mod reads;
 mod sched;
 pub use reads::{
-    in_part, merge, project, submit_covers, submit_reads, submit_stayed_inside, Loaded, QueueReads,
-    Reads,
+    in_part, merge, project, row_reads, submit_covers, submit_reads, submit_stayed_inside, Loaded,
+    QueueReads, Reads,
 };
 pub use sched::{resume, ResumeEffect, ResumeInput, Schedule};
 use std::collections::{BTreeMap, BTreeSet};
@@ -863,19 +863,27 @@ pub fn reconcile<L: Liveness>(
 }
 
 /// Whether a reconcile step on `state` would do anything but end the pass (`Saturated`, `Idle`):
-/// yes when a parked row may start ([`start_reachable`]), else what the step itself decides when
-/// run on `state`, a scratch copy the caller then drops. With no slot free the step looks at no
-/// parked row that holds no reservation and that no runner or work record names, so `state` may
-/// be the active part of the queue only (the other rows, every runner and work record;
-/// spec/slots.md, "What reconcile reads"), with `input.records` from [`records_needed`] on it.
-/// Dropping a stale runner or work record counts as doing something (a section publishes it).
-/// The bounded repair after a command's own section asks this first, and takes no section when
-/// it says no.
+/// yes when a slot is free ([`start_reachable`]) and a parked row is there to start, else what
+/// the step itself decides when run on `state`, a scratch copy the caller then drops. With no
+/// slot free the step looks at no parked row that holds no reservation and that no runner or work
+/// record names, so `state` may be the active part of the queue only (the other rows, every
+/// runner and work record; spec/slots.md, "What reconcile reads"), with `input.records` from
+/// [`records_needed`] on it, provided it holds one parked row whenever the queue has any (the
+/// store's look adds the oldest one): with a slot free and no parked row in the queue the
+/// active part is the whole queue, so the step on it is the step a section would run (issue 14:
+/// a free slot alone made every submit on a queue without parked rows take a reconcile section
+/// that did nothing). Dropping a stale runner or work record counts as doing something (a
+/// section publishes it). The bounded repair after a command's own section asks this first, and
+/// takes no section when it says no.
 pub fn reconcile_would_act<L: Liveness>(
     state: &mut QueueState,
     input: ReconcileInput<'_, L>,
 ) -> Result<bool, SlotError> {
-    if start_reachable(state, input.cap, input.liveness) {
+    let parked = state
+        .entries
+        .iter()
+        .any(|e| matches!(e.state, RowState::Parked));
+    if parked && start_reachable(state, input.cap, input.liveness) {
         return Ok(true);
     }
     let records_before = (state.runners.len(), state.works.len());

@@ -205,7 +205,8 @@ pub(super) enum Rows<'a> {
     /// Every row: `load`, and a section on the whole queue.
     All,
     /// The rows that are not parked, hold a reservation, or are named by a runner or work
-    /// record ([`crate::queue::Store::load_active`]); not checked as a queue, never published.
+    /// record, and the oldest parked row ([`crate::queue::Store::load_active`]); not checked as
+    /// a queue, never published.
     Active,
     /// The active rows, the last row, every row of the named tasks and every row depending on a
     /// turn of them, and the named turns (the core's `steps::project` is the reference), with
@@ -231,6 +232,14 @@ fn part_ids(q: &str, rows: Rows<'_>) -> Option<String> {
              ON e.queue = {q} AND e.task = w.task AND e.turn = w.turn WHERE w.queue = {q}"
     );
     let Some(reads) = reads else {
+        // The look's active part also holds the oldest parked row (any would do): whether the
+        // queue has one decides whether a free slot can start anything
+        // (`steps::reconcile_would_act`). `entries_by_state` finds it.
+        let _ = write!(
+            sql,
+            "
+         UNION SELECT min(queue_id) FROM entries WHERE queue = {q} AND state = 'parked'"
+        );
         return Some(sql);
     };
     // The highest id as a `u64`: past 2^63 (see [`int`]) it is the highest negative one.

@@ -59,6 +59,24 @@ pub fn submit_reads(task: Option<&str>, after: &[Dependency]) -> QueueReads {
     }
 }
 
+/// The part of the queue a section of one row's steps reads (issue 14): the handoff's publishes
+/// ([`super::handoff_publish_first`], [`super::handoff_publish_second`], and
+/// `fleet::handoff_publish_first_leased`), [`super::spawn_failed`], the runner's take-over
+/// ([`super::runner_take_over`]) and its leader's record ([`super::work_started`]). Each of these
+/// reads and writes only the row of `key`, the runner and work records and the counters (none of
+/// them enqueues, removes a row, or counts occupancy), and the liveness of identities named in
+/// that row; the part holds all of them: the runner and work records whole, and the row of `key`
+/// in any state (`turns`), so it always suffices and the step on it, merged back ([`merge`]),
+/// equals the step on the whole queue (tests/store_section_parts.rs). The store then loads the
+/// active rows and the last one besides, not the parked rows, so the section's cost does not grow
+/// with the queue's depth.
+pub fn row_reads(key: &TurnKey) -> QueueReads {
+    QueueReads {
+        tasks: BTreeSet::new(),
+        turns: std::iter::once(key.clone()).collect(),
+    }
+}
+
 /// Whether `entry` (a row of `state`) belongs to the part `reads` names: the reference of what
 /// a store's partial load returns (tests/store_depth_projection.rs holds the SQLite store to it).
 pub fn in_part(state: &QueueState, entry: &QueueEntry, reads: &QueueReads) -> bool {

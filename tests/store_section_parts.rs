@@ -1,0 +1,283 @@
+//! Issue 14, point 3: the sections of one row's steps (the handoff's two publishes and its
+//! spawn failure, the runner's take-over, its leader's record) read the part of the queue the
+//! core names for them (`steps::row_reads`: the row, every runner and work record, the active rows
+//! and the last row; spec/store.md, "What a section loads"). Over arbitrary queues (rows in every
+//! state, reservations, runner and work records, dependencies, pauses), each step on the part,
+//! merged back (`steps::merge`, what the store's commit does), must equal the step on the whole
+//! queue: the same answer (or the same error) and the same queue. The part always suffices (the
+//! row is in it in any state), so these sections never run again on the whole queue.
+
+use proptest::prelude::*;
+use tollgate::protocol::admission::Strategy as TaskStrategy;
+use tollgate::protocol::slots::order::{self, PauseScope};
+use tollgate::protocol::slots::steps::{self, Handoff, SubmitEffect, SubmitInput, TakeOverInput};
+use tollgate::protocol::slots::*;
+
+const TASKS: [&str; 4] = ["a", "b", "c", "d"];
+const TURNS: u32 = 5;
+
+/// Who acts in the generated queues: pids 1 and 2 are live, 3 is dead.
+fn who(n: u32) -> ProcessIdentity {
+    ProcessIdentity {
+        pid: 1 + n % 3,
+        start_time_micros: 10,
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Seen;
+
+impl Liveness for Seen {
+    fn observe(&self, identity: &ProcessIdentity) -> Observation {
+        if identity.pid == 3 {
+            Observation::Gone
+        } else {
+            Observation::Matching
+        }
+    }
+
+    fn observe_work(&self, _work: &WorkRecord) -> Observation {
+        Observation::Gone
+    }
+}
+
+fn token(n: u8) -> SlotToken {
+    SlotToken::new(uuid::Uuid::from_bytes([n.max(1); 16])).expect("a token")
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Enqueue(usize, u32, u32),
+    Park(usize),
+    Dispatch(usize, u32),
+    Reserve(usize, u32, u8),
+    Runner(usize, u32),
+    Work(usize, u32, u8),
+    Remove(usize),
+    DependOn(usize, usize, bool),
+    Ready(usize, u64),
+    Pause(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..TASKS.len(), 1..=TURNS, 0..3u32).prop_map(|(t, n, w)| Op::Enqueue(t, n, w)),
+        5 => any::<usize>().prop_map(Op::Park),
+        2 => (any::<usize>(), 0..3u32).prop_map(|(i, w)| Op::Dispatch(i, w)),
+        1 => (any::<usize>(), 0..3u32, any::<u8>()).prop_map(|(i, w, t)| Op::Reserve(i, w, t)),
+        1 => (any::<usize>(), 0..3u32).prop_map(|(i, w)| Op::Runner(i, w)),
+        1 => (any::<usize>(), 0..3u32, any::<u8>()).prop_map(|(i, w, t)| Op::Work(i, w, t)),
+        1 => any::<usize>().prop_map(Op::Remove),
+        2 => (any::<usize>(), any::<usize>(), any::<bool>())
+            .prop_map(|(a, b, s)| Op::DependOn(a, b, s)),
+        1 => (any::<usize>(), 0..20u64).prop_map(|(i, at)| Op::Ready(i, at)),
+        1 => (0..TASKS.len()).prop_map(Op::Pause),
+    ]
+}
+
+fn apply(state: &mut QueueState, op: &Op) {
+    let len = state.entries.len();
+    match *op {
+        Op::Enqueue(t, n, w) => {
+            let _ = enqueue(state, &TurnKey::new(TASKS[t], n), who(w), 5);
+        }
+        Op::Park(i) if len > 0 => {
+            let key = state.entries[i % len].key.clone();
+            park(state, &key).expect("park");
+        }
+        Op::Dispatch(i, w) if len > 0 => {
+            state.entries[i % len].state = RowState::Dispatching {
+                dispatch_owner: who(w),
+            };
+        }
+        Op::Reserve(i, w, t) if len > 0 => {
+            state.entries[i % len].slot_reservation =
+                Some(RunnerSlotReservation::new(who(w), token(t)));
+        }
+        Op::Runner(i, w) if len > 0 => {
+            let key = state.entries[i % len].key.clone();
+            state.set_runner(&key, who(w), false);
+        }
+        Op::Work(i, w, t) if len > 0 => {
+            let key = state.entries[i % len].key.clone();
+            state.works.push(WorkRecord {
+                key,
+                id: WorkId::from_token(token(t)),
+                runner: who(w),
+                leader: None,
+                cgroup: None,
+            });
+        }
+        Op::Remove(i) if len > 0 => {
+            state.entries.remove(i % len);
+        }
+        Op::DependOn(a, b, succeeded) if len > 0 => {
+            let key = state.entries[b % len].key.clone();
+            let row = &mut state.entries[a % len];
+            if row.key != key && row.after.len() < MAX_DEPENDENCIES {
+                row.after.push(Dependency {
+                    key,
+                    rule: if succeeded {
+                        AfterRule::Succeeded
+                    } else {
+                        AfterRule::Ended
+                    },
+                });
+            }
+        }
+        Op::Ready(i, at) if len > 0 => state.entries[i % len].ready_at_millis = at,
+        Op::Pause(t) => {
+            order::pause(state, PauseScope::Task(TASKS[t])).expect("pause");
+        }
+        _ => {}
+    }
+}
+
+/// Runs `step` on the whole queue and on the part `steps::row_reads(key)` names, and checks that
+/// both answer alike and leave the same queue once the part is merged back.
+fn same_on_part<R: PartialEq + std::fmt::Debug>(
+    state: &QueueState,
+    key: &TurnKey,
+    step: impl Fn(&mut QueueState) -> R,
+) -> Result<(), TestCaseError> {
+    let mut whole = state.clone();
+    let on_whole = step(&mut whole);
+    let before = steps::project(state, &steps::row_reads(key));
+    prop_assert!(before.check_structure().is_ok(), "a part is a queue");
+    prop_assert_eq!(
+        before.row(key).is_some(),
+        state.row(key).is_some(),
+        "the part holds the row in any state"
+    );
+    let mut part = before.clone();
+    let on_part = step(&mut part);
+    prop_assert_eq!(on_whole, on_part);
+    prop_assert!(part.check_structure().is_ok() || whole.check_structure().is_err());
+    let mut merged = state.clone();
+    steps::merge(&mut merged, &before, &part);
+    prop_assert_eq!(merged, whole);
+    Ok(())
+}
+
+/// A queue from `ops`, and the key of its row `pick` (or a turn without a row).
+fn queue_and_key(ops: &[Op], pick: Option<usize>) -> (QueueState, TurnKey) {
+    let mut state = QueueState::default();
+    for op in ops {
+        apply(&mut state, op);
+    }
+    let key = match pick {
+        Some(i) if !state.entries.is_empty() => state.entries[i % state.entries.len()].key.clone(),
+        _ => TurnKey::new("a", TURNS + 1),
+    };
+    (state, key)
+}
+
+/// A handoff as the core makes one (a submit that reserved a slot for a new turn of task `h`),
+/// and the queue after `later` changed it (steals, parks, removals, records of any row).
+fn handed_off(ops: &[Op], later: &[Op]) -> Option<(QueueState, Handoff)> {
+    let mut state = QueueState::default();
+    for op in ops {
+        apply(&mut state, op);
+    }
+    let key = TurnKey::new("h", 1);
+    let decision = steps::submit(
+        &mut state,
+        SubmitInput {
+            key: &key,
+            me: who(0),
+            fresh_token: token(201),
+            now_millis: 30,
+            cap: 8,
+            strategy: TaskStrategy::default(),
+            liveness: &Seen,
+        },
+    )
+    .ok()?;
+    let SubmitEffect::Spawn(handoff) = decision.effect else {
+        return None;
+    };
+    for op in later {
+        apply(&mut state, op);
+    }
+    Some((state, handoff))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn a_take_over_on_its_part_equals_the_take_over_on_the_whole_queue(
+        ops in proptest::collection::vec(op(), 0..50),
+        pick in proptest::option::of(any::<usize>()),
+        own_token in any::<bool>(),
+        other_token in any::<u8>(),
+        me in 0..3u32,
+        settled in any::<bool>(),
+        cgroup in any::<bool>(),
+    ) {
+        let (state, key) = queue_and_key(&ops, pick);
+        prop_assume!(state.check_structure().is_ok());
+        let reserved = state.row(&key).and_then(|r| r.slot_reservation.as_ref()).map(|r| r.token);
+        let token = match reserved {
+            Some(t) if own_token => t,
+            _ => token(other_token),
+        };
+        same_on_part(&state, &key, |q| {
+            steps::runner_take_over(q, TakeOverInput {
+                key: &key,
+                token,
+                me: who(me),
+                settled,
+                cgroup: cgroup.then_some("/sys/fs/cgroup/t"),
+                liveness: &Seen,
+            })
+        })?;
+    }
+
+    #[test]
+    fn a_leader_record_on_its_part_equals_the_record_on_the_whole_queue(
+        ops in proptest::collection::vec(op(), 0..50),
+        pick in proptest::option::of(any::<usize>()),
+        work in any::<u8>(),
+        leader in 0..3u32,
+    ) {
+        let (state, key) = queue_and_key(&ops, pick);
+        prop_assume!(state.check_structure().is_ok());
+        // The work of the row's own record when it has one, else any.
+        let id = state
+            .works
+            .iter()
+            .find(|w| w.key == key)
+            .map(|w| w.id)
+            .filter(|_| work % 2 == 0)
+            .unwrap_or_else(|| WorkId::from_token(token(work)));
+        same_on_part(&state, &key, |q| steps::work_started(q, &key, id, who(leader)))?;
+    }
+
+    #[test]
+    fn a_handoffs_publishes_on_their_part_equal_them_on_the_whole_queue(
+        ops in proptest::collection::vec(op(), 0..40),
+        later in proptest::collection::vec(op(), 0..6),
+        between in proptest::collection::vec(op(), 0..3),
+        child in 0..3u32,
+    ) {
+        let Some((state, handoff)) = handed_off(&ops, &later) else {
+            return Ok(());
+        };
+        prop_assume!(state.check_structure().is_ok());
+        let key = handoff.key().clone();
+        same_on_part(&state, &key, |q| steps::spawn_failed(q, handoff.clone()))?;
+        same_on_part(&state, &key, |q| {
+            steps::handoff_publish_first(q, handoff.clone(), who(child))
+        })?;
+        let mut first = state.clone();
+        let Ok(bound) = steps::handoff_publish_first(&mut first, handoff.clone(), who(child)) else {
+            return Ok(());
+        };
+        for op in &between {
+            apply(&mut first, op);
+        }
+        prop_assume!(first.check_structure().is_ok());
+        same_on_part(&first, &key, |q| steps::handoff_publish_second(q, bound.clone()))?;
+    }
+}

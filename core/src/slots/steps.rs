@@ -387,8 +387,7 @@ pub fn submit_scheduled<L: Liveness>(
             superseded,
         } => {
             let ready_at_millis = ready_at_millis.max(schedule.not_before_millis);
-            state.entries.retain(|e| !superseded.contains(&e.key));
-            let queue_id = enqueue(state, key, input.me, now)?.queue_id();
+            let queue_id = replace_waiters(state, key, input.me, now, &superseded)?;
             park(state, key)?;
             Ok(hold(
                 state,
@@ -417,6 +416,23 @@ pub fn submit_scheduled<L: Liveness>(
         state.row_mut(key)?.priority = schedule.priority;
     }
     Ok(decided)
+}
+
+/// The replaced waiters leave and the new turn's row is enqueued in their place. They leave
+/// first, so a full queue has room for the new one; the new row's time is bounded below by the
+/// last row's time *before* they leave, so that a replaced waiter that was the queue's last row
+/// cannot lower it. A section on its part (which holds the queue's last row, not the rows before
+/// it; `steps::project`) then gives the new row the time the whole queue gives it.
+fn replace_waiters(
+    state: &mut QueueState,
+    key: &TurnKey,
+    me: ProcessIdentity,
+    now_millis: u64,
+    superseded: &[TurnKey],
+) -> Result<u64, SlotError> {
+    let last_millis = state.entries.last().map_or(0, |e| e.enqueued_at_millis);
+    state.entries.retain(|e| !superseded.contains(&e.key));
+    Ok(enqueue(state, key, me, now_millis.max(last_millis))?.queue_id())
 }
 
 /// A parked new row that waits until `ready_at_millis` (or a resume): its waker, unless a pause
@@ -489,9 +505,7 @@ fn submit_plan<L: Liveness>(
             ready_at_millis,
             superseded,
         } => {
-            // The replaced waiters leave first, so a full queue has room for the new one.
-            state.entries.retain(|e| !superseded.contains(&e.key));
-            let queue_id = enqueue(state, key, input.me, input.now_millis)?.queue_id();
+            let queue_id = replace_waiters(state, key, input.me, input.now_millis, &superseded)?;
             park(state, key)?;
             set_ready_at(state, key, ready_at_millis)?;
             let wake_at_millis = (ready_at_millis > input.now_millis).then_some(ready_at_millis);

@@ -813,3 +813,39 @@ fn the_second_publish_is_fenced_when_the_row_moved_on_after_the_first() {
     assert_eq!(state, moved, "a fenced second publish changed the queue");
     assert!(state.runner(&key).is_none());
 }
+
+/// A debounce that replaces the queue's last row: the new row's time is bounded by the replaced
+/// row's, so a section on its part (which holds the last row but not the parked rows before it)
+/// and one on the whole queue give it the same time (the case tests/store_depth_projection.rs
+/// found: the part gave 0 where the whole gave the earlier row's time).
+#[test]
+fn a_replaced_last_waiter_does_not_lower_the_new_rows_time() {
+    let (mut whole, world) = (QueueState::default(), World::default());
+    let other = TurnKey::new("other", 1);
+    let first = TurnKey::new("job", 1);
+    for (key, at) in [(&other, 3), (&first, 5)] {
+        enqueue(&mut whole, key, id(10), at).unwrap();
+        park(&mut whole, key).unwrap();
+    }
+    let mut part = project(&whole, &submit_reads(Some("job"), &[]));
+    assert!(part.row(&other).is_none(), "the part leaves the parked row out");
+    let second = TurnKey::new("job", 2);
+    for state in [&mut whole, &mut part] {
+        let decision = submit(
+            state,
+            SubmitInput {
+                key: &second,
+                me: id(10),
+                fresh_token: token(2),
+                now_millis: 0,
+                cap: 0,
+                strategy: Strategy::Debounce { quiet_millis: 10 },
+                liveness: &world,
+            },
+        )
+        .unwrap();
+        assert_eq!(decision.superseded, vec![first.clone()]);
+        assert_eq!(state.row(&second).unwrap().enqueued_at_millis, 5);
+        state.check_structure().unwrap();
+    }
+}

@@ -105,6 +105,38 @@ pub fn create_private_dir(dir: &Path) -> Result<(), FileError> {
         .map_err(|e| FileError::io(dir, e))
 }
 
+/// Creates `dir`, a folder below the existing folder `root`, and its missing parents between the
+/// two, with mode 0700, one level at a time: a `root` that is gone (a removed home) is never made
+/// again, not even when it is removed while this runs, so a process that outlives its home sees
+/// the error instead of leaving a partial home behind. `dir` must lie below `root`.
+pub fn create_private_dir_under(root: &Path, dir: &Path) -> Result<(), FileError> {
+    let below = dir.strip_prefix(root).map_err(|_| {
+        FileError::io(
+            dir,
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("not below {}", root.display()),
+            ),
+        )
+    })?;
+    if !root.is_dir() {
+        return Err(FileError::io(
+            root,
+            io::Error::new(io::ErrorKind::NotFound, "the folder is gone"),
+        ));
+    }
+    let mut path = root.to_path_buf();
+    for part in below.components() {
+        path.push(part);
+        match fs::DirBuilder::new().mode(0o700).create(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => {}
+            Err(e) => return Err(FileError::io(&path, e)),
+        }
+    }
+    Ok(())
+}
+
 /// Replaces `path` with `bytes` atomically and durably.
 pub fn publish_bytes(path: &Path, bytes: &[u8]) -> Result<(), FileError> {
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -320,4 +352,34 @@ pub fn load_json_bounded<T: DeserializeOwned>(
 /// not exist.
 pub fn load_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, FileError> {
     load_json_bounded(path, "state file", limits::DOCUMENT_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_private_dir_under_a_gone_root_is_refused_and_the_root_not_made_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("home");
+        let err = create_private_dir_under(&root, &root.join("tasks/t/turns/1"))
+            .expect_err("a gone root is refused");
+        assert!(err.to_string().contains("home"), "{err}");
+        assert!(!root.exists(), "the gone root was made again");
+    }
+
+    #[test]
+    fn a_private_dir_under_an_existing_root_is_made_with_its_parents_0700() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        let leaf = root.join("tasks/t/turns/1");
+        create_private_dir_under(root, &leaf).expect("made");
+        create_private_dir_under(root, &leaf).expect("made again: nothing to do");
+        for path in [root.join("tasks"), root.join("tasks/t"), leaf] {
+            let mode = fs::metadata(&path).expect("made").permissions().mode();
+            assert_eq!(mode & 0o777, 0o700, "{}", path.display());
+        }
+        assert!(create_private_dir_under(&root.join("tasks"), root).is_err());
+    }
 }

@@ -292,16 +292,12 @@ pub fn spawn_into(spec: &InitSpec, group: &Path) -> Result<Direct, DirectError> 
     })
 }
 
-/// The child of [`spawn_into`]. Raw syscalls only (see the module's comment).
-fn direct_child(
-    spec: &InitSpec,
-    argv: &[*const libc::c_char],
-    envp: &[*const libc::c_char],
-    fds: &ChildFds,
-    parent: libc::pid_t,
-) -> ! {
-    // SAFETY: raw, async-signal-safe syscalls on data prepared before the clone, as in
-    // `init_main`.
+/// The first steps of both children of a clone (the direct command and the namespace's init):
+/// wait out `spec.hold` (the failpoint's window), then arm `PR_SET_PDEATHSIG = SIGKILL`, so the
+/// parent's death, from this point on, kills the child. Raw syscalls only; on failure the errno
+/// goes to the parent through `fds.fail` and the child exits.
+fn hold_then_die_with_parent(spec: &InitSpec, fds: &ChildFds) {
+    // SAFETY: raw, async-signal-safe syscalls on a stack value; nothing allocates or locks.
     unsafe {
         if let Some(hold) = spec.hold {
             let ts = libc::timespec {
@@ -320,6 +316,21 @@ fn direct_child(
         {
             fail_child(fds.fail, last_errno());
         }
+    }
+}
+
+/// The child of [`spawn_into`]. Raw syscalls only (see the module's comment).
+fn direct_child(
+    spec: &InitSpec,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+    fds: &ChildFds,
+    parent: libc::pid_t,
+) -> ! {
+    // SAFETY: raw, async-signal-safe syscalls on data prepared before the clone, as in
+    // `init_main`.
+    unsafe {
+        hold_then_die_with_parent(spec, fds);
         // The parent may have died before the signal was armed: then we were reparented.
         if libc::getppid() != parent {
             fail_child(fds.fail, libc::ESRCH);
@@ -481,23 +492,7 @@ fn init_main(
     // SAFETY: every call below is a raw, async-signal-safe syscall on descriptors and
     // NUL-terminated strings prepared before the clone; nothing allocates or takes a lock.
     unsafe {
-        if let Some(hold) = spec.hold {
-            let ts = libc::timespec {
-                tv_sec: hold.as_secs() as libc::time_t,
-                tv_nsec: hold.subsec_nanos() as libc::c_long,
-            };
-            libc::nanosleep(&ts, std::ptr::null_mut());
-        }
-        if libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        ) != 0
-        {
-            fail_child(fds.fail, last_errno());
-        }
+        hold_then_die_with_parent(spec, fds);
         // The runner may have died before the signal was armed: its pidfd is readable then.
         let mut me = libc::pollfd {
             fd: fds.me,

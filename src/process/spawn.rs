@@ -10,7 +10,7 @@ use crate::home::Home;
 use crate::protocol::slots::{ProcessIdentity, SlotToken, TurnKey, WorkRecord};
 use std::ffi::OsString;
 use std::fs::OpenOptions;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -191,15 +191,12 @@ fn spawn_runner(
     let log_path = home.runner_log(key);
     // On a fleet the turn may have been submitted from another home (its record is in the
     // database): this home has no folder for it yet.
+    // A home removed meanwhile is not made again (the runner would outlive it).
     if let Some(dir) = log_path.parent() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|source| SpawnError::Log {
-                path: log_path.clone(),
-                source,
-            })?;
+        crate::fsutil::create_private_dir_under(home.root(), dir).map_err(|e| SpawnError::Log {
+            path: log_path.clone(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
     }
     let log = OpenOptions::new()
         .create(true)

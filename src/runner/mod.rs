@@ -297,7 +297,9 @@ fn run_work_with<L: Liveness, S: Store>(
         // The turn's folder is made lazily (spec/turns.md, "The turn folder"); a detached runner's
         // spawn made it for `runner.log`, an attached turn writes its first file (`hooks.log`,
         // `result.pending`) from here on.
-        if let Err(e) = crate::fsutil::create_private_dir(&rt.home.turn_dir(&turn.key)) {
+        if let Err(e) =
+            crate::fsutil::create_private_dir_under(rt.home.root(), &rt.home.turn_dir(&turn.key))
+        {
             return Execution::unstartable(format!("cannot make the turn's folder: {e}"));
         }
     }

@@ -46,7 +46,7 @@ pub fn localised<'a>(home: &Home, turn: &'a TurnRecord) -> Result<Cow<'a, TurnRe
     // The row is the durable copy: a crash before the file is written loses nothing, and every
     // start of the turn writes it again if it is missing or torn.
     if !std::fs::read(&local).is_ok_and(|on_disk| on_disk == body) {
-        crate::fsutil::create_private_dir(&dir)?;
+        crate::fsutil::create_private_dir_under(home.root(), &dir)?;
         crate::fsutil::publish_bytes(&local, &body)?;
     }
     if std::path::Path::new(named) == local {

@@ -107,9 +107,23 @@ impl Serve {
                 }
             }
         });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("serve did not say where it listens");
+        // Which of the two failures it is decides where to look: a serve that exited printed
+        // why on the inherited stderr; one still running after the wait is stuck before its
+        // listener (recovery, a lock).
+        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(addr) => addr,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let status = child.wait();
+                panic!(
+                    "serve exited before saying where it listens: {status:?} (its stderr is above)"
+                )
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("serve did not say where it listens within 60 s (killed)")
+            }
+        };
         Serve { child, addr }
     }
 

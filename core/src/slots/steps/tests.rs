@@ -828,7 +828,10 @@ fn a_replaced_last_waiter_does_not_lower_the_new_rows_time() {
         park(&mut whole, key).unwrap();
     }
     let mut part = project(&whole, &submit_reads(Some("job"), &[]));
-    assert!(part.row(&other).is_none(), "the part leaves the parked row out");
+    assert!(
+        part.row(&other).is_none(),
+        "the part leaves the parked row out"
+    );
     let second = TurnKey::new("job", 2);
     for state in [&mut whole, &mut part] {
         let decision = submit(

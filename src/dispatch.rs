@@ -30,6 +30,21 @@ pub enum DispatchError {
     },
 }
 
+/// Why a section on a part of the queue published nothing (the submit's and the finishing
+/// runner's, spec/store.md, "What a section loads").
+#[derive(Debug)]
+pub enum SectionError {
+    Failed(DispatchError),
+    /// The part loaded did not suffice for the step: rolled back, to be run again with these.
+    Unread(crate::protocol::slots::steps::Reads),
+}
+
+impl<T: Into<DispatchError>> From<T> for SectionError {
+    fn from(e: T) -> Self {
+        SectionError::Failed(e.into())
+    }
+}
+
 impl DispatchError {
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         DispatchError::Io {

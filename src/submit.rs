@@ -2,6 +2,7 @@
 //! section is one core step ([`steps::submit`], [`steps::attached_start`]); [`crate::driver`]
 //! performs its effect.
 
+use crate::dispatch::SectionError;
 use crate::dispatch::{DispatchError, Handoff};
 use crate::driver;
 use crate::fsutil::FileError;
@@ -321,20 +322,6 @@ fn decide_sequenced<L: Liveness, S: Store>(
 /// names the given task (or none: a generated name), the second the name generated in the first;
 /// a third covers a concurrent submit that took the id the second generated the name from.
 const PART_ATTEMPTS: usize = 3;
-
-/// Why a submit section published nothing.
-#[derive(Debug)]
-enum SectionError {
-    Failed(DispatchError),
-    /// The part loaded did not suffice for the step: rolled back, to be run again with these.
-    Unread(Reads),
-}
-
-impl<T: Into<DispatchError>> From<T> for SectionError {
-    fn from(e: T) -> Self {
-        SectionError::Failed(e.into())
-    }
-}
 
 /// One submit section on what `reads` names (see [`decide_sequenced`]).
 #[allow(clippy::type_complexity)]

@@ -329,6 +329,23 @@ fn a_parking_submit_loads_only_the_rows_its_step_names() {
     // What the store loads for a part is the core's projection of the whole queue.
     let reads = steps::submit_reads(Some("p-3"), &[]);
     let expected = steps::project(&state, &reads);
+    let (part, loaded) = loaded_part(&rt, &reads);
+    assert_eq!(part, expected);
+    assert_eq!(
+        loaded,
+        steps::Loaded::Part {
+            reads,
+            queue_rows: PARKED + 3
+        }
+    );
+}
+
+/// What the home's store loads for a section on the part `reads` names, and what it says it
+/// loaded (the section commits nothing).
+fn loaded_part(
+    rt: &Runtime<ProcLiveness, tollgate::queue::HomeStore>,
+    reads: &steps::QueueReads,
+) -> (tollgate::protocol::slots::QueueState, steps::Loaded) {
     let seen = std::cell::RefCell::new(None);
     rt.store
         .transact_reading(
@@ -340,15 +357,7 @@ fn a_parking_submit_loads_only_the_rows_its_step_names() {
             },
         )
         .expect("a section on the part");
-    let (part, loaded) = seen.into_inner().expect("the section ran");
-    assert_eq!(part, expected);
-    assert_eq!(
-        loaded,
-        steps::Loaded::Part {
-            reads,
-            queue_rows: PARKED + 3
-        }
-    );
+    seen.into_inner().expect("the section ran")
 }
 
 /// Issue 14: the repair's look takes no section for a free slot alone. With two slots, one held
@@ -405,4 +414,62 @@ fn a_free_slot_without_a_parked_row_takes_no_repair_section() {
         .iter()
         .any(|e| e.key == parked[0] && e.state == RowState::Parked));
     assert!(tollgate::reconcile::repair_due(&rt, me).expect("look"));
+}
+
+/// Issue 12, point 4: what the SQLite store loads for a finishing runner's part
+/// (`steps::finish_reads`: its task's rows, the first parked rows in start order and the rows
+/// they wait for, by the index `entries_start_order`) is the core's `steps::project`, on a queue
+/// whose start order is not its FIFO order (priorities) and whose heads wait for deep rows.
+#[test]
+fn a_finishing_runners_part_is_the_cores_projection() {
+    use tollgate::protocol::slots::{enqueue, park, AfterRule, Dependency};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (rt, me) = one_slot_home(dir.path());
+    let running = TurnKey::new("run", 1);
+    let mut state = tollgate::protocol::slots::QueueState::default();
+    enqueue(&mut state, &running, me, 1).expect("enqueue");
+    state.row_mut(&running).expect("row").state = RowState::Dispatching { dispatch_owner: me };
+    state.set_runner(&running, me, false);
+    for n in 0..PARKED {
+        let key = TurnKey::new(format!("p-{n}"), 1);
+        enqueue(&mut state, &key, me, 2 + n as u64).expect("enqueue");
+        park(&mut state, &key).expect("park");
+        // Every fifth row has a higher priority: the heads are spread over the queue.
+        state.row_mut(&key).expect("row").priority = i32::from(n % 5 == 4);
+    }
+    // The first head by start order waits for a deep row of another task.
+    let deep = TurnKey::new("p-1", 1);
+    state.row_mut(&TurnKey::new("p-4", 1)).expect("row").after = vec![Dependency {
+        key: deep.clone(),
+        rule: AfterRule::Ended,
+    }];
+    rt.store
+        .transact(|q| {
+            *q = state.clone();
+            Ok::<_, tollgate::queue::StoreError>(())
+        })
+        .expect("publish");
+    let reads = steps::finish_reads(&running);
+    let expected = steps::project(&state, &reads);
+    assert!(
+        expected.row(&deep).is_some(),
+        "the head's dependency is in the part"
+    );
+    assert!(
+        expected.entries.len() < state.entries.len() / 2,
+        "the part leaves parked rows out"
+    );
+    let (part, loaded) = loaded_part(&rt, &reads);
+    assert_eq!(part, expected);
+    assert_eq!(
+        loaded,
+        steps::Loaded::Part {
+            reads,
+            queue_rows: PARKED + 1
+        }
+    );
+    assert_eq!(
+        database(&rt).rows_loaded_by_last_section(),
+        expected.entries.len()
+    );
 }

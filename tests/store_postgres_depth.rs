@@ -80,6 +80,7 @@ fn reads(tasks: &[&str], turns: &[(&str, u32)]) -> QueueReads {
             .iter()
             .map(|(task, turn)| TurnKey::new(*task, *turn))
             .collect::<BTreeSet<_>>(),
+        heads: 0,
     }
 }
 
@@ -131,6 +132,13 @@ fn a_section_on_a_part_loads_what_the_core_projects_and_commits_what_it_merges()
         reads(&["absent"], &[("waiting", 7)]),
         reads(&[], &[]),
         reads(&["p-0", "p-21", "it's \\ quoted"], &[("p-9", 1)]),
+        // A finishing runner's part: the first parked rows in start order (version 9's index)
+        // and the rows they wait for.
+        steps::finish_reads(&TurnKey::new("waiting", 7)),
+        QueueReads {
+            heads: 3,
+            ..reads(&["dep"], &[])
+        },
     ];
     for case in &cases {
         let (part, loaded) = part_of(&store, case);

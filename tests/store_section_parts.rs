@@ -6,11 +6,20 @@
 //! merged back (`steps::merge`, what the store's commit does), must equal the step on the whole
 //! queue: the same answer (or the same error) and the same queue. The part always suffices (the
 //! row is in it in any state), so these sections never run again on the whole queue.
+//!
+//! Issue 12, point 4: the finishing runner's section reads its own part too
+//! (`steps::finish_reads`: its task's rows and their dependents, and the first parked rows in
+//! start order with the rows they wait for). That part does not always suffice; whenever
+//! `steps::finish_sufficed` says it did, the finish on the part, merged back, must equal the
+//! finish on the whole queue.
 
 use proptest::prelude::*;
+use std::collections::BTreeMap;
 use tollgate::protocol::admission::Strategy as TaskStrategy;
 use tollgate::protocol::slots::order::{self, PauseScope};
-use tollgate::protocol::slots::steps::{self, Handoff, SubmitEffect, SubmitInput, TakeOverInput};
+use tollgate::protocol::slots::steps::{
+    self, FinishInput, Handoff, Loaded, QueueReads, SubmitEffect, SubmitInput, TakeOverInput,
+};
 use tollgate::protocol::slots::*;
 
 const TASKS: [&str; 4] = ["a", "b", "c", "d"];
@@ -57,6 +66,7 @@ enum Op {
     DependOn(usize, usize, bool),
     Ready(usize, u64),
     Pause(usize),
+    Priority(usize, i32),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -72,6 +82,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(a, b, s)| Op::DependOn(a, b, s)),
         1 => (any::<usize>(), 0..20u64).prop_map(|(i, at)| Op::Ready(i, at)),
         1 => (0..TASKS.len()).prop_map(Op::Pause),
+        2 => (any::<usize>(), -2..3i32).prop_map(|(i, p)| Op::Priority(i, p)),
     ]
 }
 
@@ -129,6 +140,7 @@ fn apply(state: &mut QueueState, op: &Op) {
         Op::Pause(t) => {
             order::pause(state, PauseScope::Task(TASKS[t])).expect("pause");
         }
+        Op::Priority(i, p) if len > 0 => state.entries[i % len].priority = p,
         _ => {}
     }
 }
@@ -280,4 +292,174 @@ proptest! {
         prop_assume!(first.check_structure().is_ok());
         same_on_part(&first, &key, |q| steps::handoff_publish_second(q, bound.clone()))?;
     }
+}
+
+/// A strategy for each task, from `picks` (one per task of [`TASKS`]).
+fn strategies(picks: &[u8]) -> BTreeMap<String, TaskStrategy> {
+    TASKS
+        .iter()
+        .zip(picks)
+        .map(|(task, pick)| {
+            let strategy = match pick % 5 {
+                0 => TaskStrategy::default(),
+                1 => TaskStrategy::Queue,
+                2 => TaskStrategy::Debounce { quiet_millis: 10 },
+                3 => TaskStrategy::Concurrent { max: 2 },
+                _ => TaskStrategy::Drop,
+            };
+            (task.to_string(), strategy)
+        })
+        .collect()
+}
+
+/// The finish of `key` by `me` on the whole `state` and on its part (with `heads` first parked
+/// rows: the generated queues are small, so the proptest reads fewer than
+/// [`steps::FINISH_HEADS`] to leave parked rows out); `Some(())` when the part says it sufficed
+/// (and then both finishes agree), `None` when the shell would run it again on the whole queue.
+#[allow(clippy::too_many_arguments)]
+fn finish_both(
+    state: &QueueState,
+    key: &TurnKey,
+    me: ProcessIdentity,
+    cap: usize,
+    now_millis: u64,
+    strategies: &BTreeMap<String, TaskStrategy>,
+    heads: usize,
+) -> Result<Option<()>, TestCaseError> {
+    let reads = QueueReads {
+        heads,
+        ..steps::finish_reads(key)
+    };
+    let before = steps::project(state, &reads);
+    prop_assert!(before.check_structure().is_ok(), "a part is a queue");
+    let loaded = Loaded::Part {
+        reads,
+        queue_rows: state.entries.len(),
+    };
+    prop_assert!(steps::finish_covers(&loaded, key));
+    let input = FinishInput {
+        key,
+        me,
+        fresh_token: token(250),
+        now_millis,
+        cap,
+        strategies,
+        liveness: &Seen,
+    };
+    let mut whole = state.clone();
+    let on_whole = steps::runner_finish(&mut whole, input);
+    let mut part = before.clone();
+    let on_part = steps::runner_finish(&mut part, input);
+    let Ok(next) = &on_part else {
+        // An error of the part is the section's: nothing is committed, whatever the whole says.
+        return Ok(None);
+    };
+    let next_key = next.as_ref().map(|h| h.key().clone());
+    if !steps::finish_sufficed(&loaded, key, &before, &part, next_key.as_ref()) {
+        return Ok(None);
+    }
+    prop_assert_eq!(&on_whole, &on_part);
+    let mut merged = state.clone();
+    steps::merge(&mut merged, &before, &part);
+    prop_assert_eq!(merged, whole);
+    Ok(Some(()))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    #[test]
+    fn a_finish_on_its_part_equals_the_finish_on_the_whole_queue_when_it_says_it_sufficed(
+        ops in proptest::collection::vec(op(), 0..60),
+        pick in proptest::option::of(any::<usize>()),
+        me in 0..3u32,
+        cap in 1..4usize,
+        now_millis in 0..30u64,
+        picks in proptest::collection::vec(any::<u8>(), TASKS.len()),
+        heads in 1..4usize,
+    ) {
+        let (mut state, key) = queue_and_key(&ops, pick);
+        // The finishing runner dispatches its row (when the turn still has one).
+        if let Ok(row) = state.row_mut(&key) {
+            row.state = RowState::Dispatching { dispatch_owner: who(me) };
+        }
+        prop_assume!(state.check_structure().is_ok());
+        finish_both(&state, &key, who(me), cap, now_millis, &strategies(&picks), heads)?;
+    }
+}
+
+/// A queue of one running turn (`run/1`, dispatched by pid 1) and `parked` parked turns of
+/// tasks of their own, pids 1 and 2 live.
+fn deep_queue(parked: u32) -> QueueState {
+    let mut state = QueueState::default();
+    let running = TurnKey::new("run", 1);
+    enqueue(&mut state, &running, who(0), 1).expect("enqueue");
+    state.row_mut(&running).expect("row").state = RowState::Dispatching {
+        dispatch_owner: who(0),
+    };
+    state.set_runner(&running, who(0), false);
+    for n in 0..parked {
+        let key = TurnKey::new(format!("t{n}"), 1);
+        enqueue(&mut state, &key, who(1), 2).expect("enqueue");
+        park(&mut state, &key).expect("park");
+    }
+    state
+}
+
+#[test]
+fn a_finish_at_depth_starts_the_first_row_on_a_part_of_a_few_rows() {
+    let state = deep_queue(500);
+    let key = TurnKey::new("run", 1);
+    let part = steps::project(&state, &steps::finish_reads(&key));
+    assert!(
+        part.entries.len() <= steps::FINISH_HEADS + 2,
+        "{} rows in the part",
+        part.entries.len()
+    );
+    let outcome = finish_both(
+        &state,
+        &key,
+        who(0),
+        1,
+        0,
+        &BTreeMap::new(),
+        steps::FINISH_HEADS,
+    )
+    .expect("equal");
+    assert_eq!(outcome, Some(()), "the part sufficed");
+}
+
+#[test]
+fn a_finish_whose_heads_cannot_start_says_its_part_did_not_suffice() {
+    // The first rows in start order are all paused: the row to start lies past the heads.
+    let mut state = deep_queue(40);
+    for n in 0..steps::FINISH_HEADS {
+        order::pause(&mut state, PauseScope::Task(&format!("t{n}"))).expect("pause");
+    }
+    let key = TurnKey::new("run", 1);
+    let outcome = finish_both(
+        &state,
+        &key,
+        who(0),
+        1,
+        0,
+        &BTreeMap::new(),
+        steps::FINISH_HEADS,
+    )
+    .expect("checked");
+    assert_eq!(outcome, None, "run again on the whole queue");
+    // A higher priority row past the heads by queue_id is a head by start order.
+    let mut state = deep_queue(40);
+    state.entries.last_mut().expect("rows").priority = 5;
+    let outcome = finish_both(
+        &state,
+        &key,
+        who(0),
+        1,
+        0,
+        &BTreeMap::new(),
+        steps::FINISH_HEADS,
+    )
+    .expect("equal");
+    assert_eq!(outcome, Some(()));
 }

@@ -274,9 +274,10 @@ fn special_files_as_the_database_or_its_log_are_refused_by_every_reader_and_doct
     }
 }
 
-/// Undoes migrations 8 (the row count), 5 (serve), 4 (records), 3 (dependencies) and 2
+/// Undoes migrations 9 (the start order's index), 8 (the row count), 5 (serve), 4 (records), 3 (dependencies) and 2
 /// (scheduling): what a version-1 database (issue 12 phase 1: the queue only) holds.
 const DOWNGRADE_TO_VERSION_1: &str = "DROP TRIGGER entries_counted_in;
+     DROP INDEX entries_start_order;
      DROP TRIGGER entries_counted_out; ALTER TABLE queue_meta DROP COLUMN row_count;
      DROP TABLE serve_dedupe; DROP TABLE serve_refused;
      DROP TABLE serve_payloads; DROP TABLE serve_handed_off; DROP TABLE tasks; DROP TABLE turns; DROP TABLE sync_barrier;
@@ -390,14 +391,11 @@ fn only_the_migrations_newer_than_the_highest_applied_run() {
     let conn = rusqlite::Connection::open(&db).expect("open");
     conn.execute("DELETE FROM schema_migrations WHERE version = ?1", [newest])
         .expect("forget the newest migration");
-    // What migration 8 made (update this with the next migration: the assertion below names
+    // What migration 9 made (update this with the next migration: the assertion below names
     // the version this undo is written for).
-    assert_eq!(newest, 8, "undo the newest migration here");
-    conn.execute_batch(
-        "DROP INDEX entry_dependencies_by_turn; DROP TRIGGER entries_counted_in;
-         DROP TRIGGER entries_counted_out; ALTER TABLE queue_meta DROP COLUMN row_count;",
-    )
-    .expect("drop what the newest migration made");
+    assert_eq!(newest, 9, "undo the newest migration here");
+    conn.execute_batch("DROP INDEX entries_start_order;")
+        .expect("drop what the newest migration made");
     drop(conn);
     let kept = applied_migrations(&db);
     assert_eq!(
@@ -418,7 +416,7 @@ fn only_the_migrations_newer_than_the_highest_applied_run() {
         .expect("open")
         .query_row(
             "SELECT count(*) = 1 FROM sqlite_schema
-             WHERE type = 'index' AND name = 'entry_dependencies_by_turn'",
+             WHERE type = 'index' AND name = 'entries_start_order'",
             [],
             |row| row.get(0),
         )

@@ -35,7 +35,7 @@ pub use ops::{
 };
 
 /// The newest schema this tollgate writes in a PostgreSQL database.
-pub const POSTGRES_SCHEMA_VERSION: i32 = 8;
+pub const POSTGRES_SCHEMA_VERSION: i32 = 9;
 
 /// The first key of every advisory lock tollgate takes (`pg_advisory_xact_lock(int4, int4)`):
 /// "tg" in ASCII, so tollgate's locks do not collide with another application's single-key ones.
@@ -152,7 +152,16 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "sections on a part of the queue: indexes and the row count",
         SCHEMA_V8,
     ),
+    (9, "an index of the parked rows in start order", SCHEMA_V9),
 ];
+
+/// Version 9: each queue's parked rows in start order (priority descending, then `queue_id`), so
+/// a finishing runner's section finds the first few it may start (`steps::finish_reads`) without
+/// a scan of every parked row. An index only (`IF NOT EXISTS`).
+const SCHEMA_V9: &str = "
+CREATE INDEX IF NOT EXISTS entries_start_order
+    ON entries (queue, priority DESC, queue_id) WHERE state = 'parked';
+";
 
 /// Version 8: what a section on a part of the queue reads by index searches
 /// ([`Store::transact_reading`], spec/store.md, "What a section loads"): the dependencies by the

@@ -14,6 +14,7 @@ use crate::clock;
 use crate::config::Durability;
 use crate::fsutil::{self, FileError};
 use crate::home::Home;
+use crate::protocol::slots::order::start_rank;
 use crate::protocol::slots::steps::{Loaded, QueueReads, Reads};
 use crate::protocol::slots::{
     AfterRule, Dependency, PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState,
@@ -31,7 +32,7 @@ use std::time::{Duration, Instant};
 
 /// The newest schema this tollgate writes; a database whose `schema_migrations` names a newer
 /// one is refused (it was written by a newer tollgate).
-pub const SCHEMA_VERSION: u32 = 8;
+pub const SCHEMA_VERSION: u32 = 9;
 
 /// The schema's migrations in order: `(version, what it does, SQL)`. Each runs once, inside the
 /// write transaction that records it in `schema_migrations`.
@@ -52,7 +53,16 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "an index of the dependencies by the turn they name",
         SCHEMA_V8,
     ),
+    (9, "an index of the parked rows in start order", SCHEMA_V9),
 ];
+
+/// Version 9: the parked rows in start order (priority descending, then `queue_id`), so a
+/// finishing runner's section finds the first few it may start (`steps::finish_reads`) without a
+/// scan of every parked row. An index only (`IF NOT EXISTS`, as version 7).
+const SCHEMA_V9: &str = "
+CREATE INDEX IF NOT EXISTS entries_start_order ON entries (priority DESC, queue_id)
+    WHERE state = 'parked';
+";
 
 /// Version 8: the dependencies indexed by the turn they name, so a section that reads a task's
 /// rows also finds the rows waiting on one of its turns ([`Store::transact_reading`]) without a
@@ -1103,7 +1113,24 @@ fn read_part(
             (SELECT queue_id FROM entry_dependencies WHERE task = ?1)"
     );
     let of_turn = format!("SELECT {ENTRY_COLUMNS} FROM entries WHERE task = ?1 AND turn = ?2");
-    let mut push = |query: &str, params: &[&dyn rusqlite::ToSql]| -> Result<(), StoreError> {
+    // The first parked rows in start order (`order::start_rank`), by the partial index
+    // `entries_start_order` (version 9), named: the planner would rather take `entries_by_state`'s
+    // range and sort every parked row. Ids past 2^63 read negative (see [`int`]): the first of
+    // those (a range of `entries_by_state`, empty but for hand-made queues) and of the others
+    // are taken, and the first of both kept.
+    let heads_sql = format!(
+        "SELECT {ENTRY_COLUMNS} FROM entries INDEXED BY entries_start_order
+         WHERE state = 'parked' AND queue_id >= 0
+         ORDER BY priority DESC, queue_id LIMIT ?1"
+    );
+    let heads_past_sql = format!(
+        "SELECT {ENTRY_COLUMNS} FROM entries WHERE state = 'parked' AND queue_id < 0
+         ORDER BY priority DESC, queue_id LIMIT ?1"
+    );
+    let push = |extra: &mut Vec<QueueEntry>,
+                query: &str,
+                params: &[&dyn rusqlite::ToSql]|
+     -> Result<(), StoreError> {
         let mut rows = conn.prepare_cached(query).map_err(sql)?;
         let mut found = rows.query(params).map_err(sql)?;
         while let Some(row) = found.next().map_err(sql)? {
@@ -1115,13 +1142,32 @@ fn read_part(
         }
         Ok(())
     };
-    push(&last, &[])?;
+    push(&mut extra, &last, &[])?;
     for task in &reads.tasks {
-        push(&of_task, &[task])?;
-        push(&depending, &[task])?;
+        push(&mut extra, &of_task, &[task])?;
+        push(&mut extra, &depending, &[task])?;
     }
     for key in &reads.turns {
-        push(&of_turn, &[&key.task, &key.turn])?;
+        push(&mut extra, &of_turn, &[&key.task, &key.turn])?;
+    }
+    if reads.heads > 0 {
+        let mut heads = Vec::new();
+        let limit = i64::try_from(reads.heads).unwrap_or(i64::MAX);
+        push(&mut heads, &heads_sql, &[&limit])?;
+        push(&mut heads, &heads_past_sql, &[&limit])?;
+        heads.sort_by_key(start_rank);
+        heads.truncate(reads.heads);
+        // Their dependencies name the rows to read besides; every row's own are read below.
+        let mut with_dependencies = heads.clone();
+        read_dependencies_of(conn, &mut with_dependencies).map_err(sql)?;
+        let waited_for: std::collections::BTreeSet<TurnKey> = with_dependencies
+            .iter()
+            .flat_map(|e| e.after.iter().map(|d| d.key.clone()))
+            .collect();
+        for key in &waited_for {
+            push(&mut extra, &of_turn, &[&key.task, &key.turn])?;
+        }
+        extra.extend(heads);
     }
     extra.sort_by_key(|e| e.queue_id);
     extra.dedup_by_key(|e| e.queue_id);

@@ -18,10 +18,12 @@ pub mod signals;
 
 pub use execute::{execute_turn, truncation_line, Execution, LogDrains, TIMED_OUT_EXIT_CODE};
 
-use crate::dispatch::{DispatchError, Handoff};
+use crate::dispatch::{DispatchError, Handoff, SectionError};
 use crate::driver;
 use crate::process::{containment, work};
-use crate::protocol::slots::steps::{self, FinishInput, Reads, TakeOverEffect, TakeOverInput};
+use crate::protocol::slots::steps::{
+    self, FinishInput, Loaded, Reads, TakeOverEffect, TakeOverInput,
+};
 use crate::protocol::slots::{
     Liveness, ProcessIdentity, SlotError, SlotToken, TurnKey, WorkId, WorkRecord,
 };
@@ -394,13 +396,40 @@ pub fn record_and_start_next<L: Liveness, S: Store>(
 /// The finishing runner's section: save `result` (the turn's ended record) if given, the
 /// departure of the turn ([`crate::deps::departed`]: a retry re-queued, failed dependents
 /// settled, in this same section), then the core's [`steps::runner_finish`] (leave, and reserve
-/// the next parked row this slot may start).
+/// the next parked row this slot may start). It reads its part of the queue
+/// ([`steps::finish_reads`]: its task's rows, the first parked rows in start order), so a finish
+/// costs the same at any depth; when the core says that part did not suffice
+/// ([`steps::finish_sufficed`]) the section is rolled back and runs once more on the whole queue.
 fn finish_section<L: Liveness, S: Store>(
     rt: &Runtime<L, S>,
     key: &TurnKey,
     me: ProcessIdentity,
     result: Option<&TurnRecord>,
 ) -> Result<(Option<steps::Handoff>, crate::deps::AfterDeparture), DispatchError> {
+    let part = Reads::Part(steps::finish_reads(key));
+    match finish_section_reading(rt, key, me, result, &part) {
+        Err(SectionError::Unread(_)) => {}
+        Err(SectionError::Failed(e)) => return Err(e),
+        Ok(done) => return Ok(done),
+    }
+    finish_section_reading(rt, key, me, result, &Reads::Everything).map_err(|e| match e {
+        SectionError::Failed(e) => e,
+        // A section on the whole queue never asks for more.
+        SectionError::Unread(_) => DispatchError::io(
+            "finish",
+            std::io::Error::other("a section on the whole queue asked to read more"),
+        ),
+    })
+}
+
+/// One [`finish_section`] on what `reads` names.
+fn finish_section_reading<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    key: &TurnKey,
+    me: ProcessIdentity,
+    result: Option<&TurnRecord>,
+    reads: &Reads,
+) -> Result<(Option<steps::Handoff>, crate::deps::AfterDeparture), SectionError> {
     let cap = rt.cap();
     // With a result the section records an outcome: synced at its own commit (one transaction),
     // not by a second synced commit after an internal one (spec/store.md, "Records").
@@ -408,7 +437,14 @@ fn finish_section<L: Liveness, S: Store>(
         Some(_) => Commit::Outcome,
         None => Commit::Internal,
     };
-    rt.store.transact_as(commit, |state| {
+    rt.store.transact_reading(commit, reads, |state, loaded| {
+        if !steps::finish_covers(loaded, key) {
+            return Err(SectionError::Unread(Reads::Everything));
+        }
+        let before = match loaded {
+            Loaded::Whole => None,
+            Loaded::Part { .. } => Some(state.clone()),
+        };
         let queued = state.row(key).is_some();
         let after = match result {
             Some(turn) => {
@@ -439,6 +475,12 @@ fn finish_section<L: Liveness, S: Store>(
                 liveness: &rt.liveness,
             },
         )?;
-        Ok::<_, DispatchError>((next, after))
+        if let Some(before) = &before {
+            let started = next.as_ref().map(|h| h.key());
+            if !steps::finish_sufficed(loaded, key, before, state, started) {
+                return Err(SectionError::Unread(Reads::Everything));
+            }
+        }
+        Ok((next, after))
     })
 }

@@ -491,6 +491,7 @@ mod tests {
         QueueReads {
             tasks: tasks.iter().map(|t| t.to_string()).collect(),
             turns: Default::default(),
+            heads: 0,
         }
     }
 

@@ -83,9 +83,15 @@ pub fn start_candidates(
                 && eligible(&lookup, e)
         })
         .collect();
-    // Stable sort on a total key: priority descending, then queue_id ascending.
-    rows.sort_by_key(|e| (std::cmp::Reverse(e.priority), e.queue_id));
+    rows.sort_by_key(|e| start_rank(e));
     rows.into_iter().map(|e| e.key.clone()).collect()
+}
+
+/// A parked row's place in the start order: priority descending, then `queue_id` ascending (a
+/// total key, since `queue_id`s are unique). [`start_candidates`] sorts by it, and a finishing
+/// runner's part of the queue (`steps::finish_reads`) holds the first parked rows by it.
+pub fn start_rank(entry: &QueueEntry) -> (std::cmp::Reverse<i32>, u64) {
+    (std::cmp::Reverse(entry.priority), entry.queue_id)
 }
 
 /// What a pause or resume applies to.

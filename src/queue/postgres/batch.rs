@@ -209,7 +209,8 @@ pub(super) enum Rows<'a> {
     /// a queue, never published.
     Active,
     /// The active rows, the last row, every row of the named tasks and every row depending on a
-    /// turn of them, and the named turns (the core's `steps::project` is the reference), with
+    /// turn of them, the named turns, and the first `heads` parked rows in start order with the
+    /// rows they wait for (the core's `steps::project` is the reference), with
     /// the queue's row count (`queue_meta.row_count`, version 8).
     Part(&'a QueueReads),
 }
@@ -277,6 +278,31 @@ fn part_ids(q: &str, rows: Rows<'_>) -> Option<String> {
             sql,
             "
          UNION SELECT queue_id FROM entries WHERE queue = {q} AND (task, turn) IN ({turns})"
+        );
+    }
+    if reads.heads > 0 {
+        // The first parked rows in start order (`order::start_rank`, the index
+        // `entries_start_order` of version 9) and the rows of the turns they wait for. Ids past
+        // 2^63 read negative: the first of those and of the others, then the first of both.
+        let limit = i64::try_from(reads.heads).unwrap_or(i64::MAX);
+        let heads = format!(
+            "SELECT queue_id FROM (
+                 (SELECT queue_id, priority FROM entries
+                  WHERE queue = {q} AND state = 'parked' AND queue_id >= 0
+                  ORDER BY priority DESC, queue_id LIMIT {limit})
+                 UNION ALL
+                 (SELECT queue_id, priority FROM entries
+                  WHERE queue = {q} AND state = 'parked' AND queue_id < 0
+                  ORDER BY priority DESC, queue_id LIMIT {limit})) AS h
+             ORDER BY priority DESC, queue_id < 0, queue_id LIMIT {limit}"
+        );
+        let _ = write!(
+            sql,
+            "
+         UNION ({heads})
+         UNION SELECT e.queue_id FROM entry_dependencies AS d JOIN entries AS e
+             ON e.queue = {q} AND e.task = d.task AND e.turn = d.turn
+             WHERE d.queue = {q} AND d.queue_id IN ({heads})"
         );
     }
     Some(sql)

@@ -9,12 +9,20 @@
 //! `queue_id`: [`crate::slots::enqueue`] takes the next id and the enqueue time from it). A
 //! [`QueueReads`] adds every row of some tasks (a strategy's scope: its running rows, its waiter,
 //! its line), the rows that depend on a turn of those tasks (a superseded waiter's departure
-//! looks at them), and the rows of some turns (a new turn's dependencies). The rows of a part are
-//! a subsequence of the queue in `queue_id` order, so every structural invariant
+//! looks at them), the rows of some turns (a new turn's dependencies), and the first parked rows
+//! in start order with the rows they wait for (a finishing runner's next start). The rows of a
+//! part are a subsequence of the queue in `queue_id` order, so every structural invariant
 //! ([`QueueState::check_structure`]) holds of it when it holds of the queue.
 
+use crate::slots::order::start_rank;
 use crate::slots::{Dependency, QueueEntry, QueueState, RowState, TurnKey, MAX_QUEUE_ROWS};
 use std::collections::BTreeSet;
+
+/// How many parked rows, first in the start order, a finishing runner's section reads
+/// ([`finish_reads`]): the next start is almost always the first of them that may start; a
+/// finish whose start lies further on (every one of these is paused, waiting for a dependency or
+/// a debounce, or its scope is busy) runs again on the whole queue ([`finish_sufficed`]).
+pub const FINISH_HEADS: usize = 8;
 
 /// What a section reads beyond the part every section reads (see the module's documentation).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -23,6 +31,9 @@ pub struct QueueReads {
     pub tasks: BTreeSet<String>,
     /// The rows of these turns, where they have one.
     pub turns: BTreeSet<TurnKey>,
+    /// The first `heads` parked rows in the start order ([`start_rank`]: priority, then
+    /// `queue_id`; pauses and strategies not applied), and the rows of the turns they wait for.
+    pub heads: usize,
 }
 
 /// What a section asks the store to load.
@@ -56,6 +67,7 @@ pub fn submit_reads(task: Option<&str>, after: &[Dependency]) -> QueueReads {
     QueueReads {
         tasks: task.map(str::to_string).into_iter().collect(),
         turns: after.iter().map(|d| d.key.clone()).collect(),
+        heads: 0,
     }
 }
 
@@ -74,12 +86,57 @@ pub fn row_reads(key: &TurnKey) -> QueueReads {
     QueueReads {
         tasks: BTreeSet::new(),
         turns: std::iter::once(key.clone()).collect(),
+        heads: 0,
     }
+}
+
+/// The part of the queue a finishing runner's section reads ([`super::runner_finish`] and the
+/// departure before it): every row of the finished turn's task and every row depending on one of
+/// its turns (its own row, a retry's scope, the dependents its departure settles), and the first
+/// [`FINISH_HEADS`] parked rows in start order with the rows they wait for (the candidates of
+/// the next start, and what decides whether each may start). Whether it sufficed is
+/// [`finish_sufficed`]'s answer after the step.
+pub fn finish_reads(key: &TurnKey) -> QueueReads {
+    QueueReads {
+        tasks: std::iter::once(key.task.clone()).collect(),
+        turns: std::iter::once(key.clone()).collect(),
+        heads: FINISH_HEADS,
+    }
+}
+
+/// The `heads` first parked rows of `state` in start order, and the turns they wait for.
+fn heads_of(state: &QueueState, heads: usize) -> (BTreeSet<u64>, BTreeSet<TurnKey>) {
+    if heads == 0 {
+        return (BTreeSet::new(), BTreeSet::new());
+    }
+    let mut parked: Vec<&QueueEntry> = state
+        .entries
+        .iter()
+        .filter(|e| matches!(e.state, RowState::Parked))
+        .collect();
+    parked.sort_by_key(|e| start_rank(e));
+    parked.truncate(heads);
+    let waited_for = parked
+        .iter()
+        .flat_map(|e| e.after.iter().map(|d| d.key.clone()))
+        .collect();
+    (parked.iter().map(|e| e.queue_id).collect(), waited_for)
 }
 
 /// Whether `entry` (a row of `state`) belongs to the part `reads` names: the reference of what
 /// a store's partial load returns (tests/store_depth_projection.rs holds the SQLite store to it).
 pub fn in_part(state: &QueueState, entry: &QueueEntry, reads: &QueueReads) -> bool {
+    let (heads, waited_for) = heads_of(state, reads.heads);
+    in_part_with(state, entry, reads, &heads, &waited_for)
+}
+
+fn in_part_with(
+    state: &QueueState,
+    entry: &QueueEntry,
+    reads: &QueueReads,
+    heads: &BTreeSet<u64>,
+    waited_for: &BTreeSet<TurnKey>,
+) -> bool {
     !matches!(entry.state, RowState::Parked)
         || entry.slot_reservation.is_some()
         || state.runners.iter().any(|r| r.key == entry.key)
@@ -87,6 +144,8 @@ pub fn in_part(state: &QueueState, entry: &QueueEntry, reads: &QueueReads) -> bo
         || state.entries.last().map(|e| e.queue_id) == Some(entry.queue_id)
         || reads.tasks.contains(&entry.key.task)
         || reads.turns.contains(&entry.key)
+        || heads.contains(&entry.queue_id)
+        || waited_for.contains(&entry.key)
         || entry
             .after
             .iter()
@@ -95,11 +154,12 @@ pub fn in_part(state: &QueueState, entry: &QueueEntry, reads: &QueueReads) -> bo
 
 /// The part of `state` that `reads` names, as a store loads it.
 pub fn project(state: &QueueState, reads: &QueueReads) -> QueueState {
+    let (heads, waited_for) = heads_of(state, reads.heads);
     QueueState {
         entries: state
             .entries
             .iter()
-            .filter(|e| in_part(state, e, reads))
+            .filter(|e| in_part_with(state, e, reads, &heads, &waited_for))
             .cloned()
             .collect(),
         ..state.clone()
@@ -166,4 +226,62 @@ pub fn submit_stayed_inside(
             .iter()
             .all(|key| after.row(key).is_some() || superseded.contains(key)),
     }
+}
+
+/// Whether a finishing runner's section on its part may run its step there, asked before the
+/// step: the part must hold the finished turn's task ([`finish_reads`]), and the queue must be
+/// below [`MAX_QUEUE_ROWS`] (a retry's enqueue counts the part's rows, which are fewer: at the
+/// bound the whole queue is read, so a refusal is the step's own). A whole queue always may.
+pub fn finish_covers(loaded: &Loaded, key: &TurnKey) -> bool {
+    match loaded {
+        Loaded::Whole => true,
+        Loaded::Part { reads, queue_rows } => {
+            *queue_rows < MAX_QUEUE_ROWS && reads.heads > 0 && reads.tasks.contains(&key.task)
+        }
+    }
+}
+
+/// Whether a finishing runner's section on its part decided what the whole queue decides, asked
+/// after its step (`before` the part as loaded, `after` as the departure and
+/// [`super::runner_finish`] left it, `next` the turn it started). Rows missing from the part are
+/// parked rows ranked after every loaded head ([`FINISH_HEADS`]); the part's answer is the
+/// whole's when:
+/// - no row left but the finished turn's own (a dependent settled by the departure may have
+///   dependents of its own the part does not hold), and
+/// - the part holds every parked row of the queue (fewer than `heads` are parked), or the start
+///   went to a row ranked no later than the last head: the step walks the candidates in start
+///   order, and every candidate before that one is in the part, with the rows its eligibility
+///   and the occupancy count read (the active rows, runner and work records, the rows it waits
+///   for). A finish that started nothing on a part that left parked rows out may have missed a
+///   row the whole queue would start: it runs again on the whole queue.
+pub fn finish_sufficed(
+    loaded: &Loaded,
+    key: &TurnKey,
+    before: &QueueState,
+    after: &QueueState,
+    next: Option<&TurnKey>,
+) -> bool {
+    let Loaded::Part { reads, .. } = loaded else {
+        return true;
+    };
+    let others_left = before
+        .entries
+        .iter()
+        .any(|e| &e.key != key && after.row(&e.key).is_none());
+    if others_left || reads.heads == 0 {
+        return false;
+    }
+    let mut parked: Vec<_> = before
+        .entries
+        .iter()
+        .filter(|e| matches!(e.state, RowState::Parked))
+        .map(start_rank)
+        .collect();
+    if parked.len() < reads.heads {
+        return true;
+    }
+    parked.sort();
+    let last_head = parked[reads.heads - 1];
+    next.and_then(|k| after.row(k))
+        .is_some_and(|row| start_rank(row) <= last_head)
 }

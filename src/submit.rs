@@ -268,7 +268,9 @@ pub fn decide_submit<L: Liveness, S: Store>(
 ///
 /// The section loads the part of the queue the core names for it ([`steps::submit_reads`]:
 /// the task's rows, the dependencies' rows, and what every section reads; spec/store.md, "What a
-/// section loads"), so its cost does not grow with the parked rows of other tasks. When the core
+/// section loads"; for a request that sets `concurrent=N`, [`steps::submit_line_reads`]: the
+/// task's line only as far as its first parked row), so its cost does not grow with the parked
+/// rows of other tasks, nor with its own task's line under `concurrent=N`. When the core
 /// says the part did not suffice ([`steps::submit_covers`] before the step: a generated task
 /// name, a queue at its bound; [`steps::submit_stayed_inside`] after it), the section is rolled
 /// back and run again with what it needs, at most [`PART_ATTEMPTS`] times, then on the whole
@@ -282,7 +284,15 @@ fn decide_sequenced<L: Liveness, S: Store>(
 ) -> Result<(Decided, Option<Placement>), DispatchError> {
     let task = check_request(request)?;
     let mut prepare = Some(prepare);
-    let mut reads = Reads::Part(steps::submit_reads(task.as_deref(), &sequencing.after));
+    // A named task whose request sets `concurrent=N` (serve's routes) reads its line only as
+    // far as the first parked row; the step's strategy decides in the section whether that did.
+    let first = match (task.as_deref(), request.strategy) {
+        (Some(task), Some(Strategy::Concurrent { .. })) => {
+            steps::submit_line_reads(task, &sequencing.after)
+        }
+        _ => steps::submit_reads(task.as_deref(), &sequencing.after),
+    };
+    let mut reads = Reads::Part(first);
     for _ in 0..PART_ATTEMPTS {
         match submit_section(
             rt,
@@ -344,7 +354,11 @@ fn submit_section<L: Liveness, S: Store>(
             if !steps::submit_covers(loaded, &task) {
                 let named = steps::submit_reads(Some(&task), &sequencing.after);
                 let next = match loaded {
-                    Loaded::Part { reads, .. } if reads.tasks.contains(&task) => Reads::Everything,
+                    Loaded::Part { reads, .. }
+                        if reads.tasks.contains(&task) || reads.lines.contains(&task) =>
+                    {
+                        Reads::Everything
+                    }
                     _ => Reads::Part(named),
                 };
                 return Err(SectionError::Unread(next));
@@ -355,6 +369,10 @@ fn submit_section<L: Liveness, S: Store>(
             };
             let (turn, strategy) =
                 request.create_sequenced_turn(&rt.home, &task, false, now, state, sequencing)?;
+            if !steps::submit_line_suffices(loaded, &task, strategy) {
+                let named = steps::submit_reads(Some(&task), &sequencing.after);
+                return Err(SectionError::Unread(Reads::Part(named)));
+            }
             let key = turn.key.clone();
             let input = SubmitInput {
                 key: &key,

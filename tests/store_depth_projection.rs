@@ -254,5 +254,41 @@ proptest! {
                 prop_assert_eq!(whole_result.as_ref().err(), part_result.as_ref().err());
             }
         }
+
+        // A `concurrent=N` submit's part: the line only as far as its first parked row. It is
+        // asked for a new turn (its number is past every row of its task, as the task record's
+        // next number is) and decides like the whole queue whenever the core says it sufficed.
+        let strategy = strategy(strategy_n);
+        let fresh = TurnKey::new(task, TURNS + 1);
+        prop_assume!(state.row(&fresh).is_none());
+        let input = SubmitInput { key: &fresh, strategy, ..input };
+        let mut whole = state.clone();
+        let on_whole = section(&mut whole, input, &after, schedule);
+        let reads = steps::submit_line_reads(task, &after);
+        let before = steps::project(&state, &reads);
+        prop_assert!(before.check_structure().is_ok(), "a part is a queue");
+        let loaded = Loaded::Part { reads, queue_rows: state.entries.len() };
+        prop_assert!(steps::submit_covers(&loaded, task));
+        if !steps::submit_line_suffices(&loaded, task, strategy) {
+            let concurrent = matches!(strategy, TaskStrategy::Concurrent { .. });
+            prop_assert!(!concurrent, "a concurrent task's line suffices");
+            return Ok(());
+        }
+        let mut part = before.clone();
+        let on_part = section(&mut part, input, &after, schedule);
+        let before_keys: Vec<TurnKey> = before.entries.iter().map(|e| e.key.clone()).collect();
+        match (&on_whole, &on_part) {
+            (Ok((whole_decision, whole_held)), Ok((part_decision, part_held))) => {
+                prop_assert!(steps::submit_stayed_inside(&loaded, &before_keys, &part, &[]));
+                prop_assert_eq!(whole_decision, part_decision);
+                prop_assert_eq!(whole_held, part_held);
+                let mut merged = state.clone();
+                steps::merge(&mut merged, &before, &part);
+                prop_assert_eq!(&merged, &whole);
+            }
+            (whole_result, part_result) => {
+                prop_assert_eq!(whole_result.as_ref().err(), part_result.as_ref().err());
+            }
+        }
     }
 }

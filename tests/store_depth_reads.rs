@@ -473,3 +473,54 @@ fn a_finishing_runners_part_is_the_cores_projection() {
         expected.entries.len()
     );
 }
+
+/// Issue 12, point 4: a `concurrent=N` submit's part (`steps::submit_line_reads`) holds its
+/// task's line only as far as the first parked row (the index `entries_task_line`), not the whole
+/// line; what the SQLite store loads is the core's `steps::project`.
+#[test]
+fn a_concurrent_submits_part_holds_the_first_row_of_its_line() {
+    use tollgate::protocol::slots::{enqueue, park};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (rt, me) = one_slot_home(dir.path());
+    let mut state = tollgate::protocol::slots::QueueState::default();
+    let running = TurnKey::new("line", 1);
+    enqueue(&mut state, &running, me, 1).expect("enqueue");
+    state.row_mut(&running).expect("row").state = RowState::Dispatching { dispatch_owner: me };
+    state.set_runner(&running, me, false);
+    for n in 0..PARKED as u32 {
+        // The line of `line`, interleaved with rows of other tasks.
+        for key in [
+            TurnKey::new("line", n + 2),
+            TurnKey::new(format!("o-{n}"), 1),
+        ] {
+            enqueue(&mut state, &key, me, 2 + u64::from(n)).expect("enqueue");
+            park(&mut state, &key).expect("park");
+        }
+    }
+    rt.store
+        .transact(|q| {
+            *q = state.clone();
+            Ok::<_, tollgate::queue::StoreError>(())
+        })
+        .expect("publish");
+    let reads = steps::submit_line_reads("line", &[]);
+    let expected = steps::project(&state, &reads);
+    assert!(
+        expected.row(&TurnKey::new("line", 2)).is_some(),
+        "the line's first row"
+    );
+    assert!(
+        expected.row(&TurnKey::new("line", 3)).is_none(),
+        "not the rest of the line"
+    );
+    let (part, loaded) = loaded_part(&rt, &reads);
+    assert_eq!(part, expected);
+    assert_eq!(
+        loaded,
+        steps::Loaded::Part {
+            reads,
+            queue_rows: 2 * PARKED + 1
+        }
+    );
+    assert!(database(&rt).rows_loaded_by_last_section() <= 3);
+}

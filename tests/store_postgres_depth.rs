@@ -81,6 +81,7 @@ fn reads(tasks: &[&str], turns: &[(&str, u32)]) -> QueueReads {
             .map(|(task, turn)| TurnKey::new(*task, *turn))
             .collect::<BTreeSet<_>>(),
         heads: 0,
+        lines: BTreeSet::new(),
     }
 }
 
@@ -138,6 +139,15 @@ fn a_section_on_a_part_loads_what_the_core_projects_and_commits_what_it_merges()
         QueueReads {
             heads: 3,
             ..reads(&["dep"], &[])
+        },
+        // A `concurrent=N` submit's part: the first parked row of each named line.
+        steps::submit_line_reads("p-3", &[]),
+        QueueReads {
+            lines: ["p-5", "waiting", "absent"]
+                .iter()
+                .map(|t| t.to_string())
+                .collect(),
+            ..reads(&[], &[("p-9", 1)])
         },
     ];
     for case in &cases {

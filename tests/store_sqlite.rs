@@ -391,10 +391,10 @@ fn only_the_migrations_newer_than_the_highest_applied_run() {
     let conn = rusqlite::Connection::open(&db).expect("open");
     conn.execute("DELETE FROM schema_migrations WHERE version = ?1", [newest])
         .expect("forget the newest migration");
-    // What migration 9 made (update this with the next migration: the assertion below names
+    // What migration 10 made (update this with the next migration: the assertion below names
     // the version this undo is written for).
-    assert_eq!(newest, 9, "undo the newest migration here");
-    conn.execute_batch("DROP INDEX entries_start_order;")
+    assert_eq!(newest, 10, "undo the newest migration here");
+    conn.execute_batch("DROP INDEX entries_task_line;")
         .expect("drop what the newest migration made");
     drop(conn);
     let kept = applied_migrations(&db);
@@ -416,7 +416,7 @@ fn only_the_migrations_newer_than_the_highest_applied_run() {
         .expect("open")
         .query_row(
             "SELECT count(*) = 1 FROM sqlite_schema
-             WHERE type = 'index' AND name = 'entries_start_order'",
+             WHERE type = 'index' AND name = 'entries_task_line'",
             [],
             |row| row.get(0),
         )

@@ -35,7 +35,7 @@ pub use ops::{
 };
 
 /// The newest schema this tollgate writes in a PostgreSQL database.
-pub const POSTGRES_SCHEMA_VERSION: i32 = 9;
+pub const POSTGRES_SCHEMA_VERSION: i32 = 10;
 
 /// The first key of every advisory lock tollgate takes (`pg_advisory_xact_lock(int4, int4)`):
 /// "tg" in ASCII, so tollgate's locks do not collide with another application's single-key ones.
@@ -153,7 +153,16 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         SCHEMA_V8,
     ),
     (9, "an index of the parked rows in start order", SCHEMA_V9),
+    (10, "an index of each task's parked rows", SCHEMA_V10),
 ];
+
+/// Version 10: each task's parked rows by `queue_id`, so a submit of a `concurrent=N` task finds
+/// the first row of its line (`steps::submit_line_reads`) without reading the whole line. An
+/// index only (`IF NOT EXISTS`).
+const SCHEMA_V10: &str = "
+CREATE INDEX IF NOT EXISTS entries_task_line
+    ON entries (queue, task, queue_id) WHERE state = 'parked';
+";
 
 /// Version 9: each queue's parked rows in start order (priority descending, then `queue_id`), so
 /// a finishing runner's section finds the first few it may start (`steps::finish_reads`) without

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 /// The newest schema this tollgate writes; a database whose `schema_migrations` names a newer
 /// one is refused (it was written by a newer tollgate).
-pub const SCHEMA_VERSION: u32 = 9;
+pub const SCHEMA_VERSION: u32 = 10;
 
 /// The schema's migrations in order: `(version, what it does, SQL)`. Each runs once, inside the
 /// write transaction that records it in `schema_migrations`.
@@ -54,7 +54,16 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         SCHEMA_V8,
     ),
     (9, "an index of the parked rows in start order", SCHEMA_V9),
+    (10, "an index of each task's parked rows", SCHEMA_V10),
 ];
+
+/// Version 10: each task's parked rows by `queue_id`, so a submit of a `concurrent=N` task finds
+/// the first row of its line (`steps::submit_line_reads`) without reading the whole line. An
+/// index only (`IF NOT EXISTS`, as version 7).
+const SCHEMA_V10: &str = "
+CREATE INDEX IF NOT EXISTS entries_task_line ON entries (task, queue_id)
+    WHERE state = 'parked';
+";
 
 /// Version 9: the parked rows in start order (priority descending, then `queue_id`), so a
 /// finishing runner's section finds the first few it may start (`steps::finish_reads`) without a
@@ -1127,6 +1136,15 @@ fn read_part(
         "SELECT {ENTRY_COLUMNS} FROM entries WHERE state = 'parked' AND queue_id < 0
          ORDER BY priority DESC, queue_id LIMIT ?1"
     );
+    // A task's first parked row in the core's `u64` order of ids (those past 2^63 read
+    // negative, see [`int`]), by the partial index `entries_task_line` (version 10).
+    let line_head = format!(
+        "SELECT {ENTRY_COLUMNS} FROM entries WHERE queue_id = coalesce(
+            (SELECT min(queue_id) FROM entries
+             WHERE task = ?1 AND state = 'parked' AND queue_id >= 0),
+            (SELECT min(queue_id) FROM entries
+             WHERE task = ?1 AND state = 'parked' AND queue_id < 0))"
+    );
     let push = |extra: &mut Vec<QueueEntry>,
                 query: &str,
                 params: &[&dyn rusqlite::ToSql]|
@@ -1149,6 +1167,9 @@ fn read_part(
     }
     for key in &reads.turns {
         push(&mut extra, &of_turn, &[&key.task, &key.turn])?;
+    }
+    for task in &reads.lines {
+        push(&mut extra, &line_head, &[task])?;
     }
     if reads.heads > 0 {
         let mut heads = Vec::new();

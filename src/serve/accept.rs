@@ -17,7 +17,7 @@
 use super::handler::{App, PAYLOAD_FILE};
 use super::settings::Route;
 use crate::group_commit::{self, Committer, Worker};
-use crate::protocol::admission::EventIdentity;
+use crate::protocol::admission::{EventIdentity, Strategy};
 use crate::protocol::slots::steps::{self, Loaded, QueueReads, Reads, SubmitEffect};
 use crate::protocol::slots::QueueState;
 use crate::queue::records::{self, Access};
@@ -111,9 +111,15 @@ pub fn channel() -> (AcceptQueue, Worker<Pending, Committed>) {
 fn batch_reads(batch: &[Pending]) -> Reads {
     let mut reads = QueueReads::default();
     for pending in batch {
-        let named = steps::submit_reads(pending.request.task.as_deref(), &[]);
+        // A route with `concurrent=N` reads its task's line only as far as its first parked row
+        // (`steps::submit_line_reads`), as a submit of its own would (`submit::decide_sequenced`).
+        let named = match (pending.request.task.as_deref(), pending.request.strategy) {
+            (Some(task), Some(Strategy::Concurrent { .. })) => steps::submit_line_reads(task, &[]),
+            (task, _) => steps::submit_reads(task, &[]),
+        };
         reads.tasks.extend(named.tasks);
         reads.turns.extend(named.turns);
+        reads.lines.extend(named.lines);
     }
     Reads::Part(reads)
 }
@@ -145,7 +151,13 @@ impl InSection<'_> {
                     queue_rows,
                 },
                 Some(Reads::Part(inner)),
-            ) if inner.tasks.is_subset(&outer.tasks) && inner.turns.is_subset(&outer.turns) => {
+            ) if inner.tasks.is_subset(&outer.tasks)
+                && inner.turns.is_subset(&outer.turns)
+                && inner
+                    .lines
+                    .iter()
+                    .all(|t| outer.lines.contains(t) || outer.tasks.contains(t)) =>
+            {
                 let now = self.state.borrow().entries.len();
                 Some(Loaded::Part {
                     reads: outer.clone(),
@@ -492,6 +504,7 @@ mod tests {
             tasks: tasks.iter().map(|t| t.to_string()).collect(),
             turns: Default::default(),
             heads: 0,
+            lines: Default::default(),
         }
     }
 

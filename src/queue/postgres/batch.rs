@@ -209,8 +209,9 @@ pub(super) enum Rows<'a> {
     /// a queue, never published.
     Active,
     /// The active rows, the last row, every row of the named tasks and every row depending on a
-    /// turn of them, the named turns, and the first `heads` parked rows in start order with the
-    /// rows they wait for (the core's `steps::project` is the reference), with
+    /// turn of them, the named turns, the first parked row of each task of `lines`, and the
+    /// first `heads` parked rows in start order with the rows they wait for (the core's
+    /// `steps::project` is the reference), with
     /// the queue's row count (`queue_meta.row_count`, version 8).
     Part(&'a QueueReads),
 }
@@ -278,6 +279,21 @@ fn part_ids(q: &str, rows: Rows<'_>) -> Option<String> {
             sql,
             "
          UNION SELECT queue_id FROM entries WHERE queue = {q} AND (task, turn) IN ({turns})"
+        );
+    }
+    for task in &reads.lines {
+        // The task's first parked row in the core's `u64` order (the index `entries_task_line`
+        // of version 10).
+        let mut t = String::new();
+        push_text(&mut t, task);
+        let _ = write!(
+            sql,
+            "
+         UNION SELECT coalesce(
+             (SELECT min(queue_id) FROM entries
+              WHERE queue = {q} AND task = {t} AND state = 'parked' AND queue_id >= 0),
+             (SELECT min(queue_id) FROM entries
+              WHERE queue = {q} AND task = {t} AND state = 'parked' AND queue_id < 0))"
         );
     }
     if reads.heads > 0 {

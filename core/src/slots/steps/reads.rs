@@ -14,9 +14,10 @@
 //! part are a subsequence of the queue in `queue_id` order, so every structural invariant
 //! ([`QueueState::check_structure`]) holds of it when it holds of the queue.
 
+use crate::admission::Strategy;
 use crate::slots::order::start_rank;
 use crate::slots::{Dependency, QueueEntry, QueueState, RowState, TurnKey, MAX_QUEUE_ROWS};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// How many parked rows, first in the start order, a finishing runner's section reads
 /// ([`finish_reads`]): the next start is almost always the first of them that may start; a
@@ -34,6 +35,10 @@ pub struct QueueReads {
     /// The first `heads` parked rows in the start order ([`start_rank`]: priority, then
     /// `queue_id`; pauses and strategies not applied), and the rows of the turns they wait for.
     pub heads: usize,
+    /// For each of these tasks, its first parked row (by `queue_id`): with its running rows,
+    /// which are active, what an arrival in a `concurrent=N` scope reads (the running count,
+    /// and whether the line is empty: `scopes::plan_submit`).
+    pub lines: BTreeSet<String>,
 }
 
 /// What a section asks the store to load.
@@ -68,6 +73,23 @@ pub fn submit_reads(task: Option<&str>, after: &[Dependency]) -> QueueReads {
         tasks: task.map(str::to_string).into_iter().collect(),
         turns: after.iter().map(|d| d.key.clone()).collect(),
         heads: 0,
+        lines: BTreeSet::new(),
+    }
+}
+
+/// The part of the queue a detached submit of a new turn of `task` reads when the task's
+/// strategy is `concurrent=N` (the default is `concurrent=1`): the task's line only as far as
+/// its first parked row ([`QueueReads::lines`]), and the rows of the turns it waits for
+/// (`after`). Whether it sufficed is [`submit_line_suffices`]'s answer once the strategy is
+/// known; a new turn's own row is never in the queue before its submit (its number is the task
+/// record's next one), and a row that would be there anyway is refused by the store's
+/// `UNIQUE (task, turn)` key at the commit.
+pub fn submit_line_reads(task: &str, after: &[Dependency]) -> QueueReads {
+    QueueReads {
+        tasks: BTreeSet::new(),
+        turns: after.iter().map(|d| d.key.clone()).collect(),
+        heads: 0,
+        lines: std::iter::once(task.to_string()).collect(),
     }
 }
 
@@ -87,6 +109,7 @@ pub fn row_reads(key: &TurnKey) -> QueueReads {
         tasks: BTreeSet::new(),
         turns: std::iter::once(key.clone()).collect(),
         heads: 0,
+        lines: BTreeSet::new(),
     }
 }
 
@@ -101,6 +124,7 @@ pub fn finish_reads(key: &TurnKey) -> QueueReads {
         tasks: std::iter::once(key.task.clone()).collect(),
         turns: std::iter::once(key.clone()).collect(),
         heads: FINISH_HEADS,
+        lines: BTreeSet::new(),
     }
 }
 
@@ -123,13 +147,29 @@ fn heads_of(state: &QueueState, heads: usize) -> (BTreeSet<u64>, BTreeSet<TurnKe
     (parked.iter().map(|e| e.queue_id).collect(), waited_for)
 }
 
+/// The `queue_id` of the first parked row (in the core's `u64` order) of each task of `lines`.
+fn line_heads(state: &QueueState, lines: &BTreeSet<String>) -> BTreeSet<u64> {
+    let mut first: BTreeMap<&str, u64> = BTreeMap::new();
+    for entry in &state.entries {
+        if matches!(entry.state, RowState::Parked) && lines.contains(&entry.key.task) {
+            let id = first
+                .entry(entry.key.task.as_str())
+                .or_insert(entry.queue_id);
+            *id = (*id).min(entry.queue_id);
+        }
+    }
+    first.into_values().collect()
+}
+
 /// Whether `entry` (a row of `state`) belongs to the part `reads` names: the reference of what
 /// a store's partial load returns (tests/store_depth_projection.rs holds the SQLite store to it).
 pub fn in_part(state: &QueueState, entry: &QueueEntry, reads: &QueueReads) -> bool {
-    let (heads, waited_for) = heads_of(state, reads.heads);
+    let (mut heads, waited_for) = heads_of(state, reads.heads);
+    heads.extend(line_heads(state, &reads.lines));
     in_part_with(state, entry, reads, &heads, &waited_for)
 }
 
+/// `heads`: the rows named by `reads.heads` and `reads.lines`.
 fn in_part_with(
     state: &QueueState,
     entry: &QueueEntry,
@@ -154,7 +194,8 @@ fn in_part_with(
 
 /// The part of `state` that `reads` names, as a store loads it.
 pub fn project(state: &QueueState, reads: &QueueReads) -> QueueState {
-    let (heads, waited_for) = heads_of(state, reads.heads);
+    let (mut heads, waited_for) = heads_of(state, reads.heads);
+    heads.extend(line_heads(state, &reads.lines));
     QueueState {
         entries: state
             .entries
@@ -205,7 +246,24 @@ pub fn submit_covers(loaded: &Loaded, task: &str) -> bool {
     match loaded {
         Loaded::Whole => true,
         Loaded::Part { reads, queue_rows } => {
-            *queue_rows < MAX_QUEUE_ROWS && reads.tasks.contains(task)
+            *queue_rows < MAX_QUEUE_ROWS
+                && (reads.tasks.contains(task) || reads.lines.contains(task))
+        }
+    }
+}
+
+/// Whether a submit section whose part holds `task`'s line only ([`submit_line_reads`]) may run
+/// its step there, asked once the new turn's `strategy` is known (before the step): only a
+/// `concurrent=N` arrival reads no more of its task than the running rows and the line's first
+/// row; a `queue`, `debounce` or `drop` arrival reads every row of its task (its waiter, its
+/// busy rows), so its section runs again on [`submit_reads`]. A part holding every row of the
+/// task, or the whole queue, always may.
+pub fn submit_line_suffices(loaded: &Loaded, task: &str, strategy: Strategy) -> bool {
+    match loaded {
+        Loaded::Whole => true,
+        Loaded::Part { reads, .. } => {
+            reads.tasks.contains(task)
+                || (reads.lines.contains(task) && matches!(strategy, Strategy::Concurrent { .. }))
         }
     }
 }

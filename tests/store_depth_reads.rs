@@ -340,6 +340,28 @@ fn a_parking_submit_loads_only_the_rows_its_step_names() {
     );
 }
 
+/// A queue of one row, `running`, dispatched by `me` with its runner record.
+fn running_alone(running: &TurnKey, me: ProcessIdentity) -> tollgate::protocol::slots::QueueState {
+    let mut state = tollgate::protocol::slots::QueueState::default();
+    tollgate::protocol::slots::enqueue(&mut state, running, me, 1).expect("enqueue");
+    state.row_mut(running).expect("row").state = RowState::Dispatching { dispatch_owner: me };
+    state.set_runner(running, me, false);
+    state
+}
+
+/// Replaces the home's queue with `state` (one section).
+fn publish(
+    rt: &Runtime<ProcLiveness, tollgate::queue::HomeStore>,
+    state: &tollgate::protocol::slots::QueueState,
+) {
+    rt.store
+        .transact(|q| {
+            *q = state.clone();
+            Ok::<_, tollgate::queue::StoreError>(())
+        })
+        .expect("publish");
+}
+
 /// What the home's store loads for a section on the part `reads` names, and what it says it
 /// loaded (the section commits nothing).
 fn loaded_part(
@@ -426,10 +448,7 @@ fn a_finishing_runners_part_is_the_cores_projection() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (rt, me) = one_slot_home(dir.path());
     let running = TurnKey::new("run", 1);
-    let mut state = tollgate::protocol::slots::QueueState::default();
-    enqueue(&mut state, &running, me, 1).expect("enqueue");
-    state.row_mut(&running).expect("row").state = RowState::Dispatching { dispatch_owner: me };
-    state.set_runner(&running, me, false);
+    let mut state = running_alone(&running, me);
     for n in 0..PARKED {
         let key = TurnKey::new(format!("p-{n}"), 1);
         enqueue(&mut state, &key, me, 2 + n as u64).expect("enqueue");
@@ -443,12 +462,7 @@ fn a_finishing_runners_part_is_the_cores_projection() {
         key: deep.clone(),
         rule: AfterRule::Ended,
     }];
-    rt.store
-        .transact(|q| {
-            *q = state.clone();
-            Ok::<_, tollgate::queue::StoreError>(())
-        })
-        .expect("publish");
+    publish(&rt, &state);
     let reads = steps::finish_reads(&running);
     let expected = steps::project(&state, &reads);
     assert!(
@@ -482,11 +496,7 @@ fn a_concurrent_submits_part_holds_the_first_row_of_its_line() {
     use tollgate::protocol::slots::{enqueue, park};
     let dir = tempfile::tempdir().expect("tempdir");
     let (rt, me) = one_slot_home(dir.path());
-    let mut state = tollgate::protocol::slots::QueueState::default();
-    let running = TurnKey::new("line", 1);
-    enqueue(&mut state, &running, me, 1).expect("enqueue");
-    state.row_mut(&running).expect("row").state = RowState::Dispatching { dispatch_owner: me };
-    state.set_runner(&running, me, false);
+    let mut state = running_alone(&TurnKey::new("line", 1), me);
     for n in 0..PARKED as u32 {
         // The line of `line`, interleaved with rows of other tasks.
         for key in [
@@ -497,12 +507,7 @@ fn a_concurrent_submits_part_holds_the_first_row_of_its_line() {
             park(&mut state, &key).expect("park");
         }
     }
-    rt.store
-        .transact(|q| {
-            *q = state.clone();
-            Ok::<_, tollgate::queue::StoreError>(())
-        })
-        .expect("publish");
+    publish(&rt, &state);
     let reads = steps::submit_line_reads("line", &[]);
     let expected = steps::project(&state, &reads);
     assert!(

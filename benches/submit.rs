@@ -58,6 +58,7 @@ fn fresh_home(root: &Path, name: &str, workers: usize) -> Runtime {
     rt.spawner = Box::new(DetachedSpawner {
         home,
         executable: Some(PathBuf::from(BIN)),
+        settle: None,
     });
     rt
 }

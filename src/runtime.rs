@@ -29,6 +29,7 @@ impl Runtime<ProcLiveness> {
         let spawner = Box::new(DetachedSpawner {
             home: home.clone(),
             executable: None,
+            settle: None,
         });
         Ok(Runtime {
             home,

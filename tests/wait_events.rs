@@ -197,6 +197,78 @@ fn a_sigkilled_runner_is_noticed_on_the_fallback_tick() {
     a_killed_runner_ends_the_waits(true);
 }
 
+/// The settle signal (src/process/settle.rs): the runner a `submit --wait` started closes a pipe
+/// once the outcome is committed, before its hooks. So the wait ends while an on-finish hook is
+/// still blocked (here on a FIFO nobody has opened for writing yet); had the signal closed only
+/// at the runner's exit, the wait would last the hook's whole timeout.
+#[test]
+fn submit_wait_ends_at_the_outcome_not_after_the_hooks() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let home = home.path();
+    let fifo = home.join("hook-gate");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+    let init = tollgate(home, &["init"]);
+    assert!(init.status.success(), "{}", describe(&init));
+    let config = home.join("tollgate.toml");
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str(&format!(
+        "\n[[hook]]\non = \"finish\"\ncommand = [\"sh\", \"-c\", \"read line < {}\"]\n",
+        fifo.display()
+    ));
+    std::fs::write(&config, text).expect("write config");
+    let mut submit = spawn(
+        home,
+        &["submit", "--task", "h", "--wait", "--", "true"],
+        false,
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = submit.try_wait().expect("try_wait") {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // Release the hook either way, so the runner ends.
+    std::fs::write(&fifo, "go\n").expect("release the hook");
+    let status = status.unwrap_or_else(|| {
+        let _ = submit.kill();
+        panic!("submit --wait still waited 20 s after the turn ended (it waited for the hook)")
+    });
+    assert_eq!(status.code(), Some(0));
+}
+
+/// The runner's end of the settle signal is close-on-exec: the turn's command (and what it
+/// starts) never holds it, so a waiter's wake-up does not depend on the work's descendants.
+#[test]
+fn the_turns_command_does_not_inherit_the_settle_signal() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let home = home.path();
+    let out = run(
+        home,
+        &[
+            "submit",
+            "--task",
+            "fds",
+            "--wait",
+            "--",
+            "sh",
+            "-c",
+            "readlink /proc/self/fd/3 || echo no-fd-3",
+        ],
+        false,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("no-fd-3"),
+        "fd 3 inherited: {}",
+        describe(&out)
+    );
+}
+
 #[cfg(feature = "serve")]
 mod serve_support;
 

@@ -250,7 +250,17 @@ fn submit_request_with(
     how: How,
     sequencing: super::deps::SequencingArgs,
 ) -> Result<i32, CliError> {
-    let rt = open(home)?;
+    let mut rt = open(home)?;
+    if how.wait && !how.attach {
+        // The runners this submit starts close a pipe once their turn's outcome is committed
+        // (`process::settle`): the wait ends then, without an inotify instance to tear down.
+        rt.spawner = Box::new(crate::process::DetachedSpawner {
+            home: rt.home.clone(),
+            executable: None,
+            settle: Some(std::sync::Arc::default()),
+        });
+    }
+    let rt = rt;
     let me = me()?;
     if how.attach {
         let (key, execution) = match submit_attached(&rt, me, request)? {
@@ -510,12 +520,34 @@ fn drained_host(rt: &Runtime) -> Option<String> {
 }
 
 /// Waits for the turn's record to have an outcome (another process writes it), copying the
-/// turn's output to ours as it grows when `stream` is set. It sleeps on the turn folder's events
-/// and the runner's pidfd ([`crate::watch`]); the runner's liveness is read when it ended, when
-/// the fallback period passed, or while no pidfd follows it yet.
+/// turn's output to ours as it grows when `stream` is set. A runner this process started says
+/// both on its settle signal ([`crate::process::settle`]); otherwise, or once that closed with no
+/// outcome, it sleeps on the turn folder's events and the runner's pidfd ([`crate::watch`]), and
+/// the runner's liveness is read when it ended, when the fallback period passed, or while no pidfd
+/// follows it yet.
 fn follow_turn(rt: &Runtime, key: &TurnKey, stream: bool) -> Result<TurnRecord, CliError> {
     let (mut out_offset, mut err_offset) = (0u64, 0u64);
     let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
+    if let Some(read_end) = rt.spawner.settle_signal(key) {
+        use crate::process::settle::{wait, Seen};
+        loop {
+            let seen = wait(&read_end, SETTLE_RECHECK);
+            if stream {
+                out_offset = copy_new(&rt.home.stdout_log(key), out_offset, &mut stdout)?;
+                err_offset = copy_new(&rt.home.stderr_log(key), err_offset, &mut stderr)?;
+            }
+            // The record is the truth; the pipe only says when to look.
+            let turn = tasks::load_turn(&rt.home, key)?;
+            if let Some(turn) = turn.filter(|t| t.is_settled()) {
+                return Ok(turn);
+            }
+            if seen == Seen::Closed {
+                // Closed with no outcome: the runner died or was refused. The general watch
+                // below tells those apart.
+                break;
+            }
+        }
+    }
     // Watch before the first read, so a change after it wakes us.
     let mut watch = crate::watch::TurnWatch::new(&[rt.home.turn_dir(key)], stream);
     let mut check_runner = true;
@@ -540,6 +572,11 @@ fn follow_turn(rt: &Runtime, key: &TurnKey, stream: bool) -> Result<TurnRecord, 
         check_runner = wake != crate::watch::Wake::Changed || !watch.has_events();
     }
 }
+
+/// The bound on one sleep on a settle signal ([`crate::process::settle`]), after which the record
+/// is read anyway. Only a live runner records its turn's outcome (a cancel asks it; a repair acts
+/// on a dead runner, whose end is closed), so this bound only matters if that ever stops holding.
+const SETTLE_RECHECK: Duration = Duration::from_secs(60);
 
 /// Fails when the turn's runner died: such a turn never ends by itself, so say so instead of
 /// waiting forever. A live runner is followed by `watch` (its death wakes the next wait).

@@ -311,6 +311,10 @@ pub enum WorkerCommand {
         turn: u32,
         #[arg(long, value_name = "UUID")]
         slot_token: String,
+        /// A pipe's write end from the `submit --wait` that started this runner: closed once the
+        /// turn's outcome is committed, so the waiter wakes then.
+        #[arg(long, value_name = "FD")]
+        settle_fd: Option<i32>,
     },
     /// Sleep until the given wall-clock time (ms since the epoch), then reconcile: how a debounced
     /// turn starts when its quiet period ends.
@@ -488,7 +492,13 @@ pub fn main() -> i32 {
             task,
             turn,
             slot_token,
-        }) => commands::worker_runner(home, &task, turn, &slot_token),
+            settle_fd,
+        }) => {
+            if let Some(fd) = settle_fd {
+                crate::process::settle::adopt(fd);
+            }
+            commands::worker_runner(home, &task, turn, &slot_token)
+        }
         Command::Worker(WorkerCommand::Wake { at }) => commands::worker_wake(home, at),
         Command::Worker(WorkerCommand::Guard { grace_millis }) => {
             Ok(crate::runner::guard::serve(grace_millis))

@@ -6,6 +6,7 @@ pub mod containment;
 mod identity;
 pub mod pidns;
 pub mod procfs;
+pub mod settle;
 mod spawn;
 pub mod work;
 

@@ -6,10 +6,12 @@
 //! secrets) out of the environment of everything it starts.
 
 use super::identity::identity_including_zombie;
+use super::settle::SettleSignals;
 use crate::home::Home;
 use crate::protocol::slots::{ProcessIdentity, SlotToken, TurnKey, WorkRecord};
 use std::ffi::OsString;
 use std::fs::OpenOptions;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -49,6 +51,13 @@ pub trait RunnerSpawner {
         )))
     }
 
+    /// The read end of the settle signal of `key`'s runner, if this spawner started it with one
+    /// ([`super::settle`]); taken once.
+    fn settle_signal(&self, key: &TurnKey) -> Option<std::os::fd::OwnedFd> {
+        let _ = key;
+        None
+    }
+
     /// A fresh slot token for a step's input; fixtures hand out deterministic ones.
     fn fresh_token(&self) -> SlotToken {
         SlotToken::generate()
@@ -82,6 +91,9 @@ pub trait RunnerSpawner {
 pub struct DetachedSpawner {
     pub home: Home,
     pub executable: Option<PathBuf>,
+    /// Set by a process that waits for the turns it starts (`submit --wait`): each runner gets a
+    /// settle signal ([`super::settle`]).
+    pub settle: Option<std::sync::Arc<SettleSignals>>,
 }
 
 impl DetachedSpawner {
@@ -95,7 +107,22 @@ impl DetachedSpawner {
 
 impl RunnerSpawner for DetachedSpawner {
     fn spawn(&self, key: &TurnKey, token: SlotToken) -> Result<ProcessIdentity, SpawnError> {
-        spawn_runner(&self.executable()?, &self.home, key, token, &[])
+        let exe = self.executable()?;
+        let Some(settle) = &self.settle else {
+            return spawn_runner(&exe, &self.home, key, token, &[], None);
+        };
+        let write_end = settle.open_for(key);
+        let spawned = spawn_runner(&exe, &self.home, key, token, &[], write_end.as_ref());
+        // Our copy of the write end is dropped here: only the runner's is left open.
+        drop(write_end);
+        if spawned.is_err() {
+            settle.discard(key);
+        }
+        spawned
+    }
+
+    fn settle_signal(&self, key: &TurnKey) -> Option<std::os::fd::OwnedFd> {
+        self.settle.as_ref()?.take(key)
     }
 
     fn spawn_waker(&self, at_millis: u64) -> Result<(), SpawnError> {
@@ -119,7 +146,7 @@ pub struct ScrubbedSpawner {
 impl RunnerSpawner for ScrubbedSpawner {
     fn spawn(&self, key: &TurnKey, token: SlotToken) -> Result<ProcessIdentity, SpawnError> {
         let exe = self.spawner.executable()?;
-        spawn_runner(&exe, &self.spawner.home, key, token, &self.remove_env)
+        spawn_runner(&exe, &self.spawner.home, key, token, &self.remove_env, None)
     }
 
     fn spawn_waker(&self, at_millis: u64) -> Result<(), SpawnError> {
@@ -178,7 +205,7 @@ pub fn spawn_detached_runner(
     key: &TurnKey,
     token: SlotToken,
 ) -> Result<ProcessIdentity, SpawnError> {
-    spawn_runner(exe, home, key, token, &[])
+    spawn_runner(exe, home, key, token, &[], None)
 }
 
 fn spawn_runner(
@@ -187,6 +214,7 @@ fn spawn_runner(
     key: &TurnKey,
     token: SlotToken,
     remove_env: &[OsString],
+    settle_write_end: Option<&OwnedFd>,
 ) -> Result<ProcessIdentity, SpawnError> {
     let log_path = home.runner_log(key);
     // On a fleet the turn may have been submitted from another home (its record is in the
@@ -230,13 +258,23 @@ fn spawn_runner(
     for name in remove_env {
         command.env_remove(name);
     }
+    let settle_fd = settle_write_end.map(|fd| fd.as_raw_fd());
+    if settle_fd.is_some() {
+        command
+            .arg("--settle-fd")
+            .arg(super::settle::RUNNER_FD.to_string());
+    }
     // SAFETY: the closure runs in the forked child before exec and only calls setsid(2),
-    // close_range(2) and sigprocmask(2), all async-signal-safe; it allocates nothing and takes no
-    // lock.
+    // close_range(2), dup2(2), fcntl(2) and sigprocmask(2), all async-signal-safe; it allocates
+    // nothing and takes no lock. The settle descriptor stays open in the parent until after the
+    // spawn returns, so the raw number is valid in the child.
     unsafe {
-        command.pre_exec(|| {
+        command.pre_exec(move || {
             nix::unistd::setsid().map_err(std::io::Error::from)?;
             mark_inherited_descriptors_cloexec();
+            if let Some(fd) = settle_fd {
+                super::settle::install_in_child(BorrowedFd::borrow_raw(fd))?;
+            }
             // A cancel may signal the runner before it can handle the signal: keep it pending.
             crate::runner::signals::block_in_child().map_err(std::io::Error::from)
         });

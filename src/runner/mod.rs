@@ -70,6 +70,7 @@ pub fn run_worker<L: Liveness, S: Store>(
         TakeOverEffect::Refused { holder } => return Ok(WorkerOutcome::Refused { holder }),
         TakeOverEffect::AlreadySettled => {
             leave_and_start_next(rt, key, me)?;
+            crate::process::settle::announce_settled();
             return Ok(WorkerOutcome::AlreadySettled);
         }
         TakeOverEffect::Cancelled => {
@@ -77,6 +78,7 @@ pub fn run_worker<L: Liveness, S: Store>(
             let mut turn = turn;
             Execution::cancelled_before_start().record(&mut turn, tasks::now_millis());
             let next = record_and_start_next(rt, &turn, me)?;
+            crate::process::settle::announce_settled();
             hooks::run_hooks(&rt.home, &rt.config.hooks, &turn);
             return Ok(WorkerOutcome::Ran {
                 outcome: TurnOutcome::Cancelled,
@@ -89,6 +91,7 @@ pub fn run_worker<L: Liveness, S: Store>(
     // On a fleet: renewals, and self-fencing if they fail (spec/fleet.md, F1).
     let lease = lease::start_if_fleet(rt, key, me, work, cgroup.clone(), take_over_sent)?;
     let output = output_pg::start_if_fleet(rt, key); // for `logs` on other hosts
+    crate::process::settle::forward_output_of(&rt.home.turn_dir(key)); // for a `submit --wait`
     let execution = run_work_guarded(rt, &turn, me, work, cgroup, guard.as_mut());
     if let Some(guard) = guard {
         guard.done(); // the work is dead: nothing for the guard to kill
@@ -101,6 +104,8 @@ pub fn run_worker<L: Liveness, S: Store>(
     execution.record(&mut turn, tasks::now_millis());
     let outcome = execution.outcome;
     let next = record_and_start_next(rt, &turn, me)?;
+    // The outcome is committed: a `submit --wait` that started us may return now.
+    crate::process::settle::announce_settled();
     // After the result is recorded and the slot freed (the next row may already run).
     hooks::run_hooks(&rt.home, &rt.config.hooks, &turn);
     Ok(WorkerOutcome::Ran { outcome, next })

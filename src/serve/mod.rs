@@ -71,6 +71,7 @@ fn runtime_for(
             spawner: crate::process::DetachedSpawner {
                 home: home.clone(),
                 executable: None,
+                settle: None,
             },
             remove_env: secret_variables(config)
                 .into_iter()

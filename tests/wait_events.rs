@@ -240,6 +240,50 @@ fn submit_wait_ends_at_the_outcome_not_after_the_hooks() {
     assert_eq!(status.code(), Some(0));
 }
 
+/// `submit --wait` streams the turn's output while it runs, also when it sleeps on its runner's
+/// settle signal: the first line arrives while the command still blocks on a FIFO that the test
+/// opens only after reading it.
+#[test]
+fn submit_wait_streams_output_while_the_turn_runs() {
+    use std::io::BufRead;
+    let home = tempfile::tempdir().expect("tempdir");
+    let home = home.path();
+    let gate = tempfile::tempdir().expect("gate dir");
+    let fifo = gate.path().join("gate");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+    let script = format!("echo first; read line < {}; echo second", fifo.display());
+    let mut submit = spawn(
+        home,
+        &["submit", "--task", "s", "--wait", "--", "sh", "-c", &script],
+        false,
+    );
+    let stdout = submit.stdout.take().expect("stdout");
+    let (lines, seen) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = seen.recv_timeout(Duration::from_secs(20));
+    // Release the command either way, so nothing is left running.
+    std::fs::write(&fifo, "go\n").expect("release the command");
+    assert_eq!(
+        first.as_deref(),
+        Ok("first"),
+        "the first line was not streamed while the turn ran"
+    );
+    assert_eq!(
+        seen.recv_timeout(Duration::from_secs(20)).as_deref(),
+        Ok("second")
+    );
+    let status = submit.wait().expect("wait for submit");
+    assert_eq!(status.code(), Some(0));
+    reader.join().expect("reader");
+}
+
 /// The runner's end of the settle signal is close-on-exec: the turn's command (and what it
 /// starts) never holds it, so a waiter's wake-up does not depend on the work's descendants.
 #[test]

@@ -162,43 +162,12 @@ pub fn adopt(fd: RawFd) {
     *runner_end() = Some(owned);
 }
 
-/// Runner side, with a settle signal only: wakes the waiter whenever a file of the turn's folder
-/// `dir` is written (the turn's output, which the waiter streams). One byte per batch of events
-/// into a non-blocking pipe: a full pipe already says "look". The thread ends with the signal.
-pub fn forward_output_of(dir: &std::path::Path) {
-    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
-    if lock(&RUNNER_END).is_none() {
-        return;
-    }
-    let inotify = match Inotify::init(InitFlags::IN_CLOEXEC) {
-        Ok(inotify) => inotify,
-        Err(e) => {
-            tracing::debug!("no output wake-ups for the waiter: inotify refused ({e})");
-            return;
-        }
-    };
-    if let Err(e) = inotify.add_watch(dir, AddWatchFlags::IN_MODIFY) {
-        tracing::debug!(
-            "no output wake-ups for the waiter: cannot watch {} ({e})",
-            dir.display()
-        );
-        return;
-    }
-    let forward = move || loop {
-        match inotify.read_events() {
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => return,
-        }
-        let end = lock(&RUNNER_END);
-        let Some(fd) = end.as_ref() else { return };
+/// Runner side: the turn's output was written to its log (a drain thread copied a chunk). One
+/// byte into the non-blocking pipe wakes the waiter, which streams the logs; a full pipe already
+/// says "look", and with no signal held this does nothing.
+pub fn output_written() {
+    if let Some(fd) = lock(&RUNNER_END).as_ref() {
         let _ = nix::unistd::write(fd, &[1u8]);
-    };
-    if let Err(e) = std::thread::Builder::new()
-        .name("settle-output".into())
-        .spawn(forward)
-    {
-        tracing::debug!("no output wake-ups for the waiter: {e}");
     }
 }
 

@@ -389,6 +389,8 @@ fn drain_thread(
             // A failing write (disk full) must not stop the draining: the command would block.
             let _ = file.write_all(&buf[..room]);
             written += room as u64;
+            // A `submit --wait` that started this runner streams the log: wake it.
+            crate::process::settle::output_written();
             tail.push(&buf[room..n]);
         }
         if !tail.is_empty() {

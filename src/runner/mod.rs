@@ -91,7 +91,6 @@ pub fn run_worker<L: Liveness, S: Store>(
     // On a fleet: renewals, and self-fencing if they fail (spec/fleet.md, F1).
     let lease = lease::start_if_fleet(rt, key, me, work, cgroup.clone(), take_over_sent)?;
     let output = output_pg::start_if_fleet(rt, key); // for `logs` on other hosts
-    crate::process::settle::forward_output_of(&rt.home.turn_dir(key)); // for a `submit --wait`
     let execution = run_work_guarded(rt, &turn, me, work, cgroup, guard.as_mut());
     if let Some(guard) = guard {
         guard.done(); // the work is dead: nothing for the guard to kill

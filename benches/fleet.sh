@@ -11,6 +11,12 @@
 # otherwise the script starts a throwaway cluster as .ci/run does (initdb as the `postgres` user
 # when run as root, a unix socket in a temporary directory, stopped and removed at the end).
 #
+# POOLER=pgbouncer puts a pgbouncer in session mode (one server connection per tollgate process,
+# handed back and reset with DISCARD ALL when it exits) between the hosts and the throwaway
+# cluster, so the fleet's short processes stop paying a backend start and its cold caches each
+# (docs/PERFORMANCE.md, "Fleet"; needs the `pgbouncer` binary, Debian package pgbouncer; only with
+# the throwaway cluster: for your own server, point TOLLGATE_BENCH_POSTGRES at your pooler).
+#
 # Usage: benches/fleet.sh            N=500 (env); BIN=path uses that binary, otherwise
 #        target/release/tollgate is built first.
 # No timed assertion: it prints figures (docs/PERFORMANCE.md, "Fleet").
@@ -30,7 +36,11 @@ work="$(mktemp -d /tmp/tollgate-fleet-bench.XXXXXX)"
 PG_DIR=""
 PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
 as_pg() { if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else (cd / && "$@"); fi; }
+POOLER="${POOLER:-}"
 cleanup() {
+  if [ -n "$PG_DIR" ] && [ -f "$PG_DIR/pgbouncer.pid" ]; then
+    kill "$(cat "$PG_DIR/pgbouncer.pid")" 2>/dev/null || true
+  fi
   if [ -n "$PG_DIR" ]; then
     as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m immediate -w stop >/dev/null 2>&1 || true
     rm -rf "$PG_DIR"
@@ -39,6 +49,18 @@ cleanup() {
 }
 trap cleanup EXIT
 
+case "$POOLER" in
+  "" | pgbouncer) ;;
+  *) echo "POOLER=$POOLER: only pgbouncer is known" >&2; exit 2 ;;
+esac
+if [ -n "$POOLER" ] && [ -n "${TOLLGATE_BENCH_POSTGRES:-}" ]; then
+  echo "POOLER=pgbouncer fronts the script's own cluster; with TOLLGATE_BENCH_POSTGRES, give your pooler's URL there instead" >&2
+  exit 2
+fi
+if [ -n "$POOLER" ] && ! command -v pgbouncer >/dev/null; then
+  echo "POOLER=pgbouncer: no pgbouncer binary on PATH (Debian: apt-get install pgbouncer)" >&2
+  exit 2
+fi
 if [ -n "${TOLLGATE_BENCH_POSTGRES:-}" ]; then
   URL="$TOLLGATE_BENCH_POSTGRES"
 else
@@ -52,6 +74,31 @@ else
     || { cat "$PG_DIR/server.log" >&2; exit 1; }
   as_pg "$PG_BIN/createdb" -h "$PG_DIR" -U "$PG_USER" tollgate_bench
   URL="postgresql://$PG_USER@localhost/tollgate_bench?host=$PG_DIR"
+  if [ -n "$POOLER" ]; then
+    # Session mode: every statement tollgate sends (advisory transaction locks, named statements
+    # inside a transaction) behaves as on a direct connection. Unix socket beside the cluster's.
+    cat >"$PG_DIR/pgbouncer.ini" <<INI
+[databases]
+* = host=$PG_DIR
+[pgbouncer]
+listen_addr =
+unix_socket_dir = $PG_DIR
+listen_port = 6432
+auth_type = trust
+auth_file = $PG_DIR/pgbouncer.users
+pool_mode = session
+max_client_conn = 500
+default_pool_size = 40
+logfile = $PG_DIR/pgbouncer.log
+pidfile = $PG_DIR/pgbouncer.pid
+INI
+    printf '"%s" ""\n' "$PG_USER" >"$PG_DIR/pgbouncer.users"
+    if [ "$(id -u)" = 0 ]; then chown postgres "$PG_DIR/pgbouncer.ini" "$PG_DIR/pgbouncer.users"; fi
+    as_pg pgbouncer -d "$PG_DIR/pgbouncer.ini" || { cat "$PG_DIR/pgbouncer.log" >&2; exit 1; }
+    for _ in $(seq 1 100); do [ -S "$PG_DIR/.s.PGSQL.6432" ] && break; sleep 0.05; done
+    [ -S "$PG_DIR/.s.PGSQL.6432" ] || { echo "pgbouncer did not listen" >&2; cat "$PG_DIR/pgbouncer.log" >&2; exit 1; }
+    URL="postgresql://$PG_USER@localhost:6432/tollgate_bench?host=$PG_DIR"
+  fi
 fi
 case "$URL" in *\?*) SEP='&' ;; *) SEP='?' ;; esac
 QUEUE="fleet-bench-$$-$(date +%s)"
@@ -139,7 +186,7 @@ single="$work/single"
 single3="$work/single3"
 "$BIN" --home "$single3" init --workers "$WORKERS" >/dev/null
 
-echo "binary $BIN, N=$N, global cap $WORKERS, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "binary $BIN, N=$N, global cap $WORKERS, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), pooler ${POOLER:-none}"
 run_setup single-sqlite-1-loop "$single" "$single"
 single_ms=$WALL_MS
 run_setup single-sqlite-3-loops "$single3" "$single3" "$single3" "$single3"

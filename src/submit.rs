@@ -268,9 +268,10 @@ pub fn decide_submit<L: Liveness, S: Store>(
 ///
 /// The section loads the part of the queue the core names for it ([`steps::submit_reads`]:
 /// the task's rows, the dependencies' rows, and what every section reads; spec/store.md, "What a
-/// section loads"; for a request that sets `concurrent=N`, [`steps::submit_line_reads`]: the
-/// task's line only as far as its first parked row), so its cost does not grow with the parked
-/// rows of other tasks, nor with its own task's line under `concurrent=N`. When the core
+/// section loads"; for a named task whose request sets `concurrent=N` or no strategy,
+/// [`steps::submit_line_reads`]: the task's line only as far as its first parked row), so its
+/// cost does not grow with the parked rows of other tasks, nor with its own task's line under
+/// `concurrent=N`. When the core
 /// says the part did not suffice ([`steps::submit_covers`] before the step: a generated task
 /// name, a queue at its bound; [`steps::submit_stayed_inside`] after it), the section is rolled
 /// back and run again with what it needs, at most [`PART_ATTEMPTS`] times, then on the whole
@@ -284,10 +285,12 @@ fn decide_sequenced<L: Liveness, S: Store>(
 ) -> Result<(Decided, Option<Placement>), DispatchError> {
     let task = check_request(request)?;
     let mut prepare = Some(prepare);
-    // A named task whose request sets `concurrent=N` (serve's routes) reads its line only as
-    // far as the first parked row; the step's strategy decides in the section whether that did.
+    // A named task whose request sets `concurrent=N` (serve's routes), or sets no strategy (the
+    // task's own, `concurrent=1` unless its record says otherwise: the common CLI submit), reads
+    // its line only as far as the first parked row; the step's strategy decides in the section
+    // whether that did, and a task of another strategy takes one more section on its rows.
     let first = match (task.as_deref(), request.strategy) {
-        (Some(task), Some(Strategy::Concurrent { .. })) => {
+        (Some(task), Some(Strategy::Concurrent { .. }) | None) => {
             steps::submit_line_reads(task, &sequencing.after)
         }
         _ => steps::submit_reads(task.as_deref(), &sequencing.after),

@@ -529,3 +529,48 @@ fn a_concurrent_submits_part_holds_the_first_row_of_its_line() {
     );
     assert!(database(&rt).rows_loaded_by_last_section() <= 3);
 }
+
+/// Issue 12, point 4: a CLI `submit --task T` sets no strategy, and `T`'s is its record's
+/// (`concurrent=1` by default): its section reads `T`'s line only as far as the first parked row,
+/// so a long line of its own task costs each submit the same. A task whose record says `queue`,
+/// submitted without a strategy, still supersedes its deep waiter (its first section, on the line
+/// part, does not suffice for `queue` and is rolled back; the second reads the task's rows).
+#[test]
+fn a_submit_without_a_strategy_reads_its_lines_first_row() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (rt, me) = one_slot_home(dir.path());
+    let held = submit_detached(&rt, me, request("hold")).expect("submit hold");
+    assert!(matches!(held.placement, Placement::Started(_)));
+    for n in 0..PARKED {
+        let submitted = submit_detached(&rt, me, request("cli")).expect("submit cli");
+        assert!(
+            matches!(
+                submitted.placement,
+                Placement::Parked | Placement::Waiting { .. }
+            ),
+            "cli turn {n} waits: {:?}",
+            submitted.placement
+        );
+        // The held row, the line's first row and the last row: not the line behind them.
+        assert!(
+            database(&rt).rows_loaded_by_last_section() <= 3,
+            "cli's submit {n} loaded {} rows",
+            database(&rt).rows_loaded_by_last_section()
+        );
+    }
+
+    let mut waiter = request("qq");
+    waiter.strategy = Some(tollgate::protocol::admission::Strategy::Queue);
+    let first = submit_detached(&rt, me, waiter).expect("submit qq");
+    assert_eq!(first.placement, Placement::Parked);
+    let second = submit_detached(&rt, me, request("qq")).expect("submit qq without a strategy");
+    assert_eq!(
+        second.superseded.as_slice(),
+        std::slice::from_ref(&first.key),
+        "the record's queue strategy replaced the waiter"
+    );
+    let state = rt.store.load().expect("load");
+    assert!(state.row(&first.key).is_none());
+    assert!(state.row(&second.key).is_some());
+    assert_eq!(state.entries.len(), PARKED + 2);
+}

@@ -79,7 +79,7 @@ impl SettleSignals {
 pub enum Seen {
     /// Every write end is closed: the runner settled the turn, or exited.
     Closed,
-    /// The runner wrote: a file of the turn's folder (its output) was written to.
+    /// The runner wrote: it copied some of the command's output into the turn's logs.
     Output,
     /// `timeout` passed first.
     Quiet,
@@ -102,8 +102,10 @@ pub fn wait(read_end: &OwnedFd, timeout: Duration) -> Seen {
             Ok(0) => return Seen::Quiet,
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) if !left.is_zero() => continue,
-            // A failing poll cannot tell: the caller reads the record and comes back.
-            Err(_) => return Seen::Quiet,
+            Err(nix::errno::Errno::EINTR) => return Seen::Quiet,
+            // A poll that fails cannot wait (retrying would spin): report the signal gone, so
+            // the caller reads the record and falls back to the folder watch.
+            Err(_) => return Seen::Closed,
         }
         let mut bytes = [0u8; DRAIN_BYTES];
         return match nix::unistd::read(read_end.as_raw_fd(), &mut bytes) {

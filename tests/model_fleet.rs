@@ -1,6 +1,7 @@
 //! The fleet model (`model/src/fleet.rs`, spec/fleet.md) checked exhaustively against the
 //! production core's slot and lease steps, and its teeth: each deliberately broken lease decision
-//! must be rejected with a counterexample of the fleet-wide S1 or S2.
+//! must be rejected with a counterexample of the fleet-wide S1 or S2 (a drained host that still
+//! starts turns: of F5).
 //!
 //! The `f_*` configurations run in CI with their unique state counts pinned. The counts grew
 //! (351 936 → 368 824, 419 699 → 444 083, 182 802 → 193 514, 331 669 → 348 359) when a handoff
@@ -8,7 +9,8 @@
 //! run ahead of the first publish, find no lease and be retried (the shell's
 //! `take_over_retrying`), which adds the states of that gap. A runner dying alone on a live host
 //! (`RunnerDies`, issue 14's guard) has its own configuration (492 345 states); the four above
-//! have no runner-crash budget and kept their counts.
+//! have no runner-crash budget and kept their counts. So has an operator's drain (`Drain`, F5:
+//! 355 289 states); the others have no drain budget and kept theirs.
 //! `TOLLGATE_MODEL_FULL=1` adds larger ones (three hosts, a crash, a slow clock); they report their
 //! counts only. `TOLLGATE_MODEL_REPIN=1` reports every count without asserting it.
 #![cfg(feature = "model-check")]
@@ -19,7 +21,13 @@ use std::time::Instant;
 use tollgate::model::fleet::{names, render_trail, FleetConfig, FleetModel, FleetVariant};
 
 /// Checks `cfg` exhaustively; returns whether the dead-runner replacement was reached.
-fn check(cfg: FleetConfig, require_examples: bool, unique_states: Option<usize>) -> bool {
+/// Checks `cfg` exhaustively (every `always` holds, and with `require_examples` every `sometimes`
+/// of its budgets is reached) and pins its count; returns the `sometimes` properties reached.
+fn check(
+    cfg: FleetConfig,
+    require_examples: bool,
+    unique_states: Option<usize>,
+) -> BTreeSet<&'static str> {
     let started = Instant::now();
     let checker = FleetModel::new(cfg.clone()).checker().spawn_dfs().join();
     tollgate::model::report(&format!(
@@ -33,10 +41,11 @@ fn check(cfg: FleetConfig, require_examples: bool, unique_states: Option<usize>)
     let model = checker.model();
     for property in model.properties() {
         match (property.expectation, checker.discovery(property.name)) {
-            // The dead-runner example needs a runner crash in the budget.
+            // The dead-runner example needs a runner crash in the budget, the drained one a drain.
             (Expectation::Sometimes, None)
                 if require_examples
-                    && (cfg.runner_crashes > 0 || property.name != names::RUNNER_DIED_STOLEN) =>
+                    && (cfg.runner_crashes > 0 || property.name != names::RUNNER_DIED_STOLEN)
+                    && (cfg.drains > 0 || property.name != names::DRAINED_ELSEWHERE) =>
             {
                 panic!("{cfg}: no example reached for \"{}\"", property.name)
             }
@@ -48,9 +57,15 @@ fn check(cfg: FleetConfig, require_examples: bool, unique_states: Option<usize>)
             _ => {}
         }
     }
-    let replaced = checker.discovery(names::RUNNER_DIED_STOLEN).is_some();
+    let reached: BTreeSet<&'static str> = model
+        .properties()
+        .iter()
+        .filter(|p| p.expectation == Expectation::Sometimes)
+        .map(|p| p.name)
+        .filter(|name| checker.discovery(name).is_some())
+        .collect();
     if std::env::var("TOLLGATE_MODEL_REPIN").is_ok_and(|v| v == "1") {
-        return replaced;
+        return reached;
     }
     if let Some(expected) = unique_states {
         assert_eq!(
@@ -59,14 +74,18 @@ fn check(cfg: FleetConfig, require_examples: bool, unique_states: Option<usize>)
             "{cfg}: the state space changed; if that is intended, pin the new count"
         );
     }
-    replaced
+    reached
 }
 
 /// The checker must find a counterexample for S1 or S2 (fleet-wide) under `cfg`'s broken variant;
 /// returns the property it broke first and prints the trail.
 fn expect_s1_or_s2_broken(cfg: FleetConfig) -> &'static str {
+    expect_broken(cfg, BTreeSet::from([names::S1, names::S2]))
+}
+
+/// The checker must find a counterexample for one of `wanted` under `cfg`'s broken variant.
+fn expect_broken(cfg: FleetConfig, wanted: BTreeSet<&'static str>) -> &'static str {
     let started = Instant::now();
-    let wanted = BTreeSet::from([names::S1, names::S2]);
     let checker = FleetModel::new(cfg.clone())
         .checker()
         .finish_when(HasDiscoveries::AnyOf(wanted.clone()))
@@ -167,10 +186,37 @@ fn f_two_hosts_two_turns_cap_one_one_runner_crash() {
     cfg.runner_crashes = 1;
     let reached = check(cfg, false, Some(492_345));
     assert!(
-        reached,
+        reached.contains(names::RUNNER_DIED_STOLEN),
         "no example reached for \"{}\"",
         names::RUNNER_DIED_STOLEN
     );
+}
+
+/// `tollgate drain` (spec/fleet.md, "Draining a host"): an operator drains either host at any
+/// moment, its flag read by that host's sections under the queue's lock (`Liveness::may_start`
+/// of the core's `LeaseLiveness`). F5: a drained host starts no turn (no reservation, so no
+/// spawn, by its submits, finishing runners or reconciles); S9: the turns it was given still end,
+/// started by the other host.
+#[test]
+fn f_two_hosts_two_turns_cap_one_one_drain() {
+    let mut cfg = FleetConfig::new(2, 2, 1);
+    cfg.partitions = 0;
+    cfg.drains = 1;
+    let reached = check(cfg, false, Some(355_289));
+    assert!(
+        reached.contains(names::DRAINED_ELSEWHERE),
+        "no example reached for \"{}\"",
+        names::DRAINED_ELSEWHERE
+    );
+}
+
+#[test]
+fn teeth_a_drained_host_that_still_starts_turns_breaks_f5() {
+    let mut cfg = FleetConfig::new(2, 2, 1).with_variant(FleetVariant::IgnoreDrain);
+    cfg.partitions = 0;
+    cfg.drains = 1;
+    cfg.horizon_ticks = 4;
+    expect_broken(cfg, BTreeSet::from([names::F5]));
 }
 
 #[test]

@@ -37,11 +37,13 @@
 //!   alone on a live, connected host** (runner-crash budget): its lease is never renewed again and
 //!   expires on the database clock; its work dies only as the runner's guard kills it, at once,
 //!   which stands for the guard's kill ending before the lease can expire (the timing argument,
-//!   spec/fleet.md "The guard").
+//!   spec/fleet.md "The guard"); an **operator drains a host** (drain budget): a flag in the
+//!   database that the host's sections read under the lock (`Liveness::may_start`).
 //!
 //! Properties: `S1` and `S2` over works fleet-wide, partitioned hosts included (a state breaking
 //! them ends its path); `F1` a live work's runner holds an unexpired lease; `F2` a renewal changes
-//! only the sender's own lease (both checked on every state without ending the path, so a broken
+//! only the sender's own lease, `F5` a drained host spawns no runner (all three checked on every
+//! state without ending the path, so a broken
 //! lease decision is followed to the `S1`/`S2` trail it causes); `S9` in every quiescent state
 //! (nothing can happen any more, so the partition healed) every submitted turn ended and the
 //! queue is empty. States at the time horizon where time would still matter are not quiescent
@@ -123,6 +125,9 @@ pub enum FleetVariant {
     /// grandchildren reparented away); only a repair on that host kills it, and another host,
     /// once the lease expired, runs the turn again beside it (breaks F1, then S1/S2).
     NoGuard,
+    /// A host's liveness answers `may_start` with "yes" whether or not the host is drained
+    /// (breaks F5: a drained host starts a turn).
+    IgnoreDrain,
 }
 
 impl FleetVariant {
@@ -151,6 +156,8 @@ pub struct FleetConfig {
     pub runner_crashes: u8,
     /// Ticks one host's clock may miss (bounded rate drift).
     pub slow_ticks: u8,
+    /// Hosts an operator drains (`tollgate drain HOST`, at any moment; never undone here).
+    pub drains: u8,
     /// The database clock stops here (ticks).
     pub horizon_ticks: u64,
     pub timing: LeaseTiming,
@@ -167,6 +174,7 @@ impl FleetConfig {
             crashes: 0,
             runner_crashes: 0,
             slow_ticks: 0,
+            drains: 0,
             horizon_ticks: 7,
             timing: MODEL_TIMING,
             variant: FleetVariant::Production,
@@ -201,7 +209,7 @@ impl fmt::Display for FleetConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} hosts x {} turns x cap {} (partitions {}, crashes {}, runner crashes {}, slow ticks {}, horizon {} ticks, {:?})",
+            "{} hosts x {} turns x cap {} (partitions {}, crashes {}, runner crashes {}, slow ticks {}, drains {}, horizon {} ticks, {:?})",
             self.hosts,
             self.turns,
             self.cap,
@@ -209,6 +217,7 @@ impl fmt::Display for FleetConfig {
             self.crashes,
             self.runner_crashes,
             self.slow_ticks,
+            self.drains,
             self.horizon_ticks,
             self.variant
         )
@@ -276,12 +285,17 @@ pub struct HostState {
     pub works: Vec<LiveWork>,
     /// Handoffs spawned but not published yet.
     pub dispatching: Vec<Dispatch>,
+    /// Drained (`tollgate drain`): a flag in the database, which this host's sections read under
+    /// the queue's lock (`Liveness::may_start`).
+    pub drained: bool,
 }
 
 /// Flags of transitions that broke a property (checked by the properties).
 pub mod violation {
     /// A renewal changed a lease other than its sender's (F2).
     pub const RENEWED_ANOTHERS_LEASE: u8 = 1;
+    /// A drained host's section started a turn: it spawned a runner (F5).
+    pub const STARTED_ON_DRAINED: u8 = 2;
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -299,6 +313,7 @@ pub struct FleetState {
     pub crashes_left: u8,
     pub runner_crashes_left: u8,
     pub slow_left: u8,
+    pub drains_left: u8,
     pub violations: u8,
     /// A host replaced another host's executor after its lease expired.
     pub stolen: bool,
@@ -308,6 +323,8 @@ pub struct FleetState {
     pub died: Option<FleetIdentity>,
     /// Another host replaced that dead runner (after its lease expired).
     pub dead_runner_replaced: bool,
+    /// A turn submitted on a drained host was started by another host.
+    pub drained_turn_started_elsewhere: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -367,6 +384,10 @@ pub enum FleetAction {
         host: usize,
         runner: usize,
     },
+    /// An operator drains the host (a write to the database: the host's next section reads it).
+    Drain {
+        host: usize,
+    },
 }
 
 /// The model: a configuration; the state is [`FleetState`].
@@ -379,9 +400,16 @@ pub struct FleetModel {
 struct HostView<'a> {
     host: &'a HostState,
     reconciler: ProcessIdentity,
+    /// The teeth variant [`FleetVariant::IgnoreDrain`].
+    ignore_drain: bool,
 }
 
 impl Liveness for HostView<'_> {
+    /// The drain flag as the host's section reads it.
+    fn may_start(&self) -> bool {
+        self.ignore_drain || !self.host.drained
+    }
+
     fn observe(&self, identity: &ProcessIdentity) -> Observation {
         let live = self.host.up
             && (identity == &self.reconciler
@@ -439,6 +467,7 @@ impl FleetModel {
                     runners: Vec::new(),
                     works: Vec::new(),
                     dispatching: Vec::new(),
+                    drained: false,
                 })
                 .collect(),
             submitted: 0,
@@ -448,11 +477,13 @@ impl FleetModel {
             crashes_left: self.cfg.crashes,
             runner_crashes_left: self.cfg.runner_crashes,
             slow_left: self.cfg.slow_ticks,
+            drains_left: self.cfg.drains,
             violations: 0,
             stolen: false,
             fenced_cut_off: false,
             died: None,
             dead_runner_replaced: false,
+            drained_turn_started_elsewhere: false,
         }
     }
 
@@ -509,6 +540,7 @@ impl FleetModel {
         let view = HostView {
             host: &st.hosts[host],
             reconciler: Self::reconciler(host),
+            ignore_drain: self.cfg.variant == FleetVariant::IgnoreDrain,
         };
         let now = match self.cfg.variant {
             // The broken steal: the lease counts as expired half a lease early.
@@ -534,6 +566,14 @@ impl FleetModel {
     /// The spawn for `handoff` on `host` by the dispatcher `by`, in the dispatcher's section:
     /// the child starts, its publishes are left to [`FleetAction::Publish`].
     fn spawn_for(st: &mut FleetState, host: usize, handoff: Handoff, by: ProcessIdentity) {
+        if st.hosts[host].drained {
+            st.violations |= violation::STARTED_ON_DRAINED;
+        }
+        // Turn `k` is submitted on host `(k - 1) % hosts`.
+        let submitted_on = (handoff.key().turn as usize - 1) % st.hosts.len();
+        if submitted_on != host && st.hosts[submitted_on].drained {
+            st.drained_turn_started_elsewhere = true;
+        }
         let child = Self::fresh_pid(st, host);
         let spawned_at = st.hosts[host].local_millis;
         st.hosts[host].runners.push(Runner {
@@ -949,6 +989,10 @@ impl FleetModel {
                 h.dispatching.clear();
                 st.crashes_left -= 1;
             }
+            FleetAction::Drain { host } => {
+                st.hosts[host].drained = true;
+                st.drains_left -= 1;
+            }
         }
         Some(st)
     }
@@ -980,6 +1024,7 @@ impl FleetModel {
                 FleetAction::Cut { .. }
                     | FleetAction::Crash { .. }
                     | FleetAction::RunnerDies { .. }
+                    | FleetAction::Drain { .. }
             )
         });
         self.safe(st)
@@ -1001,6 +1046,8 @@ pub mod names {
     pub const TAKE_OVER_AHEAD: &str = "a take-over ran ahead of its first publish (retried)";
     pub const RUNNER_DIED_STOLEN: &str =
         "a runner died on a live host and another host took its slot after the expiry";
+    pub const F5: &str = "F5 a drained host starts no turn";
+    pub const DRAINED_ELSEWHERE: &str = "a turn submitted on a drained host ran on another";
 }
 
 fn s1_fleet_cap(model: &FleetModel, st: &FleetState) -> bool {
@@ -1026,6 +1073,10 @@ fn f1_live_work_holds_unexpired_lease(_: &FleetModel, st: &FleetState) -> bool {
 
 fn f2_renewal_is_the_owners(_: &FleetModel, st: &FleetState) -> bool {
     st.violations & violation::RENEWED_ANOTHERS_LEASE == 0
+}
+
+fn f5_drained_host_starts_nothing(_: &FleetModel, st: &FleetState) -> bool {
+    st.violations & violation::STARTED_ON_DRAINED == 0
 }
 
 /// A child can attempt its take-over (its host reaches the database) while its dispatcher has
@@ -1128,6 +1179,9 @@ impl Model for FleetModel {
             if st.crashes_left > 0 {
                 actions.push(FleetAction::Crash { host });
             }
+            if st.drains_left > 0 && !h.drained {
+                actions.push(FleetAction::Drain { host });
+            }
         }
         // Time does not pass a due fence, nor the horizon, nor when nothing waits for it.
         if !fence_due
@@ -1155,12 +1209,16 @@ impl Model for FleetModel {
             Property::always(names::S2, s2_fleet_one_work_per_turn),
             Property::always(names::F1, f1_live_work_holds_unexpired_lease),
             Property::always(names::F2, f2_renewal_is_the_owners),
+            Property::always(names::F5, f5_drained_host_starts_nothing),
             Property::always(names::S9, s9_every_turn_ends),
             Property::sometimes(names::STOLEN, |_, st: &FleetState| st.stolen),
             Property::sometimes(names::FENCED, |_, st: &FleetState| st.fenced_cut_off),
             Property::sometimes(names::TAKE_OVER_AHEAD, take_over_ahead_of_publish),
             Property::sometimes(names::RUNNER_DIED_STOLEN, |_, st: &FleetState| {
                 st.dead_runner_replaced
+            }),
+            Property::sometimes(names::DRAINED_ELSEWHERE, |_, st: &FleetState| {
+                st.drained_turn_started_elsewhere
             }),
             Property::sometimes(
                 names::DRAINED_AFTER_PARTITION,

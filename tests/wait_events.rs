@@ -284,6 +284,43 @@ fn submit_wait_streams_output_while_the_turn_runs() {
     reader.join().expect("reader");
 }
 
+/// A `submit --wait` killed while its turn runs takes nothing with it: the runner's next write
+/// into the settle pipe finds no reader (EPIPE, not a fatal SIGPIPE), and the turn runs to its
+/// end and is recorded.
+#[test]
+fn a_killed_submit_wait_leaves_its_turn_running_to_the_end() {
+    use std::io::BufRead;
+    let home = tempfile::tempdir().expect("tempdir");
+    let home = home.path();
+    let gate = tempfile::tempdir().expect("gate dir");
+    let fifo = gate.path().join("gate");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+    let script = format!("echo first; read line < {}; echo second", fifo.display());
+    let mut submit = spawn(
+        home,
+        &["submit", "--task", "k", "--wait", "--", "sh", "-c", &script],
+        false,
+    );
+    let mut stdout = std::io::BufReader::new(submit.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    stdout.read_line(&mut first).expect("the first line");
+    assert_eq!(first.trim(), "first");
+    submit.kill().expect("SIGKILL the waiting submit");
+    submit.wait().expect("reap it");
+    drop(stdout);
+    // The command now prints again: the runner copies it and writes into the dead waiter's pipe.
+    std::fs::write(&fifo, "go\n").expect("release the command");
+    let waited = run(home, &["wait", "k"], false);
+    assert_eq!(waited.status.code(), Some(0), "{}", describe(&waited));
+    let logs = run(home, &["logs", "k"], false);
+    let text = String::from_utf8_lossy(&logs.stdout);
+    assert!(
+        text.contains("first") && text.contains("second"),
+        "{}",
+        describe(&logs)
+    );
+}
+
 /// The runner's end of the settle signal is close-on-exec: the turn's command (and what it
 /// starts) never holds it, so a waiter's wake-up does not depend on the work's descendants.
 #[test]

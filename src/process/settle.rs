@@ -166,7 +166,9 @@ pub fn adopt(fd: RawFd) {
 
 /// Runner side: the turn's output was written to its log (a drain thread copied a chunk). One
 /// byte into the non-blocking pipe wakes the waiter, which streams the logs; a full pipe already
-/// says "look", and with no signal held this does nothing.
+/// says "look", and with no signal held this does nothing. A waiter that died leaves no reader:
+/// the write fails with EPIPE, ignored (Rust's runtime ignores SIGPIPE before `main`, so it is
+/// not fatal; `tests/wait_events.rs` kills a waiter and checks the turn still ends).
 pub fn output_written() {
     if let Some(fd) = lock(&RUNNER_END).as_ref() {
         let _ = nix::unistd::write(fd, &[1u8]);

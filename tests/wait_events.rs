@@ -205,14 +205,14 @@ fn a_sigkilled_runner_is_noticed_on_the_fallback_tick() {
 fn submit_wait_ends_at_the_outcome_not_after_the_hooks() {
     let home = tempfile::tempdir().expect("tempdir");
     let home = home.path();
-    let fifo = home.join("hook-gate");
-    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+    let gate = tempfile::tempdir().expect("gate dir");
+    let fifo = common::fifo::gate(gate.path(), "hook-gate");
     let init = tollgate(home, &["init"]);
     assert!(init.status.success(), "{}", describe(&init));
     let config = home.join("tollgate.toml");
     let mut text = std::fs::read_to_string(&config).expect("config");
     text.push_str(&format!(
-        "\n[[hook]]\non = \"finish\"\ncommand = [\"sh\", \"-c\", \"read line < {}\"]\n",
+        "\n[[hook]]\non = \"finish\"\ncommand = [\"cat\", \"{}\"]\n",
         fifo.display()
     ));
     std::fs::write(&config, text).expect("write config");
@@ -232,12 +232,28 @@ fn submit_wait_ends_at_the_outcome_not_after_the_hooks() {
         std::thread::sleep(Duration::from_millis(10));
     };
     // Release the hook either way, so the runner ends.
-    std::fs::write(&fifo, "go\n").expect("release the hook");
+    common::fifo::release(&fifo);
     let status = status.unwrap_or_else(|| {
         let _ = submit.kill();
         panic!("submit --wait still waited 20 s after the turn ended (it waited for the hook)")
     });
     assert_eq!(status.code(), Some(0));
+}
+
+/// A `submit --wait` of task `task` whose command prints `first`, blocks on a fifo gate (until
+/// `common::fifo::release`), then prints `second`; the gate's folder lives as long as the guard.
+fn gated_submit_wait(home: &Path, task: &str) -> (Child, std::path::PathBuf, tempfile::TempDir) {
+    let gate = tempfile::tempdir().expect("gate dir");
+    let fifo = common::fifo::gate(gate.path(), "gate");
+    let script = format!("echo first; cat {} >/dev/null; echo second", fifo.display());
+    let submit = spawn(
+        home,
+        &[
+            "submit", "--task", task, "--wait", "--", "sh", "-c", &script,
+        ],
+        false,
+    );
+    (submit, fifo, gate)
 }
 
 /// `submit --wait` streams the turn's output while it runs, also when it sleeps on its runner's
@@ -248,15 +264,7 @@ fn submit_wait_streams_output_while_the_turn_runs() {
     use std::io::BufRead;
     let home = tempfile::tempdir().expect("tempdir");
     let home = home.path();
-    let gate = tempfile::tempdir().expect("gate dir");
-    let fifo = gate.path().join("gate");
-    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
-    let script = format!("echo first; read line < {}; echo second", fifo.display());
-    let mut submit = spawn(
-        home,
-        &["submit", "--task", "s", "--wait", "--", "sh", "-c", &script],
-        false,
-    );
+    let (mut submit, fifo, _gate) = gated_submit_wait(home, "s");
     let stdout = submit.stdout.take().expect("stdout");
     let (lines, seen) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
@@ -269,7 +277,7 @@ fn submit_wait_streams_output_while_the_turn_runs() {
     });
     let first = seen.recv_timeout(Duration::from_secs(20));
     // Release the command either way, so nothing is left running.
-    std::fs::write(&fifo, "go\n").expect("release the command");
+    common::fifo::release(&fifo);
     assert_eq!(
         first.as_deref(),
         Ok("first"),
@@ -292,15 +300,7 @@ fn a_killed_submit_wait_leaves_its_turn_running_to_the_end() {
     use std::io::BufRead;
     let home = tempfile::tempdir().expect("tempdir");
     let home = home.path();
-    let gate = tempfile::tempdir().expect("gate dir");
-    let fifo = gate.path().join("gate");
-    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
-    let script = format!("echo first; read line < {}; echo second", fifo.display());
-    let mut submit = spawn(
-        home,
-        &["submit", "--task", "k", "--wait", "--", "sh", "-c", &script],
-        false,
-    );
+    let (mut submit, fifo, _gate) = gated_submit_wait(home, "k");
     let mut stdout = std::io::BufReader::new(submit.stdout.take().expect("stdout"));
     let mut first = String::new();
     stdout.read_line(&mut first).expect("the first line");
@@ -309,7 +309,7 @@ fn a_killed_submit_wait_leaves_its_turn_running_to_the_end() {
     submit.wait().expect("reap it");
     drop(stdout);
     // The command now prints again: the runner copies it and writes into the dead waiter's pipe.
-    std::fs::write(&fifo, "go\n").expect("release the command");
+    common::fifo::release(&fifo);
     let waited = run(home, &["wait", "k"], false);
     assert_eq!(waited.status.code(), Some(0), "{}", describe(&waited));
     let logs = run(home, &["logs", "k"], false);

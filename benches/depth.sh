@@ -16,15 +16,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DEPTHS="${DEPTHS:-10 10000 100000}"
 ROUNDS="${ROUNDS:-15}"
-if [ -z "${BIN:-}" ]; then
-  cargo build --release --quiet --bin tollgate
-  BIN="${CARGO_TARGET_DIR:-target}/release/tollgate"
-fi
-command -v sqlite3 >/dev/null || { echo "depth.sh needs the sqlite3 shell (apt-get install sqlite3)" >&2; exit 2; }
+. benches/lib.sh # release_bin, need_sqlite3, wait_state, park_synthetic (the cd made the root current)
+release_bin
+need_sqlite3 depth.sh
 
 work="$(mktemp -d)"
 # wait_state, park_synthetic.
-. benches/lib.sh # the cd above made the project root the working directory
 # Every parked row (the synthetic ones and the timed submits') is dropped before the held slot is
 # released, so no runner goes on to start them, and the held turn is waited for (bounded) before
 # its home is removed: a runner still finishing it wrote into the directory being removed.

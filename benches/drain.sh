@@ -19,18 +19,15 @@ cd "$(dirname "$0")/.."
 DEPTHS="${DEPTHS:-250 10000 100000}"
 TURNS="${TURNS:-200}"
 WORKERS="${WORKERS:-2}"
-if [ -z "${BIN:-}" ]; then
-  cargo build --release --quiet --bin tollgate
-  BIN="${CARGO_TARGET_DIR:-target}/release/tollgate"
-fi
-command -v sqlite3 >/dev/null || { echo "drain.sh needs the sqlite3 shell (apt-get install sqlite3)" >&2; exit 2; }
+. benches/lib.sh # release_bin, need_sqlite3, wait_state, park_synthetic (the cd made the root current)
+release_bin
+need_sqlite3 drain.sh
 MAX_QUEUE_ROWS=100000 # core/src/slots/queue.rs
 for d in $DEPTHS; do
   [ "$d" -ge "$TURNS" ] || { echo "drain.sh: depth $d is below TURNS=$TURNS" >&2; exit 2; }
 done
 
 work="$(mktemp -d)"
-. benches/lib.sh # wait_state, park_synthetic (with $BIN)
 cleanup() {
   local h
   for h in "$work"/*-*; do

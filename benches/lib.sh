@@ -1,5 +1,19 @@
-# Shared by the benchmark scripts that drive a real home (benches/depth.sh, benches/store_fsync.sh):
-# source it after BIN is set. Bash only; it defines functions and starts nothing.
+# Shared by the benchmark scripts that drive a real home (benches/depth.sh, benches/drain.sh,
+# benches/store_fsync.sh): source it from the project root. Bash only; it defines functions and
+# starts nothing.
+
+# Sets BIN to the release binary, building it first, unless BIN is given.
+release_bin() {
+  if [ -z "${BIN:-}" ]; then
+    cargo build --release --quiet --bin tollgate
+    BIN="${CARGO_TARGET_DIR:-target}/release/tollgate"
+  fi
+}
+
+# Exits (2) naming script $1 when the sqlite3 shell is missing.
+need_sqlite3() {
+  command -v sqlite3 >/dev/null || { echo "$1 needs the sqlite3 shell (apt-get install sqlite3)" >&2; exit 2; }
+}
 
 # Polls (at most 30 s) until `status` of home $1 shows a turn of task $2 in state $3.
 wait_state() {

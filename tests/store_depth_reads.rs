@@ -327,17 +327,8 @@ fn a_parking_submit_loads_only_the_rows_its_step_names() {
     );
 
     // What the store loads for a part is the core's projection of the whole queue.
-    let reads = steps::submit_reads(Some("p-3"), &[]);
-    let expected = steps::project(&state, &reads);
-    let (part, loaded) = loaded_part(&rt, &reads);
-    assert_eq!(part, expected);
-    assert_eq!(
-        loaded,
-        steps::Loaded::Part {
-            reads,
-            queue_rows: PARKED + 3
-        }
-    );
+    assert_eq!(state.entries.len(), PARKED + 3);
+    assert_loads_the_projection(&rt, &state, &steps::submit_reads(Some("p-3"), &[]));
 }
 
 /// A queue of one row, `running`, dispatched by `me` with its runner record.
@@ -360,6 +351,27 @@ fn publish(
             Ok::<_, tollgate::queue::StoreError>(())
         })
         .expect("publish");
+}
+
+/// Asserts that what the home's store loads for the part `reads` names is the core's
+/// `steps::project` of `state` (the home's whole queue), and that the section was told it loaded
+/// that part of a queue of `state`'s rows. Returns the projection.
+fn assert_loads_the_projection(
+    rt: &Runtime<ProcLiveness, tollgate::queue::HomeStore>,
+    state: &tollgate::protocol::slots::QueueState,
+    reads: &steps::QueueReads,
+) -> tollgate::protocol::slots::QueueState {
+    let expected = steps::project(state, reads);
+    let (part, loaded) = loaded_part(rt, reads);
+    assert_eq!(part, expected);
+    assert_eq!(
+        loaded,
+        steps::Loaded::Part {
+            reads: reads.clone(),
+            queue_rows: state.entries.len()
+        }
+    );
+    expected
 }
 
 /// What the home's store loads for a section on the part `reads` names, and what it says it
@@ -463,8 +475,8 @@ fn a_finishing_runners_part_is_the_cores_projection() {
         rule: AfterRule::Ended,
     }];
     publish(&rt, &state);
-    let reads = steps::finish_reads(&running);
-    let expected = steps::project(&state, &reads);
+    assert_eq!(state.entries.len(), PARKED + 1);
+    let expected = assert_loads_the_projection(&rt, &state, &steps::finish_reads(&running));
     assert!(
         expected.row(&deep).is_some(),
         "the head's dependency is in the part"
@@ -472,15 +484,6 @@ fn a_finishing_runners_part_is_the_cores_projection() {
     assert!(
         expected.entries.len() < state.entries.len() / 2,
         "the part leaves parked rows out"
-    );
-    let (part, loaded) = loaded_part(&rt, &reads);
-    assert_eq!(part, expected);
-    assert_eq!(
-        loaded,
-        steps::Loaded::Part {
-            reads,
-            queue_rows: PARKED + 1
-        }
     );
     assert_eq!(
         database(&rt).rows_loaded_by_last_section(),
@@ -508,8 +511,8 @@ fn a_concurrent_submits_part_holds_the_first_row_of_its_line() {
         }
     }
     publish(&rt, &state);
-    let reads = steps::submit_line_reads("line", &[]);
-    let expected = steps::project(&state, &reads);
+    assert_eq!(state.entries.len(), 2 * PARKED + 1);
+    let expected = assert_loads_the_projection(&rt, &state, &steps::submit_line_reads("line", &[]));
     assert!(
         expected.row(&TurnKey::new("line", 2)).is_some(),
         "the line's first row"
@@ -517,15 +520,6 @@ fn a_concurrent_submits_part_holds_the_first_row_of_its_line() {
     assert!(
         expected.row(&TurnKey::new("line", 3)).is_none(),
         "not the rest of the line"
-    );
-    let (part, loaded) = loaded_part(&rt, &reads);
-    assert_eq!(part, expected);
-    assert_eq!(
-        loaded,
-        steps::Loaded::Part {
-            reads,
-            queue_rows: 2 * PARKED + 1
-        }
     );
     assert!(database(&rt).rows_loaded_by_last_section() <= 3);
 }

@@ -406,6 +406,20 @@ fn deep_queue(parked: u32) -> QueueState {
     state
 }
 
+/// [`finish_both`] for `run/1` of [`deep_queue`]: its runner finishing with one slot, at time 0,
+/// default strategies, the production number of heads.
+fn finish_run_1(state: &QueueState) -> Result<Option<()>, TestCaseError> {
+    finish_both(
+        state,
+        &TurnKey::new("run", 1),
+        who(0),
+        1,
+        0,
+        &BTreeMap::new(),
+        steps::FINISH_HEADS,
+    )
+}
+
 #[test]
 fn a_finish_at_depth_starts_the_first_row_on_a_part_of_a_few_rows() {
     let state = deep_queue(500);
@@ -416,16 +430,7 @@ fn a_finish_at_depth_starts_the_first_row_on_a_part_of_a_few_rows() {
         "{} rows in the part",
         part.entries.len()
     );
-    let outcome = finish_both(
-        &state,
-        &key,
-        who(0),
-        1,
-        0,
-        &BTreeMap::new(),
-        steps::FINISH_HEADS,
-    )
-    .expect("equal");
+    let outcome = finish_run_1(&state).expect("equal");
     assert_eq!(outcome, Some(()), "the part sufficed");
 }
 
@@ -436,30 +441,11 @@ fn a_finish_whose_heads_cannot_start_says_its_part_did_not_suffice() {
     for n in 0..steps::FINISH_HEADS {
         order::pause(&mut state, PauseScope::Task(&format!("t{n}"))).expect("pause");
     }
-    let key = TurnKey::new("run", 1);
-    let outcome = finish_both(
-        &state,
-        &key,
-        who(0),
-        1,
-        0,
-        &BTreeMap::new(),
-        steps::FINISH_HEADS,
-    )
-    .expect("checked");
+    let outcome = finish_run_1(&state).expect("checked");
     assert_eq!(outcome, None, "run again on the whole queue");
     // A higher priority row past the heads by queue_id is a head by start order.
     let mut state = deep_queue(40);
     state.entries.last_mut().expect("rows").priority = 5;
-    let outcome = finish_both(
-        &state,
-        &key,
-        who(0),
-        1,
-        0,
-        &BTreeMap::new(),
-        steps::FINISH_HEADS,
-    )
-    .expect("equal");
+    let outcome = finish_run_1(&state).expect("equal");
     assert_eq!(outcome, Some(()));
 }

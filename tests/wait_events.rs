@@ -216,27 +216,24 @@ fn submit_wait_ends_at_the_outcome_not_after_the_hooks() {
         fifo.display()
     ));
     std::fs::write(&config, text).expect("write config");
-    let mut submit = spawn(
+    let submit = spawn(
         home,
         &["submit", "--task", "h", "--wait", "--", "true"],
         false,
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = submit.try_wait().expect("try_wait") {
-            break Some(status);
-        }
-        if Instant::now() >= deadline {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(submit.id()).expect("pid"));
+    let (exited, status) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let _ = exited.send(submit.wait_with_output().expect("wait for submit").status);
+    });
+    let status = status.recv_timeout(Duration::from_secs(20));
     // Release the hook either way, so the runner ends.
     common::fifo::release(&fifo);
-    let status = status.unwrap_or_else(|| {
-        let _ = submit.kill();
+    let status = status.unwrap_or_else(|_| {
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
         panic!("submit --wait still waited 20 s after the turn ended (it waited for the hook)")
     });
+    waiter.join().expect("waiter");
     assert_eq!(status.code(), Some(0));
 }
 

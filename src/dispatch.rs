@@ -39,6 +39,20 @@ pub enum SectionError {
     Unread(crate::protocol::slots::steps::Reads),
 }
 
+impl SectionError {
+    /// The error of a section of `operation` on the whole queue, which never asks for more: an
+    /// `Unread` there is a bug, reported rather than retried.
+    pub fn on_whole_queue(self, operation: &str) -> DispatchError {
+        match self {
+            SectionError::Failed(e) => e,
+            SectionError::Unread(_) => DispatchError::io(
+                operation,
+                std::io::Error::other("a section on the whole queue asked to read more"),
+            ),
+        }
+    }
+}
+
 impl<T: Into<DispatchError>> From<T> for SectionError {
     fn from(e: T) -> Self {
         SectionError::Failed(e.into())

@@ -321,14 +321,7 @@ fn decide_sequenced<L: Liveness, S: Store>(
         &mut prepare,
         everything,
     )
-    .map_err(|e| match e {
-        SectionError::Failed(e) => e,
-        // A section on the whole queue never asks for more.
-        SectionError::Unread(_) => DispatchError::io(
-            "submit",
-            std::io::Error::other("a section on the whole queue asked to read more"),
-        ),
-    })
+    .map_err(|e| e.on_whole_queue("submit"))
 }
 
 /// Sections of one submit on a part of the queue before it reads the whole queue: the first

@@ -416,14 +416,8 @@ fn finish_section<L: Liveness, S: Store>(
         Err(SectionError::Failed(e)) => return Err(e),
         Ok(done) => return Ok(done),
     }
-    finish_section_reading(rt, key, me, result, &Reads::Everything).map_err(|e| match e {
-        SectionError::Failed(e) => e,
-        // A section on the whole queue never asks for more.
-        SectionError::Unread(_) => DispatchError::io(
-            "finish",
-            std::io::Error::other("a section on the whole queue asked to read more"),
-        ),
-    })
+    finish_section_reading(rt, key, me, result, &Reads::Everything)
+        .map_err(|e| e.on_whole_queue("finish"))
 }
 
 /// One [`finish_section`] on what `reads` names.

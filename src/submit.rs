@@ -289,11 +289,22 @@ fn decide_sequenced<L: Liveness, S: Store>(
     // task's own, `concurrent=1` unless its record says otherwise: the common CLI submit), reads
     // its line only as far as the first parked row; the step's strategy decides in the section
     // whether that did, and a task of another strategy takes one more section on its rows.
-    let first = match (task.as_deref(), request.strategy) {
+    // A generated name is guessed from the store's unlocked hint of the next id (spec/store.md,
+    // "A generated task name"), so the first section reads that task's line instead of learning
+    // the name under the lock and running again; the section generates the name itself, and a
+    // wrong guess is one more section, as without a hint.
+    let guessed = match &task {
+        Some(_) => None,
+        None => rt
+            .store
+            .next_turn_id_hint()
+            .map(|id| tasks::first_generated_name(&request.argv, id)),
+    };
+    let first = match (task.as_deref().or(guessed.as_deref()), request.strategy) {
         (Some(task), Some(Strategy::Concurrent { .. }) | None) => {
             steps::submit_line_reads(task, &sequencing.after)
         }
-        _ => steps::submit_reads(task.as_deref(), &sequencing.after),
+        (task, _) => steps::submit_reads(task, &sequencing.after),
     };
     let mut reads = Reads::Part(first);
     for _ in 0..PART_ATTEMPTS {
@@ -325,8 +336,9 @@ fn decide_sequenced<L: Liveness, S: Store>(
 }
 
 /// Sections of one submit on a part of the queue before it reads the whole queue: the first
-/// names the given task (or none: a generated name), the second the name generated in the first;
-/// a third covers a concurrent submit that took the id the second generated the name from.
+/// names the given task (or, for a generated name, the name guessed from the store's hint, or
+/// none without one), the second the name generated in the first when the guess was wrong; a
+/// third covers a concurrent submit that took the id the second generated the name from.
 const PART_ATTEMPTS: usize = 3;
 
 /// One submit section on what `reads` names (see [`decide_sequenced`]).

@@ -168,11 +168,18 @@ pub struct TurnMeta {
 /// a new turn is recorded with before its row exists. [`settle_turn_id`] corrects the record if
 /// the row got another id, or none.
 pub fn predicted_turn_id(state: &crate::protocol::slots::QueueState) -> u64 {
-    let floor = state
-        .entries
-        .last()
-        .map_or(0, |e| e.queue_id.saturating_add(1));
-    state.next_queue_id.max(floor).max(1)
+    predicted_id(
+        state.next_queue_id,
+        state.entries.last().map(|e| e.queue_id),
+    )
+}
+
+/// [`predicted_turn_id`] of a queue whose counter is `next_queue_id` and whose highest row id
+/// (in the core's `u64` order) is `last_queue_id`: what a store's unlocked hint computes from the
+/// two values alone ([`crate::queue::Store::next_turn_id_hint`]).
+pub fn predicted_id(next_queue_id: u64, last_queue_id: Option<u64>) -> u64 {
+    let floor = last_queue_id.map_or(0, |id| id.saturating_add(1));
+    next_queue_id.max(floor).max(1)
 }
 
 /// Longest program part of a generated task name (the id suffix comes on top).
@@ -194,8 +201,6 @@ pub fn fresh_task_for(
     if let Some(task) = given {
         return Ok(task.to_string());
     }
-    let base = readable_base(argv);
-    let id = predicted_turn_id(state);
     // With the records in a database a task's folder is made with its first turn's folder, so the
     // record is asked too (an error counts as taken).
     let database = records::in_database(home);
@@ -203,7 +208,7 @@ pub fn fresh_task_for(
         !home.task_dir(name).exists()
             && (!database || load_task(home, name).is_ok_and(|task| task.is_none()))
     };
-    let first = format!("{base}-{id}");
+    let first = first_generated_name(argv, predicted_turn_id(state));
     if free(&first) {
         return Ok(first);
     }
@@ -214,6 +219,14 @@ pub fn fresh_task_for(
         }
     }
     Ok(crate::submit::fresh_task_name())
+}
+
+/// The first name [`fresh_task_for`] tries for a turn of `argv` whose short id is `id`:
+/// `<base>-<id>`, which it takes unless that task exists (only after the queue's id counter
+/// started again). A submit guesses its generated name with it before its section, from the
+/// store's hint for `id` ([`crate::queue::Store::next_turn_id_hint`]).
+pub fn first_generated_name(argv: &[String], id: u64) -> String {
+    format!("{}-{id}", readable_base(argv))
 }
 
 /// The program part of a generated task name: letters, digits, '.', '_' and '-' of the program's

@@ -568,3 +568,62 @@ fn a_submit_without_a_strategy_reads_its_lines_first_row() {
     assert!(state.row(&second.key).is_some());
     assert_eq!(state.entries.len(), PARKED + 2);
 }
+
+/// A request of `true` with no task: its name is generated (`true-<id>`).
+fn generated() -> SubmitRequest {
+    SubmitRequest {
+        task: None,
+        ..request("unused")
+    }
+}
+
+/// A submit whose task name is generated from its turn's id (`tollgate submit -- CMD`, the common
+/// CLI submit) guesses the name from the store's unlocked hint of the next id (spec/store.md, "A
+/// generated task name"): its first section reads that task's line and is the only one, where it
+/// used to learn the name in a section that was then rolled back and run again. When the guess
+/// is wrong (a task already has the `<base>-<id>` name, so the section generates `<base>-<id>-2`),
+/// the section still generates the right name and runs once more, leaving the other task alone.
+#[test]
+fn a_submit_with_a_generated_task_name_takes_one_section() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (rt, me) = one_slot_home(dir.path());
+    let held = submit_detached(&rt, me, request("hold")).expect("submit hold");
+    assert!(matches!(held.placement, Placement::Started(_)));
+    for n in 0..5 {
+        let before = database(&rt).sections_begun();
+        let submitted = submit_detached(&rt, me, generated()).expect("submit a generated name");
+        assert_eq!(submitted.placement, Placement::Parked, "generated turn {n}");
+        assert_eq!(
+            submitted.key.task,
+            format!("true-{}", submitted.queue_id),
+            "the name is the program and the turn's id"
+        );
+        assert_eq!(
+            database(&rt).sections_begun() - before,
+            1,
+            "generated turn {n} ({}) took one section",
+            submitted.key
+        );
+    }
+
+    // A task already named as the guess will be: the section generates another name.
+    let next = rt.store.load().expect("load").next_queue_id;
+    let squatter = submit_detached(&rt, me, request(&format!("true-{}", next + 1)))
+        .expect("submit the squatter");
+    let before = database(&rt).sections_begun();
+    let submitted = submit_detached(&rt, me, generated()).expect("submit a generated name");
+    assert_eq!(submitted.queue_id, next + 1);
+    assert_eq!(submitted.key.task, format!("true-{}-2", next + 1));
+    assert_eq!(
+        database(&rt).sections_begun() - before,
+        2,
+        "a wrong guess costs one more section"
+    );
+    let state = rt.store.load().expect("load");
+    assert!(
+        state.row(&squatter.key).is_some(),
+        "the squatter's row stays"
+    );
+    assert!(state.row(&submitted.key).is_some());
+    assert_eq!(state.entries.len(), 1 + 5 + 2);
+}

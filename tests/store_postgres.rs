@@ -53,6 +53,13 @@ fn every_queue_shape_round_trips_and_only_what_a_section_changed_changes() {
 }
 
 #[test]
+fn the_next_turn_id_hint_is_what_a_section_predicts() {
+    let Some(url) = server() else { return };
+    let queue = unique_queue("hint");
+    store_contract::the_next_turn_id_hint_is_what_a_section_predicts(&store(&url, &queue));
+}
+
+#[test]
 fn a_failed_or_unpublishable_section_changes_nothing() {
     let Some(url) = server() else { return };
     let queue = unique_queue("failed");

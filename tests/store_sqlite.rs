@@ -31,6 +31,12 @@ fn every_queue_shape_round_trips_and_only_what_a_section_changed_changes() {
 }
 
 #[test]
+fn the_next_turn_id_hint_is_what_a_section_predicts() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    store_contract::the_next_turn_id_hint_is_what_a_section_predicts(&store(tmp.path()));
+}
+
+#[test]
 fn a_failed_or_unpublishable_section_changes_nothing() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let db = tmp.path().join("tollgate.db");

@@ -187,6 +187,14 @@ impl Store for HomeStore {
             _ => None,
         }
     }
+
+    fn next_turn_id_hint(&self) -> Option<u64> {
+        match self {
+            HomeStore::Database(store) => store.next_turn_id_hint(),
+            HomeStore::Postgres(store) => store.next_turn_id_hint(),
+            _ => None,
+        }
+    }
 }
 
 fn misconfigured(setting: &str, detail: &str) -> StoreError {

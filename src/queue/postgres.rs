@@ -614,6 +614,37 @@ impl Store for PostgresStore {
         batch::parse_document(self, &json)?.queue_state(self)
     }
 
+    /// One statement, one round trip, no lock: the queue's id counter and its highest row id (in
+    /// the `u64` order, see [`int`]). A failure is only a missing hint.
+    fn next_turn_id_hint(&self) -> Option<u64> {
+        let mut guard = self.client().ok()?;
+        let client = guard.as_mut()?;
+        let q = batch::text(&self.queue);
+        let sql = format!(
+            "SELECT next_queue_id || ' ' || coalesce(coalesce(
+                (SELECT max(queue_id) FROM entries WHERE queue = {q} AND queue_id < 0),
+                (SELECT max(queue_id) FROM entries WHERE queue = {q}))::text, '')
+             FROM queue_meta WHERE queue = {q}"
+        );
+        let text = match client.simple_query(&sql) {
+            Ok(messages) => batch::last_value(self, &messages).ok()?,
+            Err(e) => {
+                tracing::debug!("no hint of the next turn id: {}", describe(&e));
+                return None;
+            }
+        };
+        let mut parts = text.split(' ');
+        let next: i64 = parts.next()?.parse().ok()?;
+        let last: Option<i64> = match parts.next()? {
+            "" => None,
+            id => Some(id.parse().ok()?),
+        };
+        Some(crate::tasks::predicted_id(
+            next as u64,
+            last.map(|v| v as u64),
+        ))
+    }
+
     /// One statement reading the active part ([`batch::Rows::Active`]): index searches, so its
     /// cost does not grow with the parked rows.
     fn load_active(&self) -> Result<QueueState, StoreError> {

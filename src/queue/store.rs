@@ -96,6 +96,17 @@ pub trait Store {
         None
     }
 
+    /// A guess at the id the next submitted turn gets ([`crate::tasks::predicted_turn_id`] of the
+    /// queue as it stands), read without the lock: a submit whose task name is generated from
+    /// that id reads the generated task's line in its first section, instead of learning the name
+    /// in a section that then runs again (spec/store.md, "A generated task name"). Only a hint:
+    /// the section generates the name again under the lock and the core checks that its part
+    /// covers it, so a wrong guess costs the second section it was meant to save. `None` when the
+    /// store has no cheap read of it (this default) or the read failed.
+    fn next_turn_id_hint(&self) -> Option<u64> {
+        None
+    }
+
     /// [`Store::transact_as`] with [`Commit::Internal`]: a transition a power loss may undo.
     fn transact_internal<R, E>(
         &self,

@@ -79,3 +79,47 @@ pub fn a_failed_or_unpublishable_section_changes_nothing<S: Store>(
     );
     assert_eq!(store.load().expect("load"), before);
 }
+
+/// The unlocked hint of the next turn id ([`Store::next_turn_id_hint`], spec/store.md "A generated
+/// task name") is what a section predicts from the queue it loads
+/// ([`tollgate::tasks::predicted_turn_id`]), with ids and a counter past 2^63 too. A store with
+/// no queue yet may have no hint.
+pub fn the_next_turn_id_hint_is_what_a_section_predicts<S: Store>(store: &S) {
+    let fresh = store.load().expect("load a new store");
+    if let Some(hint) = store.next_turn_id_hint() {
+        assert_eq!(
+            hint,
+            tollgate::tasks::predicted_turn_id(&fresh),
+            "a new store"
+        );
+    }
+    let owner = tollgate::protocol::slots::ProcessIdentity {
+        pid: 7,
+        start_time_micros: 9,
+    };
+    let mut small = QueueState::default();
+    for turn in 1..=3 {
+        let key = tollgate::protocol::slots::TurnKey::new("hint", turn);
+        tollgate::protocol::slots::enqueue(&mut small, &key, owner, 1_000 + u64::from(turn))
+            .expect("enqueue");
+    }
+    let mut emptied = small.clone();
+    emptied.entries.clear();
+    for (name, state) in [
+        ("three rows", small),
+        ("every shape", every_shape()),
+        ("the rows gone, the counter kept", emptied),
+    ] {
+        store
+            .transact(|queue| {
+                *queue = state.clone();
+                Ok::<_, StoreError>(())
+            })
+            .unwrap_or_else(|e| panic!("publish {name}: {e}"));
+        assert_eq!(
+            store.next_turn_id_hint(),
+            Some(tollgate::tasks::predicted_turn_id(&state)),
+            "{name}"
+        );
+    }
+}

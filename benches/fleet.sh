@@ -16,6 +16,10 @@
 # cluster, so the fleet's short processes stop paying a backend start and its cold caches each
 # (docs/PERFORMANCE.md, "Fleet"; needs the `pgbouncer` binary, Debian package pgbouncer; only with
 # the throwaway cluster: for your own server, point TOLLGATE_BENCH_POSTGRES at your pooler).
+# POOLER_RESET sets pgbouncer's server_reset_query (default DISCARD ALL, pgbouncer's own): with
+# POOLER_RESET="RESET ALL" a server session keeps its prepared statements for the next tollgate
+# process, so the part read is planned once per server session rather than once per process
+# (spec/store.md, "A part read planned once per connection").
 #
 # Usage: benches/fleet.sh            N=500 (env); BIN=path uses that binary, otherwise
 #        target/release/tollgate is built first.
@@ -87,6 +91,7 @@ listen_port = 6432
 auth_type = trust
 auth_file = $PG_DIR/pgbouncer.users
 pool_mode = session
+server_reset_query = ${POOLER_RESET:-DISCARD ALL}
 max_client_conn = 500
 default_pool_size = 40
 logfile = $PG_DIR/pgbouncer.log
@@ -160,6 +165,7 @@ run_setup() {
   local name="$1" queue="$2"; shift 2
   local homes=("$@") pids=() j t0 t1 loops
   loops=${#homes[@]}
+  busy0=$(busy_ticks)
   t0=$(now_ms)
   for j in $(seq 0 $((loops - 1))); do
     submit_loop "${homes[$j]}" "$name-l$j" "$(share "$loops" "$j")" &
@@ -169,9 +175,15 @@ run_setup() {
   t1=$(now_ms)
   drain "$queue"
   WALL_MS=$(( $(now_ms) - t0 ))
+  local busy_ms=$(( ($(busy_ticks) - busy0) * 1000 / $(getconf CLK_TCK) ))
   check_completed "${homes[0]}" "$N" "$name"
-  echo "$name: $N turns, $loops submit loop(s): submits done in $(( t1 - t0 )) ms, all completed in $WALL_MS ms ($(python3 -c "print(f'{$N * 1000 / $WALL_MS:.1f}')") turns/s)"
+  echo "$name: $N turns, $loops submit loop(s): submits done in $(( t1 - t0 )) ms, all completed in $WALL_MS ms ($(python3 -c "print(f'{$N * 1000 / $WALL_MS:.1f}')") turns/s); CPU busy $(python3 -c "print(f'{$busy_ms / $N:.1f}')") ms per turn, every process of the machine"
 }
+
+# The machine's busy CPU time so far, in clock ticks (user, nice, system, irq, softirq of every
+# core, from /proc/stat): the fleet is CPU-bound on a small machine, so CPU per turn is what a
+# change to the per-turn work moves, whatever the lock waits and the tail of the drain do.
+busy_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 
 # The fleet: three homes on one queue, distinct hosts, workers = 4 each (one global cap).
 fleet=()
@@ -186,7 +198,7 @@ single="$work/single"
 single3="$work/single3"
 "$BIN" --home "$single3" init --workers "$WORKERS" >/dev/null
 
-echo "binary $BIN, N=$N, global cap $WORKERS, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), pooler ${POOLER:-none}"
+echo "binary $BIN, N=$N, global cap $WORKERS, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), pooler ${POOLER:-none}${POOLER:+ (reset: ${POOLER_RESET:-DISCARD ALL})}"
 run_setup single-sqlite-1-loop "$single" "$single"
 single_ms=$WALL_MS
 run_setup single-sqlite-3-loops "$single3" "$single3" "$single3" "$single3"

@@ -316,3 +316,55 @@ fn a_parking_submit_at_depth_loads_only_its_part() {
     let state = rt.store.load().expect("load");
     assert_eq!(state.entries.len(), PARKED as usize + 1);
 }
+
+/// A section's part is read by a statement prepared once per connection (spec/store.md,
+/// "PostgreSQL", "A part read planned once per connection"), and a new connection has none: after
+/// the server ended the store's session (a restart, a pooler, an administrator), the store
+/// connects again and prepares it again. Sections on parts read what the core projects before
+/// and after; it fails if the store believes the new session has the statement.
+#[test]
+fn a_part_read_is_prepared_again_on_a_new_connection() {
+    let Some(url) = server() else { return };
+    let queue = unique("depth-reconnect");
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let store = store(&format!("{url}{separator}application_name={queue}"), &queue);
+    let full = deep_queue();
+    store
+        .transact(|q| {
+            *q = full.clone();
+            Ok::<_, StoreError>(())
+        })
+        .expect("publish the deep queue");
+    let cases = [
+        reads(&["p-3"], &[]),
+        steps::finish_reads(&TurnKey::new("waiting", 7)),
+    ];
+    for case in &cases {
+        assert_eq!(
+            part_of(&store, case).0,
+            steps::project(&full, case),
+            "{case:?}"
+        );
+    }
+
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+    let ended = admin
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&queue],
+        )
+        .expect("end the store's session");
+    assert_eq!(ended.len(), 1, "the store's one session");
+    // The first use after it finds the session gone and fails; the store connects again.
+    assert!(
+        (0..3).any(|_| store.load().is_ok()),
+        "the store connects again after its session ended"
+    );
+    for case in &cases {
+        assert_eq!(
+            part_of(&store, case).0,
+            steps::project(&full, case),
+            "{case:?} on the new connection"
+        );
+    }
+}

@@ -22,6 +22,7 @@ use crate::protocol::slots::{QueueState, QUEUE_FORMAT_VERSION};
 use postgres::error::SqlState;
 use postgres::{Client, GenericClient, NoTls};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -318,6 +319,10 @@ pub struct PostgresStore {
     fleet: Option<FleetContext>,
     /// The queue rows the last section loaded ([`PostgresStore::rows_loaded_by_last_section`]).
     rows_loaded: std::sync::atomic::AtomicUsize,
+    /// Whether the connection in `client` has the part read prepared
+    /// ([`batch::prepare_part_read_sql`]), without and with the fleet's columns; shared with
+    /// the stores sharing the client, cleared when it connects again.
+    part_read_ready: Arc<[AtomicBool; 2]>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -349,6 +354,7 @@ impl PostgresStore {
             client: Arc::new(Mutex::new(None)),
             fleet: None,
             rows_loaded: Default::default(),
+            part_read_ready: Default::default(),
         }
     }
 
@@ -375,6 +381,7 @@ impl PostgresStore {
             client: self.client.clone(),
             fleet: None,
             rows_loaded: Default::default(),
+            part_read_ready: self.part_read_ready.clone(),
         }
     }
 
@@ -436,6 +443,10 @@ impl PostgresStore {
             }
             if let Some(home) = self.home.as_ref().filter(|_| !imported) {
                 super::records::pg_import_records(self, &mut client, home)?;
+            }
+            // A new session has no prepared statement.
+            for ready in self.part_read_ready.iter() {
+                ready.store(false, Ordering::Relaxed);
             }
             *guard = Some(client);
         }
@@ -674,7 +685,7 @@ impl Store for PostgresStore {
 
     /// A section on the part `reads` names (spec/store.md, "What a section loads"): the same
     /// two round trips, its reading statement selecting the part's rows by index searches
-    /// ([`batch::Rows::Part`]) and the row count; only those rows are sent, decoded, checked,
+    /// (`batch::prepare_part_read_sql`, prepared once per connection) and the row count; only those rows are sent, decoded, checked,
     /// cloned and diffed. [`Reads::Everything`] is the whole queue, as [`Store::transact_as`].
     fn transact_reading<R, E>(
         &self,
@@ -701,6 +712,24 @@ impl PostgresStore {
         self.rows_loaded.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Prepares the part read on `client` unless it is already (one round trip per connection,
+    /// outside any transaction and lock).
+    fn prepare_part_read(&self, client: &mut Client) -> Result<(), StoreError> {
+        let fleet = self.fleet.is_some();
+        let ready = &self.part_read_ready[usize::from(fleet)];
+        if ready.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        match client.simple_query(&batch::prepare_part_read_sql(fleet)) {
+            Ok(_) => {}
+            // Prepared by an earlier call whose answer was lost: it is there.
+            Err(e) if e.code() == Some(&postgres::error::SqlState::DUPLICATE_PSTATEMENT) => {}
+            Err(e) => return Err(self.error(e)),
+        }
+        ready.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// The one transaction of [`Store::transact_as`] and [`Store::transact_reading`]: the whole
     /// queue when `part` is `None`.
     fn section<R, E>(
@@ -713,6 +742,12 @@ impl PostgresStore {
         E: From<StoreError>,
     {
         let mut guard = self.client()?;
+        if part.is_some() {
+            let Some(client) = guard.as_mut() else {
+                unreachable!("client() connected");
+            };
+            self.prepare_part_read(client)?;
+        }
         // Only what this process is about to promise may be left to the server's WAL writer,
         // and only when the home said so: a lost internal commit would hide a live process.
         let durable = !(commit == Commit::Promise && self.durability == Durability::Os);
@@ -739,15 +774,16 @@ impl PostgresStore {
         let mut sql = batch::begin_sql(self.lock_timeout_millis(), false, &locks);
         // The statements of one message run in order: the reads (and the database clock) come
         // after both locks are held.
-        let rows = match part {
-            None => batch::Rows::All,
-            Some(reads) => batch::Rows::Part(reads),
-        };
-        sql.push_str(&batch::read_sql(
-            &self.queue,
-            self.fleet.as_ref().map(|f| &f.host),
-            Some(rows),
-        ));
+        let host = self.fleet.as_ref().map(|f| &f.host);
+        match part {
+            None => sql.push_str(&batch::read_sql(&self.queue, host, Some(batch::Rows::All))),
+            // The prepared statement's generic plan, made by its first execution on this
+            // connection and kept for the next ones (a custom plan would be made every time).
+            Some(reads) => {
+                sql.push_str("SET LOCAL plan_cache_mode = force_generic_plan;\n");
+                sql.push_str(&batch::execute_part_read_sql(&self.queue, host, reads));
+            }
+        }
         let messages = section
             .with(|c| c.simple_query(&sql))
             .map_err(|e| self.busy_or(started, e))?;

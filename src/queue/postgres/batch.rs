@@ -199,148 +199,81 @@ pub(super) fn checked(store: &PostgresStore, sql: String) -> Result<String, Stor
     Ok(sql)
 }
 
-/// Which rows of the queue [`read_sql`] reads (spec/store.md, "What a section loads").
+/// Which rows of the queue [`read_sql`] reads (spec/store.md, "What a section loads"). A
+/// section on a part reads by the prepared statement of [`prepare_part_read_sql`].
 #[derive(Clone, Copy, Debug)]
-pub(super) enum Rows<'a> {
+pub(super) enum Rows {
     /// Every row: `load`, and a section on the whole queue.
     All,
     /// The rows that are not parked, hold a reservation, or are named by a runner or work
     /// record, and the oldest parked row ([`crate::queue::Store::load_active`]); not checked as
     /// a queue, never published.
     Active,
-    /// The active rows, the last row, every row of the named tasks and every row depending on a
-    /// turn of them, the named turns, the first parked row of each task of `lines`, and the
-    /// first `heads` parked rows in start order with the rows they wait for (the core's
-    /// `steps::project` is the reference), with
-    /// the queue's row count (`queue_meta.row_count`, version 8).
-    Part(&'a QueueReads),
 }
 
-/// The `queue_id`s of the rows `rows` names, as the body of a `WITH part AS (…)` (each arm an
-/// index search: `entries_by_state`, `entries_reserved`, the `(queue, task, turn)` key,
-/// `entry_dependencies_by_turn`); `None` for every row.
-fn part_ids(q: &str, rows: Rows<'_>) -> Option<String> {
-    let reads = match rows {
-        Rows::All => return None,
-        Rows::Active => None,
-        Rows::Part(reads) => Some(reads),
-    };
-    let mut sql = format!(
+/// The arms of every part's `WITH part AS (…)`: the active rows (not parked, holding a
+/// reservation, or named by a runner or work record), each arm an index search
+/// (`entries_by_state`, `entries_reserved`, the `(queue, task, turn)` key).
+fn active_arms(q: &str) -> String {
+    format!(
         "SELECT queue_id FROM entries WHERE queue = {q} AND state IN ('waiting', 'dispatching')
          UNION SELECT queue_id FROM entries WHERE queue = {q} AND reservation_token IS NOT NULL
          UNION SELECT e.queue_id FROM runners AS r JOIN entries AS e
              ON e.queue = {q} AND e.task = r.task AND e.turn = r.turn WHERE r.queue = {q}
          UNION SELECT e.queue_id FROM works AS w JOIN entries AS e
              ON e.queue = {q} AND e.task = w.task AND e.turn = w.turn WHERE w.queue = {q}"
-    );
-    let Some(reads) = reads else {
+    )
+}
+
+/// The `queue_id`s of the rows `rows` names, as the body of a `WITH part AS (…)`; `None` for
+/// every row.
+fn part_ids(q: &str, rows: Rows) -> Option<String> {
+    match rows {
+        Rows::All => None,
         // The look's active part also holds the oldest parked row (any would do): whether the
         // queue has one decides whether a free slot can start anything
         // (`steps::reconcile_would_act`). `entries_by_state` finds it.
-        let _ = write!(
-            sql,
-            "
-         UNION SELECT min(queue_id) FROM entries WHERE queue = {q} AND state = 'parked'"
-        );
-        return Some(sql);
-    };
-    // The highest id as a `u64`: past 2^63 (see [`int`]) it is the highest negative one.
-    let _ = write!(
-        sql,
-        "
-         UNION SELECT coalesce(
-             (SELECT max(queue_id) FROM entries WHERE queue = {q} AND queue_id < 0),
-             (SELECT max(queue_id) FROM entries WHERE queue = {q}))"
-    );
-    if !reads.tasks.is_empty() {
-        let mut tasks = String::new();
-        for (i, task) in reads.tasks.iter().enumerate() {
-            if i > 0 {
-                tasks.push_str(", ");
-            }
-            push_text(&mut tasks, task);
-        }
-        let _ = write!(
-            sql,
-            "
-         UNION SELECT queue_id FROM entries WHERE queue = {q} AND task IN ({tasks})
-         UNION SELECT queue_id FROM entry_dependencies WHERE queue = {q} AND task IN ({tasks})"
-        );
+        Rows::Active => Some(format!(
+            "{}
+         UNION SELECT min(queue_id) FROM entries WHERE queue = {q} AND state = 'parked'",
+            active_arms(q)
+        )),
     }
-    if !reads.turns.is_empty() {
-        let mut turns = String::new();
-        for (i, key) in reads.turns.iter().enumerate() {
-            if i > 0 {
-                turns.push_str(", ");
-            }
-            push_row(&mut turns, &[&key.task, &i64::from(key.turn)]);
-        }
-        let _ = write!(
-            sql,
-            "
-         UNION SELECT queue_id FROM entries WHERE queue = {q} AND (task, turn) IN ({turns})"
-        );
-    }
-    for task in &reads.lines {
-        // The task's first parked row in the core's `u64` order (the index `entries_task_line`
-        // of version 10).
-        let mut t = String::new();
-        push_text(&mut t, task);
-        let _ = write!(
-            sql,
-            "
-         UNION SELECT coalesce(
-             (SELECT min(queue_id) FROM entries
-              WHERE queue = {q} AND task = {t} AND state = 'parked' AND queue_id >= 0),
-             (SELECT min(queue_id) FROM entries
-              WHERE queue = {q} AND task = {t} AND state = 'parked' AND queue_id < 0))"
-        );
-    }
-    if reads.heads > 0 {
-        // The first parked rows in start order (`order::start_rank`, the index
-        // `entries_start_order` of version 9) and the rows of the turns they wait for. Ids past
-        // 2^63 read negative: the first of those and of the others, then the first of both.
-        let limit = i64::try_from(reads.heads).unwrap_or(i64::MAX);
-        let heads = format!(
-            "SELECT queue_id FROM (
-                 (SELECT queue_id, priority FROM entries
-                  WHERE queue = {q} AND state = 'parked' AND queue_id >= 0
-                  ORDER BY priority DESC, queue_id LIMIT {limit})
-                 UNION ALL
-                 (SELECT queue_id, priority FROM entries
-                  WHERE queue = {q} AND state = 'parked' AND queue_id < 0
-                  ORDER BY priority DESC, queue_id LIMIT {limit})) AS h
-             ORDER BY priority DESC, queue_id < 0, queue_id LIMIT {limit}"
-        );
-        let _ = write!(
-            sql,
-            "
-         UNION ({heads})
-         UNION SELECT e.queue_id FROM entry_dependencies AS d JOIN entries AS e
-             ON e.queue = {q} AND e.task = d.task AND e.turn = d.turn
-             WHERE d.queue = {q} AND d.queue_id IN ({heads})"
-        );
-    }
-    Some(sql)
 }
 
 /// The one JSON document of a section's reads: the queue's tables (`rows` of its entries, or
 /// none), and with `fleet` the database clock, whether that host is drained and the lease table
 /// (at most `MAX_LEASES + 1` rows: a table over the bound is refused rather than read in part).
-pub(super) fn read_sql(queue: &str, fleet: Option<&HostId>, rows: Option<Rows<'_>>) -> String {
+pub(super) fn read_sql(queue: &str, fleet: Option<&HostId>, rows: Option<Rows>) -> String {
     let q = text(queue);
+    let host = fleet.map(|host| text(host.as_str()));
+    let tables = rows.map(|rows| Tables {
+        ids: part_ids(&q, rows),
+        row_count: false,
+    });
+    document_sql(&q, host.as_deref(), tables)
+}
+
+/// What [`document_sql`] reads of the queue's tables: the entries whose `queue_id` the SQL
+/// `ids` selects (every row when `None`), and whether the row count too.
+struct Tables {
+    ids: Option<String>,
+    row_count: bool,
+}
+
+/// The one JSON document of [`read_sql`] and of the prepared part read ([`part_read_sql`]): `q`
+/// and `host` are SQL expressions (a literal, or a parameter of the prepared statement).
+fn document_sql(q: &str, host: Option<&str>, tables: Option<Tables>) -> String {
     let mut parts: Vec<String> = Vec::new();
-    if let Some(host) = fleet {
+    if let Some(host) = host {
         parts.push("'now', (extract(epoch FROM clock_timestamp()) * 1000)::bigint".to_string());
         parts.push(format!(
-            "'drained', EXISTS (SELECT 1 FROM drained_hosts WHERE host = {})",
-            text(host.as_str())
+            "'drained', EXISTS (SELECT 1 FROM drained_hosts WHERE host = {host})"
         ));
         parts.push(lease_part());
     }
     let mut with = String::new();
-    if let Some(rows) = rows {
-        let ids = part_ids(&q, rows);
+    if let Some(Tables { ids, row_count }) = tables {
         let (entries_in, deps_in) = match &ids {
             Some(ids) => {
                 let _ = writeln!(with, "WITH part AS ({ids})");
@@ -351,11 +284,7 @@ pub(super) fn read_sql(queue: &str, fleet: Option<&HostId>, rows: Option<Rows<'_
             }
             None => ("", ""),
         };
-        let row_count = if matches!(rows, Rows::Part(_)) {
-            ", row_count"
-        } else {
-            ""
-        };
+        let row_count = if row_count { ", row_count" } else { "" };
         parts.push(format!(
             "'meta', (SELECT row_to_json(m) FROM (SELECT version, next_queue_id, paused_home{row_count}
                 FROM queue_meta WHERE queue = {q}) m)"
@@ -392,6 +321,148 @@ pub(super) fn read_sql(queue: &str, fleet: Option<&HostId>, rows: Option<Rows<'_
         "{with}SELECT json_build_object({})::text",
         parts.join(",\n")
     )
+}
+
+/// The prepared part read without and with the fleet's columns: its name and its body
+/// (spec/store.md, "PostgreSQL", "A part read planned once per connection"). The name ends in a
+/// hash of the body, so a server session that outlives a process (a pooler that keeps prepared
+/// statements) never serves one tollgate's statement to another version under the same name.
+fn part_read(fleet: bool) -> &'static (String, String) {
+    static READS: std::sync::OnceLock<[(String, String); 2]> = std::sync::OnceLock::new();
+    &READS.get_or_init(|| [false, true].map(part_read_named))[usize::from(fleet)]
+}
+
+fn part_read_named(fleet: bool) -> (String, String) {
+    let body = document_sql(
+        "$1",
+        fleet.then_some("$7"),
+        Some(Tables {
+            ids: Some(part_ids_by_parameters("$1")),
+            row_count: true,
+        }),
+    );
+    // FNV-1a: stable across builds and platforms, unlike std's hasher.
+    let hash = body.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    let kind = if fleet { "fleet" } else { "home" };
+    (format!("tollgate_part_read_{kind}_{hash:016x}"), body)
+}
+
+/// `PREPARE` of the part read on a connection: the document of [`read_sql`] for the part a
+/// section names (the core's `steps::project` is the reference: the active rows, the last row,
+/// every row of the named tasks and every row depending on a turn of them, the named turns, the
+/// first parked row of each task of `lines`, and the first `heads` parked rows in start order
+/// with the rows they wait for) and the queue's row count (`queue_meta.row_count`, version 8),
+/// with the queue, the part's lists and the host as parameters, so that one statement serves
+/// every section's part and is planned once per connection, here, outside any lock (a generic
+/// plan, kept with the statement: the sections set `plan_cache_mode` too), where the literal
+/// statement was parsed and planned afresh by every section, under the queue's lock. Parameters: `$1` the queue, `$2` the tasks, `$3`/`$4` the turns' tasks and
+/// numbers, `$5` the lines, `$6` the heads, `$7` (fleet) the host.
+pub(super) fn prepare_part_read_sql(fleet: bool) -> String {
+    let (name, body) = part_read(fleet);
+    let (types, host) = if fleet {
+        (
+            "text, text[], text[], bigint[], text[], bigint, text",
+            ", ''",
+        )
+    } else {
+        ("text, text[], text[], bigint[], text[], bigint", "")
+    };
+    // One execution on a queue that cannot exist (the empty name: every search finds nothing)
+    // makes the generic plan and keeps it with the statement: the planning, the costliest part
+    // of a cold session's first read, is done here, before any lock, instead of by the first
+    // section under the queue's lock. A generic plan does not depend on the values.
+    format!(
+        "PREPARE {name} ({types}) AS {body};
+         SET plan_cache_mode = force_generic_plan;
+         EXECUTE {name} ('', '{{}}', '{{}}', '{{}}', '{{}}', 0{host});
+         RESET plan_cache_mode"
+    )
+}
+
+/// The `queue_id`s of a part, with its lists as the parameters of [`prepare_part_read_sql`]
+/// (an empty list selects nothing). Past 2^63 (see [`int`]) an id reads negative: the highest
+/// id is the highest negative one if any, and the first rows of a line or in start order are
+/// taken among the ids of each sign, then the first of both.
+fn part_ids_by_parameters(q: &str) -> String {
+    let heads = format!(
+        "SELECT queue_id FROM (
+             (SELECT queue_id, priority FROM entries
+              WHERE queue = {q} AND state = 'parked' AND queue_id >= 0
+              ORDER BY priority DESC, queue_id LIMIT $6)
+             UNION ALL
+             (SELECT queue_id, priority FROM entries
+              WHERE queue = {q} AND state = 'parked' AND queue_id < 0
+              ORDER BY priority DESC, queue_id LIMIT $6)) AS h
+         ORDER BY priority DESC, queue_id < 0, queue_id LIMIT $6"
+    );
+    format!(
+        "{}
+         UNION SELECT coalesce(
+             (SELECT max(queue_id) FROM entries WHERE queue = {q} AND queue_id < 0),
+             (SELECT max(queue_id) FROM entries WHERE queue = {q}))
+         UNION SELECT queue_id FROM entries WHERE queue = {q} AND task = ANY ($2)
+         UNION SELECT queue_id FROM entry_dependencies WHERE queue = {q} AND task = ANY ($2)
+         UNION SELECT e.queue_id FROM unnest($3, $4) AS t (task, turn) JOIN entries AS e
+             ON e.queue = {q} AND e.task = t.task AND e.turn = t.turn
+         UNION SELECT coalesce(
+             (SELECT min(queue_id) FROM entries
+              WHERE queue = {q} AND task = l.task AND state = 'parked' AND queue_id >= 0),
+             (SELECT min(queue_id) FROM entries
+              WHERE queue = {q} AND task = l.task AND state = 'parked' AND queue_id < 0))
+             FROM unnest($5) AS l (task)
+         UNION ({heads})
+         UNION SELECT e.queue_id FROM entry_dependencies AS d JOIN entries AS e
+             ON e.queue = {q} AND e.task = d.task AND e.turn = d.turn
+             WHERE d.queue = {q} AND d.queue_id IN ({heads})",
+        active_arms(q)
+    )
+}
+
+/// `EXECUTE` of the prepared part read ([`prepare_part_read_sql`]) for `reads` of `queue`, with
+/// `host` on a fleet: the statement a section's message runs after its locks.
+pub(super) fn execute_part_read_sql(
+    queue: &str,
+    host: Option<&HostId>,
+    reads: &QueueReads,
+) -> String {
+    let texts = |items: &mut dyn Iterator<Item = &str>| {
+        let mut out = String::from("ARRAY[");
+        let mut any = false;
+        for item in items {
+            if any {
+                out.push_str(", ");
+            }
+            push_text(&mut out, item);
+            any = true;
+        }
+        out.push_str("]::text[]");
+        out
+    };
+    let tasks = texts(&mut reads.tasks.iter().map(String::as_str));
+    let turn_tasks = texts(&mut reads.turns.iter().map(|k| k.task.as_str()));
+    let mut turn_numbers = String::from("ARRAY[");
+    for (i, key) in reads.turns.iter().enumerate() {
+        if i > 0 {
+            turn_numbers.push_str(", ");
+        }
+        let _ = write!(turn_numbers, "{}", i64::from(key.turn));
+    }
+    turn_numbers.push_str("]::bigint[]");
+    let lines = texts(&mut reads.lines.iter().map(String::as_str));
+    let heads = i64::try_from(reads.heads).unwrap_or(i64::MAX);
+    let mut sql = format!(
+        "EXECUTE {} ({}, {tasks}, {turn_tasks}, {turn_numbers}, {lines}, {heads}",
+        part_read(host.is_some()).0,
+        text(queue)
+    );
+    if let Some(host) = host {
+        sql.push_str(", ");
+        push_text(&mut sql, host.as_str());
+    }
+    String::push(&mut sql, ')'); // (not `Literal::push`)
+    sql
 }
 
 /// The lease table's column of [`read_sql`] (ordered as it always was read).
@@ -500,7 +571,7 @@ struct MetaRow {
     version: i32,
     next_queue_id: i64,
     paused_home: bool,
-    /// Read for a part only ([`Rows::Part`]).
+    /// Read for a part only ([`prepare_part_read_sql`]).
     #[serde(default)]
     row_count: Option<i64>,
 }
@@ -634,7 +705,7 @@ impl Document {
     }
 
     /// The number of rows of the whole queue, as `queue_meta.row_count` holds it (read for a
-    /// part only: [`Rows::Part`]).
+    /// part only: [`prepare_part_read_sql`]).
     pub(super) fn row_count(&self) -> Option<usize> {
         self.meta
             .as_ref()

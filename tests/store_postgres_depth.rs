@@ -315,6 +315,14 @@ fn a_parking_submit_at_depth_loads_only_its_part() {
     }
     let state = rt.store.load().expect("load");
     assert_eq!(state.entries.len(), PARKED as usize + 1);
+    // The repair's look (a prepared statement too): the held row and the oldest parked row, and
+    // the same again on the same connection.
+    for _ in 0..2 {
+        let active = rt.store.load_active().expect("load the active part");
+        let keys: Vec<&TurnKey> = active.entries.iter().map(|e| &e.key).collect();
+        assert_eq!(keys, [&held.key, &TurnKey::new("p-0", 1)]);
+        assert_eq!(active.runners, state.runners);
+    }
 }
 
 /// A section's part is read by a statement prepared once per connection (spec/store.md,

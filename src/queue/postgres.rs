@@ -319,10 +319,10 @@ pub struct PostgresStore {
     fleet: Option<FleetContext>,
     /// The queue rows the last section loaded ([`PostgresStore::rows_loaded_by_last_section`]).
     rows_loaded: std::sync::atomic::AtomicUsize,
-    /// Whether the connection in `client` has the part read prepared
-    /// ([`batch::prepare_part_read_sql`]), without and with the fleet's columns; shared with
-    /// the stores sharing the client, cleared when it connects again.
-    part_read_ready: Arc<[AtomicBool; 2]>,
+    /// Whether the connection in `client` has each of [`batch::Prepared`] prepared (by
+    /// [`batch::Prepared::index`]); shared with the stores sharing the client, cleared when it
+    /// connects again.
+    prepared: Arc<[AtomicBool; batch::Prepared::COUNT]>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -354,7 +354,7 @@ impl PostgresStore {
             client: Arc::new(Mutex::new(None)),
             fleet: None,
             rows_loaded: Default::default(),
-            part_read_ready: Default::default(),
+            prepared: Default::default(),
         }
     }
 
@@ -381,7 +381,7 @@ impl PostgresStore {
             client: self.client.clone(),
             fleet: None,
             rows_loaded: Default::default(),
-            part_read_ready: self.part_read_ready.clone(),
+            prepared: self.prepared.clone(),
         }
     }
 
@@ -445,7 +445,7 @@ impl PostgresStore {
                 super::records::pg_import_records(self, &mut client, home)?;
             }
             // A new session has no prepared statement.
-            for ready in self.part_read_ready.iter() {
+            for ready in self.prepared.iter() {
                 ready.store(false, Ordering::Relaxed);
             }
             *guard = Some(client);
@@ -656,14 +656,15 @@ impl Store for PostgresStore {
         ))
     }
 
-    /// One statement reading the active part ([`batch::Rows::Active`]): index searches, so its
-    /// cost does not grow with the parked rows.
+    /// One statement reading the active part ([`batch::Rows::Active`], prepared once per connection:
+    /// [`batch::Prepared::Active`]): index searches, so its cost does not grow with the parked rows.
     fn load_active(&self) -> Result<QueueState, StoreError> {
         let mut guard = self.client()?;
         let Some(client) = guard.as_mut() else {
             unreachable!("client() connected");
         };
-        let sql = batch::read_sql(&self.queue, None, Some(batch::Rows::Active));
+        self.prepare(client, batch::Prepared::Active)?;
+        let sql = batch::execute_active_read_sql(&self.queue);
         let messages = client.simple_query(&sql).map_err(|e| self.error(e))?;
         let json = batch::last_value(self, &messages)?;
         batch::parse_document(self, &json)?.queue_rows(self, false)
@@ -712,15 +713,14 @@ impl PostgresStore {
         self.rows_loaded.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Prepares the part read on `client` unless it is already (one round trip per connection,
-    /// outside any transaction and lock).
-    fn prepare_part_read(&self, client: &mut Client) -> Result<(), StoreError> {
-        let fleet = self.fleet.is_some();
-        let ready = &self.part_read_ready[usize::from(fleet)];
+    /// Prepares `which` on `client` unless it is already (one round trip per connection, outside
+    /// any transaction and lock).
+    fn prepare(&self, client: &mut Client, which: batch::Prepared) -> Result<(), StoreError> {
+        let ready = &self.prepared[which.index()];
         if ready.load(Ordering::Relaxed) {
             return Ok(());
         }
-        match client.simple_query(&batch::prepare_part_read_sql(fleet)) {
+        match client.simple_query(&batch::prepare_sql(which)) {
             Ok(_) => {}
             // Prepared by an earlier call whose answer was lost: it is there.
             Err(e) if e.code() == Some(&postgres::error::SqlState::DUPLICATE_PSTATEMENT) => {}
@@ -746,7 +746,8 @@ impl PostgresStore {
             let Some(client) = guard.as_mut() else {
                 unreachable!("client() connected");
             };
-            self.prepare_part_read(client)?;
+            let fleet = self.fleet.is_some();
+            self.prepare(client, batch::Prepared::Part { fleet })?;
         }
         // Only what this process is about to promise may be left to the server's WAL writer,
         // and only when the home said so: a lost internal commit would hide a live process.

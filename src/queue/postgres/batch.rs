@@ -200,7 +200,7 @@ pub(super) fn checked(store: &PostgresStore, sql: String) -> Result<String, Stor
 }
 
 /// Which rows of the queue [`read_sql`] reads (spec/store.md, "What a section loads"). A
-/// section on a part reads by the prepared statement of [`prepare_part_read_sql`].
+/// section on a part reads by the prepared statement of [`Prepared::Part`].
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Rows {
     /// Every row: `load`, and a section on the whole queue.
@@ -323,65 +323,131 @@ fn document_sql(q: &str, host: Option<&str>, tables: Option<Tables>) -> String {
     )
 }
 
-/// The prepared part read without and with the fleet's columns: its name and its body
-/// (spec/store.md, "PostgreSQL", "A part read planned once per connection"). The name ends in a
-/// hash of the body, so a server session that outlives a process (a pooler that keeps prepared
-/// statements) never serves one tollgate's statement to another version under the same name.
-fn part_read(fleet: bool) -> &'static (String, String) {
-    static READS: std::sync::OnceLock<[(String, String); 2]> = std::sync::OnceLock::new();
-    &READS.get_or_init(|| [false, true].map(part_read_named))[usize::from(fleet)]
+/// A statement a connection prepares once and every later use executes (spec/store.md,
+/// "PostgreSQL", "A part read planned once per connection"): the part read of a section without
+/// and with the fleet's columns, and the active read of the repair's look.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Prepared {
+    /// A section's part: the document of [`read_sql`] for the part a section names (the core's
+    /// `steps::project` is the reference: the active rows, the last row, every row of the named
+    /// tasks and every row depending on a turn of them, the named turns, the first parked row of
+    /// each task of `lines`, and the first `heads` parked rows in start order with the rows they
+    /// wait for) and the queue's row count (`queue_meta.row_count`, version 8). Parameters: `$1`
+    /// the queue, `$2` the tasks, `$3`/`$4` the turns' tasks and numbers, `$5` the lines, `$6`
+    /// the heads, `$7` (fleet) the host.
+    Part { fleet: bool },
+    /// [`Rows::Active`] ([`crate::queue::Store::load_active`]). Parameter: `$1` the queue.
+    Active,
 }
 
-fn part_read_named(fleet: bool) -> (String, String) {
-    let body = document_sql(
-        "$1",
-        fleet.then_some("$7"),
-        Some(Tables {
-            ids: Some(part_ids_by_parameters("$1")),
-            row_count: true,
-        }),
-    );
-    // FNV-1a: stable across builds and platforms, unlike std's hasher.
-    let hash = body.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    let kind = if fleet { "fleet" } else { "home" };
-    (format!("tollgate_part_read_{kind}_{hash:016x}"), body)
+impl Prepared {
+    /// How many there are: the length of a connection's "prepared" flags.
+    pub(super) const COUNT: usize = 3;
+
+    /// This statement's place among a connection's "prepared" flags.
+    pub(super) fn index(self) -> usize {
+        match self {
+            Prepared::Part { fleet: false } => 0,
+            Prepared::Part { fleet: true } => 1,
+            Prepared::Active => 2,
+        }
+    }
+
+    /// Its name and body. The name ends in a hash of the body, so a server session that
+    /// outlives a process (a pooler that keeps prepared statements) never serves one tollgate's
+    /// statement to another version under the same name.
+    fn statement(self) -> &'static (String, String) {
+        static STATEMENTS: std::sync::OnceLock<[(String, String); Prepared::COUNT]> =
+            std::sync::OnceLock::new();
+        let all = [
+            Prepared::Part { fleet: false },
+            Prepared::Part { fleet: true },
+            Prepared::Active,
+        ];
+        &STATEMENTS.get_or_init(|| all.map(Prepared::named))[self.index()]
+    }
+
+    fn named(self) -> (String, String) {
+        let (kind, body) = match self {
+            Prepared::Part { fleet } => (
+                if fleet {
+                    "part_read_fleet"
+                } else {
+                    "part_read_home"
+                },
+                document_sql(
+                    "$1",
+                    fleet.then_some("$7"),
+                    Some(Tables {
+                        ids: Some(part_ids_by_parameters("$1")),
+                        row_count: true,
+                    }),
+                ),
+            ),
+            Prepared::Active => (
+                "active_read",
+                document_sql(
+                    "$1",
+                    None,
+                    Some(Tables {
+                        ids: part_ids("$1", Rows::Active),
+                        row_count: false,
+                    }),
+                ),
+            ),
+        };
+        // FNV-1a: stable across builds and platforms, unlike std's hasher.
+        let hash = body.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+        (format!("tollgate_{kind}_{hash:016x}"), body)
+    }
+
+    /// The parameters' types, and values of them that find nothing (the empty queue name).
+    fn signature(self) -> (&'static str, &'static str) {
+        match self {
+            Prepared::Part { fleet: false } => (
+                "text, text[], text[], bigint[], text[], bigint",
+                "'', '{}', '{}', '{}', '{}', 0",
+            ),
+            Prepared::Part { fleet: true } => (
+                "text, text[], text[], bigint[], text[], bigint, text",
+                "'', '{}', '{}', '{}', '{}', 0, ''",
+            ),
+            Prepared::Active => ("text", "''"),
+        }
+    }
 }
 
-/// `PREPARE` of the part read on a connection: the document of [`read_sql`] for the part a
-/// section names (the core's `steps::project` is the reference: the active rows, the last row,
-/// every row of the named tasks and every row depending on a turn of them, the named turns, the
-/// first parked row of each task of `lines`, and the first `heads` parked rows in start order
-/// with the rows they wait for) and the queue's row count (`queue_meta.row_count`, version 8),
-/// with the queue, the part's lists and the host as parameters, so that one statement serves
-/// every section's part and is planned once per connection, here, outside any lock (a generic
-/// plan, kept with the statement: the sections set `plan_cache_mode` too), where the literal
-/// statement was parsed and planned afresh by every section, under the queue's lock. Parameters: `$1` the queue, `$2` the tasks, `$3`/`$4` the turns' tasks and
-/// numbers, `$5` the lines, `$6` the heads, `$7` (fleet) the host.
-pub(super) fn prepare_part_read_sql(fleet: bool) -> String {
-    let (name, body) = part_read(fleet);
-    let (types, host) = if fleet {
-        (
-            "text, text[], text[], bigint[], text[], bigint, text",
-            ", ''",
-        )
-    } else {
-        ("text, text[], text[], bigint[], text[], bigint", "")
-    };
-    // One execution on a queue that cannot exist (the empty name: every search finds nothing)
-    // makes the generic plan and keeps it with the statement: the planning, the costliest part
-    // of a cold session's first read, is done here, before any lock, instead of by the first
-    // section under the queue's lock. A generic plan does not depend on the values.
+/// `PREPARE` of `which` on a connection, so that one statement serves every use and is planned
+/// once per connection, here, outside any lock (a generic plan, kept with the statement: every
+/// execution sets `plan_cache_mode` too), where a literal statement was parsed and planned
+/// afresh by every use, a section's under the queue's lock.
+pub(super) fn prepare_sql(which: Prepared) -> String {
+    let (name, body) = which.statement();
+    let (types, nothing) = which.signature();
+    // One execution that finds nothing makes the generic plan and keeps it with the statement:
+    // the planning, the costliest part of a cold session's first read, is done here instead of
+    // by the first section under the queue's lock. A generic plan does not depend on the values.
     format!(
         "PREPARE {name} ({types}) AS {body};
          SET plan_cache_mode = force_generic_plan;
-         EXECUTE {name} ('', '{{}}', '{{}}', '{{}}', '{{}}', 0{host});
+         EXECUTE {name} ({nothing});
          RESET plan_cache_mode"
     )
 }
 
-/// The `queue_id`s of a part, with its lists as the parameters of [`prepare_part_read_sql`]
+/// The active read of `queue` ([`Prepared::Active`]), one message outside a section.
+pub(super) fn execute_active_read_sql(queue: &str) -> String {
+    format!(
+        "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan;
+         EXECUTE {} ({}); COMMIT",
+        Prepared::Active.statement().0,
+        text(queue)
+    )
+}
+
+/// The `queue_id`s of a part, with its lists as the parameters of [`Prepared::Part`]
 /// (an empty list selects nothing). Past 2^63 (see [`int`]) an id reads negative: the highest
 /// id is the highest negative one if any, and the first rows of a line or in start order are
 /// taken among the ids of each sign, then the first of both.
@@ -420,7 +486,7 @@ fn part_ids_by_parameters(q: &str) -> String {
     )
 }
 
-/// `EXECUTE` of the prepared part read ([`prepare_part_read_sql`]) for `reads` of `queue`, with
+/// `EXECUTE` of the prepared part read ([`Prepared::Part`]) for `reads` of `queue`, with
 /// `host` on a fleet: the statement a section's message runs after its locks.
 pub(super) fn execute_part_read_sql(
     queue: &str,
@@ -454,7 +520,11 @@ pub(super) fn execute_part_read_sql(
     let heads = i64::try_from(reads.heads).unwrap_or(i64::MAX);
     let mut sql = format!(
         "EXECUTE {} ({}, {tasks}, {turn_tasks}, {turn_numbers}, {lines}, {heads}",
-        part_read(host.is_some()).0,
+        Prepared::Part {
+            fleet: host.is_some()
+        }
+        .statement()
+        .0,
         text(queue)
     );
     if let Some(host) = host {
@@ -571,7 +641,7 @@ struct MetaRow {
     version: i32,
     next_queue_id: i64,
     paused_home: bool,
-    /// Read for a part only ([`prepare_part_read_sql`]).
+    /// Read for a part only ([`Prepared::Part`]).
     #[serde(default)]
     row_count: Option<i64>,
 }
@@ -705,7 +775,7 @@ impl Document {
     }
 
     /// The number of rows of the whole queue, as `queue_meta.row_count` holds it (read for a
-    /// part only: [`prepare_part_read_sql`]).
+    /// part only: [`Prepared::Part`]).
     pub(super) fn row_count(&self) -> Option<usize> {
         self.meta
             .as_ref()

@@ -89,7 +89,7 @@ impl PostgresStore {
             client: std::sync::Arc::new(std::sync::Mutex::new(None)),
             fleet: self.fleet.clone(),
             rows_loaded: Default::default(),
-            part_read_ready: Default::default(),
+            prepared: Default::default(),
         }
     }
 

@@ -16,6 +16,9 @@
 # cluster, so the fleet's short processes stop paying a backend start and its cold caches each
 # (docs/PERFORMANCE.md, "Fleet"; needs the `pgbouncer` binary, Debian package pgbouncer; only with
 # the throwaway cluster: for your own server, point TOLLGATE_BENCH_POSTGRES at your pooler).
+# STATEMENTS=1 (the script's own cluster only) loads pg_stat_statements and prints, for the fleet
+# phase, the server's plans, planning and execution time (lock waits left out): the server's
+# own account of the work per turn, steadier than the wall time.
 # POOLER_RESET sets pgbouncer's server_reset_query (default DISCARD ALL, pgbouncer's own): with
 # POOLER_RESET="RESET ALL" a server session keeps its prepared statements for the next tollgate
 # process, so the part read is planned once per server session rather than once per process
@@ -61,6 +64,10 @@ if [ -n "$POOLER" ] && [ -n "${TOLLGATE_BENCH_POSTGRES:-}" ]; then
   echo "POOLER=pgbouncer fronts the script's own cluster; with TOLLGATE_BENCH_POSTGRES, give your pooler's URL there instead" >&2
   exit 2
 fi
+if [ -n "${STATEMENTS:-}" ] && [ -n "${TOLLGATE_BENCH_POSTGRES:-}" ]; then
+  echo "STATEMENTS=1 loads pg_stat_statements into the script's own cluster; for your own server, load it there and read pg_stat_statements yourself" >&2
+  exit 2
+fi
 if [ -n "$POOLER" ] && ! command -v pgbouncer >/dev/null; then
   echo "POOLER=pgbouncer: no pgbouncer binary on PATH (Debian: apt-get install pgbouncer)" >&2
   exit 2
@@ -73,11 +80,17 @@ else
   if [ "$(id -u)" = 0 ]; then chown postgres "$PG_DIR"; PG_USER=postgres; else PG_USER="$(id -un)"; fi
   as_pg "$PG_BIN/initdb" -D "$PG_DIR/data" -A trust -U "$PG_USER" >"$PG_DIR/initdb.log" 2>&1 \
     || { cat "$PG_DIR/initdb.log" >&2; exit 1; }
+  statements_opts=""
+  [ -n "${STATEMENTS:-}" ] && statements_opts="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_planning=on"
   as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w \
-    -o "-k $PG_DIR -c listen_addresses= -c max_connections=200" start >/dev/null \
+    -o "-k $PG_DIR -c listen_addresses= -c max_connections=200 $statements_opts" start >/dev/null \
     || { cat "$PG_DIR/server.log" >&2; exit 1; }
   as_pg "$PG_BIN/createdb" -h "$PG_DIR" -U "$PG_USER" tollgate_bench
   URL="postgresql://$PG_USER@localhost/tollgate_bench?host=$PG_DIR"
+  DIRECT_URL="$URL"
+  if [ -n "${STATEMENTS:-}" ]; then
+    as_pg "$PG_BIN/psql" -qAt "$URL" -c "CREATE EXTENSION pg_stat_statements" >/dev/null
+  fi
   if [ -n "$POOLER" ]; then
     # Session mode: every statement tollgate sends (advisory transaction locks, named statements
     # inside a transaction) behaves as on a direct connection. Unix socket beside the cluster's.
@@ -203,8 +216,18 @@ run_setup single-sqlite-1-loop "$single" "$single"
 single_ms=$WALL_MS
 run_setup single-sqlite-3-loops "$single3" "$single3" "$single3" "$single3"
 single3_ms=$WALL_MS
+statements() {
+  as_pg "$PG_BIN/psql" -qAt "$DIRECT_URL" -c "$1"
+}
+[ -n "${STATEMENTS:-}" ] && statements "SELECT pg_stat_statements_reset()" >/dev/null
 run_setup fleet-postgres-3-hosts fleet "${fleet[@]}"
 fleet_ms=$WALL_MS
+if [ -n "${STATEMENTS:-}" ]; then
+  echo "fleet-postgres-3-hosts, the server's statements (pg_stat_statements, the drain's polls included): $(statements \
+    "SELECT sum(plans) || ' plans, ' || round(sum(total_plan_time)::numeric) || ' ms planning, ' ||
+            round((sum(total_exec_time) FILTER (WHERE query NOT LIKE '%pg_advisory_xact_lock%'))::numeric)
+            || ' ms execution (lock waits left out)' FROM pg_stat_statements")"
+fi
 python3 - "$single_ms" "$single3_ms" "$fleet_ms" <<'PY'
 import sys
 single, single3, fleet = (int(a) for a in sys.argv[1:])

@@ -656,8 +656,9 @@ impl Store for PostgresStore {
         ))
     }
 
-    /// One statement reading the active part ([`batch::Rows::Active`], prepared once per connection:
-    /// [`batch::Prepared::Active`]): index searches, so its cost does not grow with the parked rows.
+    /// One statement reading the active part ([`batch::Rows::Active`], prepared once per
+    /// connection: [`batch::Prepared::Active`]): index searches, so its cost does not grow with
+    /// the parked rows.
     fn load_active(&self) -> Result<QueueState, StoreError> {
         let mut guard = self.client()?;
         let Some(client) = guard.as_mut() else {
@@ -686,8 +687,8 @@ impl Store for PostgresStore {
 
     /// A section on the part `reads` names (spec/store.md, "What a section loads"): the same
     /// two round trips, its reading statement selecting the part's rows by index searches
-    /// (`batch::prepare_part_read_sql`, prepared once per connection) and the row count; only those rows are sent, decoded, checked,
-    /// cloned and diffed. [`Reads::Everything`] is the whole queue, as [`Store::transact_as`].
+    /// (`batch::Prepared::Part`, prepared once per connection) and the row count; only those
+    /// rows are sent, decoded, checked, cloned and diffed. [`Reads::Everything`] is the whole queue, as [`Store::transact_as`].
     fn transact_reading<R, E>(
         &self,
         commit: Commit,

@@ -437,11 +437,14 @@ pub(super) fn prepare_sql(which: Prepared) -> String {
     )
 }
 
-/// The active read of `queue` ([`Prepared::Active`]), one message outside a section.
+/// The active read of `queue` ([`Prepared::Active`]), one message outside a section. No
+/// `BEGIN`: the message is one implicit transaction, which an error ends (its `SET` undone with
+/// it), never a transaction block left open and aborted on the connection.
 pub(super) fn execute_active_read_sql(queue: &str) -> String {
     format!(
-        "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan;
-         EXECUTE {} ({}); COMMIT",
+        "SET plan_cache_mode = force_generic_plan;
+         EXECUTE {} ({});
+         RESET plan_cache_mode",
         Prepared::Active.statement().0,
         text(queue)
     )

@@ -632,24 +632,25 @@ impl Store for PostgresStore {
         let client = guard.as_mut()?;
         let q = batch::text(&self.queue);
         let sql = format!(
-            "SELECT next_queue_id || ' ' || coalesce(coalesce(
+            "SELECT next_queue_id, coalesce(
                 (SELECT max(queue_id) FROM entries WHERE queue = {q} AND queue_id < 0),
-                (SELECT max(queue_id) FROM entries WHERE queue = {q}))::text, '')
+                (SELECT max(queue_id) FROM entries WHERE queue = {q}))
              FROM queue_meta WHERE queue = {q}"
         );
-        let text = match client.simple_query(&sql) {
-            Ok(messages) => batch::last_value(self, &messages).ok()?,
+        let messages = match client.simple_query(&sql) {
+            Ok(messages) => messages,
             Err(e) => {
                 tracing::debug!("no hint of the next turn id: {}", describe(&e));
                 return None;
             }
         };
-        let mut parts = text.split(' ');
-        let next: i64 = parts.next()?.parse().ok()?;
-        let last: Option<i64> = match parts.next()? {
-            "" => None,
-            id => Some(id.parse().ok()?),
-        };
+        let row = messages.into_iter().find_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(row) => Some(row),
+            _ => None,
+        })?;
+        let next: i64 = row.get(0)?.parse().ok()?;
+        // NULL (no row in the queue) reads as `None`.
+        let last: Option<i64> = row.get(1).map(str::parse).transpose().ok()?;
         Some(crate::tasks::predicted_id(
             next as u64,
             last.map(|v| v as u64),

@@ -89,6 +89,19 @@ pub(super) fn text(text: &str) -> String {
     out
 }
 
+/// `items` as an SQL array literal of `sql_type` (`ARRAY[]::text[]` when empty).
+fn array<T: Literal>(items: impl IntoIterator<Item = T>, sql_type: &str) -> String {
+    let mut out = String::from("ARRAY[");
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        item.push(&mut out);
+    }
+    let _ = write!(out, "]::{sql_type}[]");
+    out
+}
+
 /// A value written into a statement as a literal.
 pub(super) trait Literal {
     fn push(&self, out: &mut String);
@@ -496,30 +509,10 @@ pub(super) fn execute_part_read_sql(
     host: Option<&HostId>,
     reads: &QueueReads,
 ) -> String {
-    let texts = |items: &mut dyn Iterator<Item = &str>| {
-        let mut out = String::from("ARRAY[");
-        let mut any = false;
-        for item in items {
-            if any {
-                out.push_str(", ");
-            }
-            push_text(&mut out, item);
-            any = true;
-        }
-        out.push_str("]::text[]");
-        out
-    };
-    let tasks = texts(&mut reads.tasks.iter().map(String::as_str));
-    let turn_tasks = texts(&mut reads.turns.iter().map(|k| k.task.as_str()));
-    let mut turn_numbers = String::from("ARRAY[");
-    for (i, key) in reads.turns.iter().enumerate() {
-        if i > 0 {
-            turn_numbers.push_str(", ");
-        }
-        let _ = write!(turn_numbers, "{}", i64::from(key.turn));
-    }
-    turn_numbers.push_str("]::bigint[]");
-    let lines = texts(&mut reads.lines.iter().map(String::as_str));
+    let tasks = array(&reads.tasks, "text");
+    let turn_tasks = array(reads.turns.iter().map(|k| &k.task), "text");
+    let turn_numbers = array(reads.turns.iter().map(|k| i64::from(k.turn)), "bigint");
+    let lines = array(&reads.lines, "text");
     let heads = i64::try_from(reads.heads).unwrap_or(i64::MAX);
     let mut sql = format!(
         "EXECUTE {} ({}, {tasks}, {turn_tasks}, {turn_numbers}, {lines}, {heads}",

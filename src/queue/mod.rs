@@ -4,6 +4,7 @@
 mod busy;
 mod home_store;
 mod lock;
+mod log_trim;
 mod postgres;
 pub mod records;
 pub mod serve_tables;

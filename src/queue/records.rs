@@ -384,7 +384,14 @@ fn on_store_connection<T>(
     let Some(conn) = open.conn.as_ref() else {
         unreachable!("checked by the caller: the connection is in its slot");
     };
-    short_transaction(&home.db_path(), conn, &mut open.synchronous, access, f)
+    short_transaction(
+        &home.db_path(),
+        conn,
+        &mut open.synchronous,
+        timeout,
+        access,
+        f,
+    )
 }
 
 /// [`with_sqlite`] outside a section on this thread's side connection.
@@ -403,7 +410,7 @@ fn on_side_connection<T>(
         let Some((_, conn, synchronous)) = side.as_mut() else {
             unreachable!("opened above");
         };
-        short_transaction(&db, conn, synchronous, access, f)
+        short_transaction(&db, conn, synchronous, timeout, access, f)
     })
 }
 
@@ -414,6 +421,7 @@ fn short_transaction<T>(
     db: &Path,
     conn: &Connection,
     synchronous: &mut Option<&'static str>,
+    timeout: Duration,
     access: Access,
     f: impl FnOnce(&Connection) -> Result<T, FileError>,
 ) -> Result<T, FileError> {
@@ -436,7 +444,10 @@ fn short_transaction<T>(
         .map_err(|e| record_error(db, e))?;
     match f(conn) {
         Ok(value) => match conn.execute_batch("COMMIT") {
-            Ok(()) => Ok(value),
+            Ok(()) => {
+                super::sqlite::trim_log(conn, db, timeout);
+                Ok(value)
+            }
             Err(e) => {
                 let _ = conn.execute_batch("ROLLBACK");
                 Err(record_error(db, e))

@@ -456,6 +456,9 @@ impl SqliteStore {
             }
             open.synchronous = Some("FULL");
         }
+        if let Some(conn) = &open.conn {
+            trim_log(conn, &path, self.lock_timeout);
+        }
         #[cfg(feature = "failpoints")]
         if durable || outcome {
             if let Some(conn) = &open.conn {
@@ -463,6 +466,15 @@ impl SqliteStore {
             }
         }
         Ok(result)
+    }
+}
+
+/// [`super::log_trim::trim`] after a commit; a failure is logged, never an error of the step (the commit
+/// stands, and a later commit trims again).
+pub(crate) fn trim_log(conn: &Connection, db: &Path, lock_timeout: Duration) {
+    match super::log_trim::trim(conn, db, lock_timeout) {
+        Ok(trimmed) => tracing::debug!("{}: log {trimmed:?}", db.display()),
+        Err(e) => tracing::debug!("{}: log not trimmed: {e}", db.display()),
     }
 }
 
@@ -620,6 +632,9 @@ fn open_database(home: &Home, lock_timeout: Duration) -> Result<Connection, Stor
     // syncs of the database file. The log is checkpointed as it grows (SQLite's automatic
     // checkpoint every 1000 pages) by whichever commit crosses the mark.
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+        .map_err(|e| sql_error(&path, e))?;
+    // A restarted log is cut back to the automatic checkpoint's mark (src/queue/log_trim.rs).
+    conn.pragma_update(None, "journal_size_limit", super::log_trim::LIMIT_BYTES)
         .map_err(|e| sql_error(&path, e))?;
     let started = Instant::now();
     let mode: String = conn

@@ -187,3 +187,38 @@ fn a_bad_watch_interval_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--interval"));
 }
+
+/// A reader that goes away (`tollgate status --json | head -c 10`) ends a printing command the way
+/// it ends `cat`: by SIGPIPE, quietly, not by a panic and a backtrace on stderr. The pipe's read
+/// end is closed before the command starts, so its first write fails whatever the timing.
+#[test]
+fn a_printing_command_whose_reader_went_away_ends_quietly_by_sigpipe() {
+    use std::os::unix::process::ExitStatusExt;
+    let home = tempfile::tempdir().expect("tempdir");
+    submit_wait(home.path(), "job", &["echo", "some output"]);
+    for args in [
+        vec!["status", "--json"],
+        vec!["status"],
+        vec!["logs", "job"],
+        vec!["completions", "bash"],
+    ] {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let out = Command::new(common::BIN)
+            .arg("--home")
+            .arg(home.path())
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run tollgate");
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGPIPE),
+            "{args:?}: {}",
+            describe(&out)
+        );
+        assert!(out.stderr.is_empty(), "{args:?}: {}", describe(&out));
+    }
+}

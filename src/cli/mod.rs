@@ -447,6 +447,30 @@ fn refuse_missing_home(cli: &Cli, from_env: bool) -> Option<String> {
     ))
 }
 
+/// The commands that only read and print: they start, own and change nothing a signal could
+/// leave half done.
+fn reads_only(command: &Command) -> bool {
+    match command {
+        Command::Status(_) | Command::Logs(_) | Command::Doctor(_) | Command::Hosts(_) => true,
+        Command::Completions(_) | Command::Man(_) => true,
+        #[cfg(feature = "serve")]
+        Command::Deliveries(_) => true,
+        _ => false,
+    }
+}
+
+/// A command that only prints ends quietly, as `cat` does, when its reader goes away
+/// (`tollgate status --json | head`): Rust's runtime ignores SIGPIPE, so the print into the
+/// closed pipe panicked with a backtrace. Every other command keeps it ignored: a runner's write
+/// into a dead waiter's pipe must fail with EPIPE, not kill it (src/process/settle.rs).
+fn die_of_sigpipe() {
+    // SAFETY: signal(2) restoring one signal's default disposition, before any thread is started;
+    // no handler of ours is replaced.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> i32 {
     // Failpoints from `FAILPOINTS` for every subcommand (a detached runner included).
@@ -468,6 +492,9 @@ pub fn main() -> i32 {
         }
         Err(error) => return usage_error(error),
     };
+    if reads_only(&cli.command) {
+        die_of_sigpipe();
+    }
     let home = cli.home;
     let result = match cli.command {
         Command::Init(args) => commands::init(home, args),

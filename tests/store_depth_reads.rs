@@ -14,7 +14,9 @@ use tollgate::protocol::slots::steps::{self, ReconcileEffect};
 use tollgate::protocol::slots::{ProcessIdentity, RowState, SlotToken, TurnKey};
 use tollgate::queue::Store;
 use tollgate::runtime::{store_for, Runtime};
-use tollgate::submit::{submit_detached, Placement, SubmitRequest};
+use tollgate::submit::{
+    submit_detached, submit_detached_sequenced, Placement, Sequencing, SubmitRequest,
+};
 
 /// Parked rows behind the held slot.
 const PARKED: usize = 40;
@@ -626,4 +628,85 @@ fn a_submit_with_a_generated_task_name_takes_one_section() {
     );
     assert!(state.row(&submitted.key).is_some());
     assert_eq!(state.entries.len(), 1 + 5 + 2);
+}
+
+/// Issue 12, point 4: `tollgate cancel TASK` reads its task's part of the queue
+/// (`steps::cancel_reads`: the task's rows and their dependents), not the parked rows of other
+/// tasks; what it cancels ends as cancelled, and everything else stays queued. A cancel whose
+/// departure ends a dependent of another task's dependent runs again on the whole queue and
+/// ends that one too.
+#[test]
+fn a_cancel_at_depth_loads_only_its_tasks_part() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (rt, me) = one_slot_home(dir.path());
+    let held = submit_detached(&rt, me, request("hold")).expect("submit hold");
+    assert!(matches!(held.placement, Placement::Started(_)));
+    for n in 0..PARKED {
+        submit_detached(&rt, me, request(&format!("p-{n}"))).expect("submit");
+    }
+    let mut doomed = Vec::new();
+    for _ in 0..3 {
+        doomed.push(
+            submit_detached(&rt, me, request("doomed"))
+                .expect("submit")
+                .key,
+        );
+    }
+    for n in PARKED..PARKED + 5 {
+        submit_detached(&rt, me, request(&format!("p-{n}"))).expect("submit");
+    }
+    let before = rows(&rt).len();
+    let report = tollgate::cancel::cancel(&rt, "doomed").expect("cancel");
+    assert_eq!(report.removed, doomed);
+    // `doomed`'s three rows, the held row and the last row.
+    assert_eq!(database(&rt).rows_loaded_by_last_section(), 5);
+    assert_eq!(rows(&rt).len(), before - 3);
+    for key in &doomed {
+        let record = tollgate::tasks::load_turn(&rt.home, key)
+            .expect("read")
+            .expect("a record");
+        assert_eq!(
+            record.outcome,
+            Some(tollgate::tasks::TurnOutcome::Cancelled)
+        );
+    }
+
+    // `w` needs `c` to succeed, `x` needs `w` to succeed, and a row follows `x`: cancelling `c`
+    // ends `w` and `x`, which the part of `c` does not hold; the section runs on the whole queue.
+    let c = submit_detached(&rt, me, request("c"))
+        .expect("submit c")
+        .key;
+    let after_success = |key: &TurnKey| Sequencing {
+        after: vec![tollgate::protocol::slots::Dependency {
+            key: key.clone(),
+            rule: tollgate::protocol::slots::AfterRule::Succeeded,
+        }],
+        retry: None,
+    };
+    let submit_after = |task: &str, key: &TurnKey| {
+        submit_detached_sequenced(&rt, me, request(task), after_success(key), |_, _| Ok(()))
+            .expect("submit with a dependency")
+            .key
+    };
+    let w = submit_after("w", &c);
+    let x = submit_after("x", &w);
+    submit_detached(&rt, me, request("last")).expect("submit last");
+    let before = rows(&rt).len();
+    tollgate::cancel::cancel(&rt, "c").expect("cancel c");
+    assert_eq!(
+        database(&rt).rows_loaded_by_last_section(),
+        before,
+        "the whole queue"
+    );
+    assert_eq!(rows(&rt).len(), before - 3);
+    for key in [&w, &x] {
+        let record = tollgate::tasks::load_turn(&rt.home, key)
+            .expect("read")
+            .expect("a record");
+        assert_eq!(
+            record.outcome,
+            Some(tollgate::tasks::TurnOutcome::DependencyFailed),
+            "{key}"
+        );
+    }
 }

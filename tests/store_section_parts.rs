@@ -11,7 +11,8 @@
 //! (`steps::finish_reads`: its task's rows and their dependents, and the first parked rows in
 //! start order with the rows they wait for). That part does not always suffice; whenever
 //! `steps::finish_sufficed` says it did, the finish on the part, merged back, must equal the
-//! finish on the whole queue.
+//! finish on the whole queue. A cancel reads its task's part too (`steps::cancel_reads`), and
+//! whenever `steps::cancel_stayed_inside` says it stayed inside, equals the cancel on the whole.
 
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -448,4 +449,145 @@ fn a_finish_whose_heads_cannot_start_says_its_part_did_not_suffice() {
     state.entries.last_mut().expect("rows").priority = 5;
     let outcome = finish_run_1(&state).expect("equal");
     assert_eq!(outcome, Some(()));
+}
+
+/// A cancel section's core work, as `src/cancel.rs` runs it: the step, then the departure of
+/// every row it removed (a cancelled turn `Ended::Stopped`, never retried).
+fn cancel_and_depart(
+    state: &mut QueueState,
+    selection: steps::CancelSelection<'_>,
+) -> (steps::CancelEffect, Vec<Result<Departure, SlotError>>) {
+    let effect = steps::cancel(state, selection, &Seen);
+    let departures = effect
+        .removed
+        .iter()
+        .map(|key| {
+            depart(
+                state,
+                DepartInput {
+                    key,
+                    ended: Ended::Stopped,
+                    retry: None,
+                    retry_key: None,
+                    me: who(0),
+                    now_millis: 7,
+                },
+            )
+        })
+        .collect();
+    (effect, departures)
+}
+
+/// The cancel of `selection` on the whole `state` and on its part (`steps::cancel_reads`);
+/// `Some(())` when the part says the section stayed inside it (and then both agree), `None`
+/// when the shell would run it again on the whole queue.
+fn cancel_both(
+    state: &QueueState,
+    selection: steps::CancelSelection<'_>,
+) -> Result<Option<()>, TestCaseError> {
+    let task = match selection {
+        steps::CancelSelection::Task(task) => task,
+        steps::CancelSelection::Turn(key) => key.task.as_str(),
+    };
+    let reads = steps::cancel_reads(task);
+    let before = steps::project(state, &reads);
+    prop_assert!(before.check_structure().is_ok(), "a part is a queue");
+    let loaded = Loaded::Part {
+        reads,
+        queue_rows: state.entries.len(),
+    };
+    prop_assert!(steps::cancel_covers(&loaded, task));
+    let mut whole = state.clone();
+    let on_whole = cancel_and_depart(&mut whole, selection);
+    let mut part = before.clone();
+    let on_part = cancel_and_depart(&mut part, selection);
+    let loaded_rows: Vec<TurnKey> = before.entries.iter().map(|e| e.key.clone()).collect();
+    if !steps::cancel_stayed_inside(&loaded, &loaded_rows, &part, &on_part.0.removed) {
+        return Ok(None);
+    }
+    prop_assert_eq!(&on_whole, &on_part);
+    let mut merged = state.clone();
+    steps::merge(&mut merged, &before, &part);
+    prop_assert_eq!(merged, whole);
+    Ok(Some(()))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    /// Issue 12, point 4: `tollgate cancel` reads its task's part of the queue.
+    #[test]
+    fn a_cancel_on_its_part_equals_the_cancel_on_the_whole_queue_when_it_stayed_inside(
+        ops in proptest::collection::vec(op(), 0..60),
+        pick in proptest::option::of(any::<usize>()),
+        one_turn in any::<bool>(),
+    ) {
+        let (state, key) = queue_and_key(&ops, pick);
+        prop_assume!(state.check_structure().is_ok());
+        let selection = if one_turn {
+            steps::CancelSelection::Turn(&key)
+        } else {
+            steps::CancelSelection::Task(&key.task)
+        };
+        cancel_both(&state, selection)?;
+    }
+}
+
+#[test]
+fn a_cancel_at_depth_reads_a_part_of_its_own_rows_and_stays_inside_it() {
+    let mut state = deep_queue(500);
+    // Two more parked turns of `t7`, and a turn of another task waiting for `t7`'s first to end.
+    for turn in 2..=3 {
+        let key = TurnKey::new("t7", turn);
+        enqueue(&mut state, &key, who(1), 3).expect("enqueue");
+        park(&mut state, &key).expect("park");
+    }
+    let waiter = TurnKey::new("w", 1);
+    enqueue(&mut state, &waiter, who(1), 3).expect("enqueue");
+    park(&mut state, &waiter).expect("park");
+    state.row_mut(&waiter).expect("row").after.push(Dependency {
+        key: TurnKey::new("t7", 1),
+        rule: AfterRule::Ended,
+    });
+    let part = steps::project(&state, &steps::cancel_reads("t7"));
+    // `t7`'s three rows, its dependent, the running row and the last row.
+    assert!(
+        part.entries.len() <= 6,
+        "{} rows in the part",
+        part.entries.len()
+    );
+    let outcome = cancel_both(&state, steps::CancelSelection::Task("t7")).expect("equal");
+    assert_eq!(outcome, Some(()), "the part sufficed");
+}
+
+#[test]
+fn a_cancel_whose_departure_ends_a_dependent_runs_again_on_the_whole_queue() {
+    // `w/1` needs `t3/1` to succeed, and `x/1` needs `w/1` to succeed: cancelling `t3` ends `w`
+    // as dependency-failed, and `x` (outside `t3`'s part) with it.
+    let mut state = deep_queue(10);
+    for (task, on) in [("w", "t3"), ("x", "w")] {
+        let key = TurnKey::new(task, 1);
+        enqueue(&mut state, &key, who(1), 3).expect("enqueue");
+        park(&mut state, &key).expect("park");
+        state.row_mut(&key).expect("row").after.push(Dependency {
+            key: TurnKey::new(on, 1),
+            rule: AfterRule::Succeeded,
+        });
+    }
+    // So that `x` is not the last row, which every part holds.
+    let last = TurnKey::new("y", 1);
+    enqueue(&mut state, &last, who(1), 3).expect("enqueue");
+    park(&mut state, &last).expect("park");
+    assert!(steps::project(&state, &steps::cancel_reads("t3"))
+        .row(&TurnKey::new("x", 1))
+        .is_none());
+    let outcome = cancel_both(&state, steps::CancelSelection::Task("t3")).expect("checked");
+    assert_eq!(outcome, None, "run again on the whole queue");
+    // On the whole queue both dependents leave.
+    let mut whole = state.clone();
+    let (effect, departures) = cancel_and_depart(&mut whole, steps::CancelSelection::Task("t3"));
+    assert_eq!(effect.removed, vec![TurnKey::new("t3", 1)]);
+    assert!(departures.iter().all(Result::is_ok));
+    assert!(whole.row(&TurnKey::new("w", 1)).is_none());
+    assert!(whole.row(&TurnKey::new("x", 1)).is_none());
 }

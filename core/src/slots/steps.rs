@@ -35,9 +35,10 @@ use crate::scopes::{attached_may_start, plan_submit, start_filter, SubmitPlan};
 mod reads;
 mod sched;
 pub use reads::{
-    finish_covers, finish_reads, finish_sufficed, in_part, merge, project, row_reads,
-    submit_covers, submit_line_reads, submit_line_suffices, submit_reads, submit_stayed_inside,
-    Loaded, QueueReads, Reads, FINISH_HEADS,
+    cancel_covers, cancel_reads, cancel_stayed_inside, finish_covers, finish_reads,
+    finish_sufficed, in_part, merge, project, row_reads, submit_covers, submit_line_reads,
+    submit_line_suffices, submit_reads, submit_stayed_inside, Loaded, QueueReads, Reads,
+    FINISH_HEADS,
 };
 pub use sched::{resume, ResumeEffect, ResumeInput, Schedule};
 use std::collections::{BTreeMap, BTreeSet};

@@ -286,6 +286,43 @@ pub fn submit_stayed_inside(
     }
 }
 
+/// The part of the queue a cancel section reads ([`super::cancel`] and the departures of the rows
+/// it removes): every row of `task` (a cancel of one turn reads its task's rows too) and every row
+/// that depends on a turn of it (the dependents a departure settles). The step reads and writes
+/// only the selected rows, the runner and work records and the liveness of identities those rows
+/// name, so the part always suffices for the step itself ([`cancel_covers`]); a departure that
+/// settles a dependent may reach rows outside it, which [`cancel_stayed_inside`] catches.
+pub fn cancel_reads(task: &str) -> QueueReads {
+    QueueReads {
+        tasks: std::iter::once(task.to_string()).collect(),
+        turns: BTreeSet::new(),
+        heads: 0,
+        lines: BTreeSet::new(),
+    }
+}
+
+/// Whether a cancel section on its part may run its step there, asked before the step: the part
+/// holds every row of the cancelled task ([`cancel_reads`]). A whole queue always may.
+pub fn cancel_covers(loaded: &Loaded, task: &str) -> bool {
+    match loaded {
+        Loaded::Whole => true,
+        Loaded::Part { reads, .. } => reads.tasks.contains(task),
+    }
+}
+
+/// Whether a cancel section on a part stayed inside it, asked after its step and the departures
+/// of the rows it removed: every row that left is one the step `removed` (a dependent the
+/// departure ended may have dependents of its own the part does not hold, whose departure the
+/// whole queue decides). `before` are the part's rows as loaded.
+pub fn cancel_stayed_inside(
+    loaded: &Loaded,
+    before: &[TurnKey],
+    after: &QueueState,
+    removed: &[TurnKey],
+) -> bool {
+    submit_stayed_inside(loaded, before, after, removed)
+}
+
 /// Whether a finishing runner's section on its part may run its step there, asked before the
 /// step: the part must hold the finished turn's task ([`finish_reads`]), and the queue must be
 /// below [`MAX_QUEUE_ROWS`] (a retry's enqueue counts the part's rows, which are fewer: at the

@@ -7,8 +7,8 @@
 //! (a passive one, at the commit that takes the log past [`LIMIT_BYTES`]) then copies the whole
 //! log again at every later commit, two more syncs each, and the log is never restarted: it grows
 //! without bound and every command reads all of it. Measured in a paused home, one submit at a
-//! time: after 600 submits a 32 MB log, 12 000 reads, 3 syncs and 54 ms of CPU per submit, and
-//! growing.
+//! time: after 600 submits a 38 MB log, 10 000 reads and 3 syncs per submit, and growing
+//! (docs/PERFORMANCE.md, "One submit at a time in a paused home").
 //!
 //! So after a commit that finds the log longer than [`LIMIT_BYTES`] (the automatic checkpoint's
 //! mark), tollgate checkpoints with SQLite's `TRUNCATE` mode, which leaves a log of zero bytes.

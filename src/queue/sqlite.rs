@@ -469,10 +469,11 @@ impl SqliteStore {
     }
 }
 
-/// [`super::log_trim::trim`] after a commit; a failure is logged, never an error of the step (the commit
-/// stands, and a later commit trims again).
+/// [`super::log_trim::trim`] after a commit; a failure is logged, never an error of the step
+/// (the commit stands, and a later commit trims again).
 pub(crate) fn trim_log(conn: &Connection, db: &Path, lock_timeout: Duration) {
     match super::log_trim::trim(conn, db, lock_timeout) {
+        Ok(super::log_trim::Trimmed::Short) => {}
         Ok(trimmed) => tracing::debug!("{}: log {trimmed:?}", db.display()),
         Err(e) => tracing::debug!("{}: log not trimmed: {e}", db.display()),
     }

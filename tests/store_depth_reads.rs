@@ -774,3 +774,67 @@ fn a_paused_homes_free_slots_take_no_repair_section() {
         .expect("resume");
     assert!(tollgate::reconcile::repair_due(&rt, me).expect("look"));
 }
+
+/// The same for a paused task's backlog: a free slot is a reason for the repair's section only
+/// when a parked row no pause holds is there, and the look holds one whenever the queue has one
+/// (the first parked row of the first task by name that is not paused, found past the paused
+/// tasks by one index search each).
+#[test]
+fn a_paused_tasks_backlog_takes_no_repair_section() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (rt, me) = home_with_slots(dir.path(), 2);
+    rt.store
+        .transact(|state| {
+            tollgate::protocol::slots::order::pause(
+                state,
+                tollgate::protocol::slots::order::PauseScope::Task("p"),
+            )
+            .map_err(tollgate::dispatch::DispatchError::from)
+        })
+        .expect("pause p");
+    for _ in 0..PARKED {
+        let submitted = submit_detached(&rt, me, request("p")).expect("submit p");
+        assert!(
+            matches!(submitted.placement, Placement::Waiting { .. }),
+            "{:?}",
+            submitted.placement
+        );
+    }
+    assert!(!tollgate::reconcile::repair_due(&rt, me).expect("look"));
+    // Another task's turn starts on a free slot; its command's repair takes no section.
+    let started = submit_detached(&rt, me, request("q")).expect("submit q");
+    assert!(matches!(started.placement, Placement::Started(_)));
+    let before = database(&rt).sections_begun();
+    tollgate::runner::repair::after_section(&rt, me);
+    assert_eq!(database(&rt).sections_begun(), before, "no repair section");
+
+    // A parked row of a task after `p` by name, which no pause holds: the look holds it and
+    // says yes.
+    let key = tollgate::tasks::create_turn(
+        &rt.home,
+        "z",
+        vec!["true".into()],
+        None,
+        BTreeMap::new(),
+        false,
+        1,
+    )
+    .expect("record")
+    .key;
+    rt.store
+        .transact(|state| {
+            tollgate::protocol::slots::enqueue(state, &key, me, 1)?;
+            tollgate::protocol::slots::park(state, &key)?;
+            Ok::<_, tollgate::dispatch::DispatchError>(())
+        })
+        .expect("park z");
+    let look = rt.store.load_active().expect("look");
+    let parked: Vec<&TurnKey> = look
+        .entries
+        .iter()
+        .filter(|e| e.state == RowState::Parked)
+        .map(|e| &e.key)
+        .collect();
+    assert_eq!(parked, [&TurnKey::new("p", 1), &key]);
+    assert!(tollgate::reconcile::repair_due(&rt, me).expect("look"));
+}

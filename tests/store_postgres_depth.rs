@@ -323,6 +323,25 @@ fn a_parking_submit_at_depth_loads_only_its_part() {
         assert_eq!(keys, [&held.key, &TurnKey::new("p-0", 1)]);
         assert_eq!(active.runners, state.runners);
     }
+    // With the first tasks by name paused (`p-0`, `p-1`, `p-10` .. `p-13`), the look also holds
+    // the first parked row of the first task that is not: `p-14`.
+    rt.store
+        .transact(|q| {
+            for task in ["p-0", "p-1", "p-10", "p-11", "p-12", "p-13"] {
+                tollgate::protocol::slots::order::pause(
+                    q,
+                    tollgate::protocol::slots::order::PauseScope::Task(task),
+                )?;
+            }
+            Ok::<_, tollgate::dispatch::DispatchError>(())
+        })
+        .expect("pause the first tasks");
+    let active = rt.store.load_active().expect("load the active part");
+    let keys: Vec<&TurnKey> = active.entries.iter().map(|e| &e.key).collect();
+    assert_eq!(
+        keys,
+        [&held.key, &TurnKey::new("p-0", 1), &TurnKey::new("p-14", 1)]
+    );
 }
 
 /// A section's part is read by a statement prepared once per connection (spec/store.md,

@@ -43,10 +43,13 @@ pub trait Store {
     /// The active part of the queue, read without the lock, for a look that decides whether a
     /// section is needed at all (the bounded repair, [`crate::reconcile::repair_due`]): the meta
     /// row, the pause set, every row that is not parked, holds a reservation or is named by a
-    /// runner or work record, the oldest parked row (whether there is one decides whether a free
-    /// slot can start anything), and every runner and work record. Other parked rows may be left out, so
-    /// its cost does not grow with the parked rows; a store that cannot leave them out returns
-    /// the whole queue (this default). Never a section's input, never published.
+    /// runner or work record, the oldest parked row and the first parked row of the first task
+    /// (by name) not held by a task pause, when the queue has one (whether there is one decides
+    /// whether a free slot can start anything: `steps::reconcile_would_act`), and every runner
+    /// and work record. Other parked rows may be left out, so its cost does not grow with the
+    /// parked rows (the second row is found by at most one index search per paused task); a store
+    /// that cannot leave them out returns the whole queue (this default). Never a section's
+    /// input, never published.
     fn load_active(&self) -> Result<QueueState, StoreError> {
         self.load()
     }

@@ -888,24 +888,25 @@ pub fn reconcile<L: Liveness>(
 /// store's look adds the oldest one): with a slot free and no parked row in the queue the
 /// active part is the whole queue, so the step on it is the step a section would run (issue 14:
 /// a free slot alone made every submit on a queue without parked rows take a reconcile section
-/// that did nothing). A paused home starts no parked row, so a free slot is no reason for a
-/// section then: the step runs on `state` as for a full home, and says yes for what it does to
-/// the active rows or to the parked row the look holds (its record gone: forgotten); another
-/// parked row whose record is gone is forgotten by the first section after the pause is lifted,
-/// before it can start (a paused home's every submit took a section of the whole queue, reading
-/// every parked row's record: a parking submit cost 6 ms at 200 parked rows, 12 ms at 600).
-/// Dropping a stale runner or work record counts as doing something (a section publishes it).
-/// The bounded repair after a command's own section asks this first, and takes no section when
-/// it says no.
+/// that did nothing). A parked row held by a pause (the home's or its task's) cannot start, so a
+/// free slot is a reason only when `state` holds a parked row no pause holds (the store's look
+/// holds one whenever the queue has one: `Store::load_active`); otherwise the step runs on
+/// `state` as for a full home, and says yes for what it does to the active rows or to the parked
+/// rows the look holds (a lost record: forgotten). Another paused row whose record is gone is
+/// forgotten by the first section after its pause is lifted in which a slot may be free (a
+/// paused home's every submit took a section of the whole queue, reading every parked row's
+/// record: a parking submit cost 6 ms at 200 parked rows, 12 ms at 600). Dropping a stale runner
+/// or work record counts as doing something (a section publishes it). The bounded repair after
+/// a command's own section asks this first, and takes no section when it says no.
 pub fn reconcile_would_act<L: Liveness>(
     state: &mut QueueState,
     input: ReconcileInput<'_, L>,
 ) -> Result<bool, SlotError> {
-    let parked = state
+    let startable = state
         .entries
         .iter()
-        .any(|e| matches!(e.state, RowState::Parked));
-    if parked && !state.paused.home && start_reachable(state, input.cap, input.liveness) {
+        .any(|e| matches!(e.state, RowState::Parked) && !state.paused.holds(&e.key.task));
+    if startable && start_reachable(state, input.cap, input.liveness) {
         return Ok(true);
     }
     let records_before = (state.runners.len(), state.works.len());

@@ -219,8 +219,8 @@ pub(super) enum Rows {
     /// Every row: `load`, and a section on the whole queue.
     All,
     /// The rows that are not parked, hold a reservation, or are named by a runner or work
-    /// record, and the oldest parked row ([`crate::queue::Store::load_active`]); not checked as
-    /// a queue, never published.
+    /// record, the oldest parked row and the first parked row of the first task not paused
+    /// ([`crate::queue::Store::load_active`]); not checked as a queue, never published.
     Active,
 }
 
@@ -243,12 +243,23 @@ fn active_arms(q: &str) -> String {
 fn part_ids(q: &str, rows: Rows) -> Option<String> {
     match rows {
         Rows::All => None,
-        // The look's active part also holds the oldest parked row (any would do): whether the
-        // queue has one decides whether a free slot can start anything
-        // (`steps::reconcile_would_act`). `entries_by_state` finds it.
+        // The look's active part also holds the oldest parked row (any would do) and the first
+        // parked row of the first task (by name) no task pause holds: whether the queue has such
+        // a row decides whether a free slot can start anything (`steps::reconcile_would_act`).
+        // `entries_by_state` finds the first; the second is a loose scan of `entries_task_line`,
+        // one search per paused task skipped.
         Rows::Active => Some(format!(
             "{}
-         UNION SELECT min(queue_id) FROM entries WHERE queue = {q} AND state = 'parked'",
+         UNION SELECT min(queue_id) FROM entries WHERE queue = {q} AND state = 'parked'
+         UNION SELECT min(queue_id) FROM entries WHERE queue = {q} AND state = 'parked' AND task = (
+             WITH RECURSIVE skip(task) AS (
+                 SELECT min(task) FROM entries WHERE queue = {q} AND state = 'parked'
+                 UNION ALL
+                 SELECT (SELECT min(e.task) FROM entries AS e
+                         WHERE e.queue = {q} AND e.state = 'parked' AND e.task > skip.task)
+                 FROM skip WHERE skip.task IN (SELECT task FROM paused_tasks WHERE queue = {q}))
+             SELECT task FROM skip
+             WHERE task NOT IN (SELECT task FROM paused_tasks WHERE queue = {q}) LIMIT 1)",
             active_arms(q)
         )),
     }

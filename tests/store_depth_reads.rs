@@ -396,6 +396,59 @@ fn loaded_part(
     seen.into_inner().expect("the section ran")
 }
 
+/// Parks a new turn of each of `tasks` (its record, then its row, in one section) as a failed
+/// spawn would leave it, slots free or not; returns their keys.
+fn park_new_turns(
+    rt: &Runtime<ProcLiveness, tollgate::queue::HomeStore>,
+    me: ProcessIdentity,
+    tasks: &[&str],
+) -> Vec<TurnKey> {
+    let keys: Vec<TurnKey> = tasks
+        .iter()
+        .map(|task| {
+            tollgate::tasks::create_turn(
+                &rt.home,
+                task,
+                vec!["true".into()],
+                None,
+                BTreeMap::new(),
+                false,
+                1,
+            )
+            .expect("record")
+            .key
+        })
+        .collect();
+    rt.store
+        .transact(|state| {
+            for key in &keys {
+                tollgate::protocol::slots::enqueue(state, key, me, 1)?;
+                tollgate::protocol::slots::park(state, key)?;
+            }
+            Ok::<_, tollgate::dispatch::DispatchError>(())
+        })
+        .expect("park rows");
+    keys
+}
+
+/// Pauses (`paused`) or lifts the pause of `scope` in one section.
+fn set_paused(
+    rt: &Runtime<ProcLiveness, tollgate::queue::HomeStore>,
+    scope: tollgate::protocol::slots::order::PauseScope<'_>,
+    paused: bool,
+) {
+    rt.store
+        .transact(|state| {
+            if paused {
+                tollgate::protocol::slots::order::pause(state, scope)?;
+            } else {
+                tollgate::protocol::slots::order::unpause(state, scope);
+            }
+            Ok::<_, tollgate::dispatch::DispatchError>(())
+        })
+        .expect("pause or resume");
+}
+
 /// Issue 14: the repair's look takes no section for a free slot alone. With two slots, one held
 /// by a live "runner" and no row parked, nothing can start: the look says so (before, a free slot
 /// made every submit on a queue without parked rows run a reconcile section that did nothing: on
@@ -421,29 +474,7 @@ fn a_free_slot_without_a_parked_row_takes_no_repair_section() {
     assert!(repair.steps.is_empty(), "no section: {:?}", repair.steps);
 
     // A parked row behind deeper ones: the look sees the oldest parked row and says yes.
-    let mut parked = Vec::new();
-    for n in 0..3 {
-        let turn = tollgate::tasks::create_turn(
-            &rt.home,
-            &format!("w-{n}"),
-            vec!["true".into()],
-            None,
-            BTreeMap::new(),
-            false,
-            1,
-        )
-        .expect("record");
-        parked.push(turn.key);
-    }
-    rt.store
-        .transact(|state| {
-            for key in &parked {
-                tollgate::protocol::slots::enqueue(state, key, me, 1)?;
-                tollgate::protocol::slots::park(state, key)?;
-            }
-            Ok::<_, tollgate::dispatch::DispatchError>(())
-        })
-        .expect("park rows");
+    let parked = park_new_turns(&rt, me, &["w-0", "w-1", "w-2"]);
     let active = rt.store.load_active().expect("look");
     assert!(active
         .entries
@@ -721,15 +752,11 @@ fn a_cancel_at_depth_loads_only_its_tasks_part() {
 fn a_paused_homes_free_slots_take_no_repair_section() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (rt, me) = home_with_slots(dir.path(), 2);
-    rt.store
-        .transact(|state| {
-            tollgate::protocol::slots::order::pause(
-                state,
-                tollgate::protocol::slots::order::PauseScope::Home,
-            )
-            .map_err(tollgate::dispatch::DispatchError::from)
-        })
-        .expect("pause the home");
+    set_paused(
+        &rt,
+        tollgate::protocol::slots::order::PauseScope::Home,
+        true,
+    );
     let mut keys = Vec::new();
     for n in 0..PARKED {
         let submitted = submit_detached(&rt, me, request(&format!("p-{n}"))).expect("submit");
@@ -764,14 +791,11 @@ fn a_paused_homes_free_slots_take_no_repair_section() {
     assert!(!rows(&rt).contains(&keys[0]));
 
     // Lifted: a free slot and a parked row take the section again.
-    rt.store
-        .transact(|state| {
-            Ok::<_, tollgate::dispatch::DispatchError>(tollgate::protocol::slots::order::unpause(
-                state,
-                tollgate::protocol::slots::order::PauseScope::Home,
-            ))
-        })
-        .expect("resume");
+    set_paused(
+        &rt,
+        tollgate::protocol::slots::order::PauseScope::Home,
+        false,
+    );
     assert!(tollgate::reconcile::repair_due(&rt, me).expect("look"));
 }
 
@@ -783,15 +807,11 @@ fn a_paused_homes_free_slots_take_no_repair_section() {
 fn a_paused_tasks_backlog_takes_no_repair_section() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (rt, me) = home_with_slots(dir.path(), 2);
-    rt.store
-        .transact(|state| {
-            tollgate::protocol::slots::order::pause(
-                state,
-                tollgate::protocol::slots::order::PauseScope::Task("p"),
-            )
-            .map_err(tollgate::dispatch::DispatchError::from)
-        })
-        .expect("pause p");
+    set_paused(
+        &rt,
+        tollgate::protocol::slots::order::PauseScope::Task("p"),
+        true,
+    );
     for _ in 0..PARKED {
         let submitted = submit_detached(&rt, me, request("p")).expect("submit p");
         assert!(
@@ -810,24 +830,7 @@ fn a_paused_tasks_backlog_takes_no_repair_section() {
 
     // A parked row of a task after `p` by name, which no pause holds: the look holds it and
     // says yes.
-    let key = tollgate::tasks::create_turn(
-        &rt.home,
-        "z",
-        vec!["true".into()],
-        None,
-        BTreeMap::new(),
-        false,
-        1,
-    )
-    .expect("record")
-    .key;
-    rt.store
-        .transact(|state| {
-            tollgate::protocol::slots::enqueue(state, &key, me, 1)?;
-            tollgate::protocol::slots::park(state, &key)?;
-            Ok::<_, tollgate::dispatch::DispatchError>(())
-        })
-        .expect("park z");
+    let key = park_new_turns(&rt, me, &["z"]).remove(0);
     let look = rt.store.load_active().expect("look");
     let parked: Vec<&TurnKey> = look
         .entries

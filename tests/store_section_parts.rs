@@ -313,6 +313,22 @@ fn strategies(picks: &[u8]) -> BTreeMap<String, TaskStrategy> {
         .collect()
 }
 
+/// The end of every check of a section on a part that said it sufficed: the step's answer on
+/// the part (`on_part`, the part left as `part`) is its answer on the whole queue (`on_whole`,
+/// the queue left as `whole`), and the part merged back into `state` is `whole`.
+fn merged_equals_whole<R: PartialEq + std::fmt::Debug>(
+    state: &QueueState,
+    before: &QueueState,
+    (part, on_part): (&QueueState, &R),
+    (whole, on_whole): (&QueueState, &R),
+) -> Result<Option<()>, TestCaseError> {
+    prop_assert_eq!(on_whole, on_part);
+    let mut merged = state.clone();
+    steps::merge(&mut merged, before, part);
+    prop_assert_eq!(&merged, whole);
+    Ok(Some(()))
+}
+
 /// The finish of `key` by `me` on the whole `state` and on its part (with `heads` first parked
 /// rows: the generated queues are small, so the proptest reads fewer than
 /// [`steps::FINISH_HEADS`] to leave parked rows out); `Some(())` when the part says it sufficed
@@ -359,11 +375,7 @@ fn finish_both(
     if !steps::finish_sufficed(&loaded, key, &before, &part, next_key.as_ref()) {
         return Ok(None);
     }
-    prop_assert_eq!(&on_whole, &on_part);
-    let mut merged = state.clone();
-    steps::merge(&mut merged, &before, &part);
-    prop_assert_eq!(merged, whole);
-    Ok(Some(()))
+    merged_equals_whole(state, &before, (&part, &on_part), (&whole, &on_whole))
 }
 
 proptest! {
@@ -505,11 +517,7 @@ fn cancel_both(
     if !steps::cancel_stayed_inside(&loaded, &loaded_rows, &part, &on_part.0.removed) {
         return Ok(None);
     }
-    prop_assert_eq!(&on_whole, &on_part);
-    let mut merged = state.clone();
-    steps::merge(&mut merged, &before, &part);
-    prop_assert_eq!(merged, whole);
-    Ok(Some(()))
+    merged_equals_whole(state, &before, (&part, &on_part), (&whole, &on_whole))
 }
 
 proptest! {

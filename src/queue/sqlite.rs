@@ -597,6 +597,12 @@ fn open_retrying_busy(home: &Home, lock_timeout: Duration) -> Result<Connection,
     }
 }
 
+/// Statements kept prepared per connection. rusqlite keeps 16 by default; one section (its part's
+/// reads, its writes, the records it touches) uses more than that, so with 16 a process that ran
+/// several sections prepared the same statements again in each (measured with a uprobe on
+/// `sqlite3Prepare`: see docs/PERFORMANCE.md, "Prepared statements").
+const STATEMENT_CACHE_CAPACITY: usize = 128;
+
 /// The longest pause between two tries of a busy first open.
 const OPEN_RETRY_MAX_PAUSE_MILLIS: u64 = 20;
 
@@ -635,6 +641,7 @@ fn open_database(home: &Home, lock_timeout: Duration) -> Result<Connection, Stor
     // checkpoint every 1000 pages) by whichever commit crosses the mark.
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
         .map_err(|e| sql_error(&path, e))?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
     // A restarted log is cut back to the automatic checkpoint's mark (src/queue/log_trim.rs).
     conn.pragma_update(None, "journal_size_limit", super::log_trim::LIMIT_BYTES)
         .map_err(|e| sql_error(&path, e))?;
@@ -1052,40 +1059,33 @@ fn read_queue_part(conn: &Connection, path: &Path, part: Part) -> Result<QueueSt
         .map_err(sql)?;
     drop(paused);
     let all = format!("SELECT {ENTRY_COLUMNS} FROM entries ORDER BY queue_id");
-    // The rows a runner or work record names are found from the records (a join on the
-    // `(task, turn)` key): `(task, turn) IN (SELECT ...)` made SQLite scan every row.
+    // Each arm names ids only, and the rows are read once by their key: the same rows as a
+    // `UNION` of whole rows, but SQLite compiles the row's columns once instead of once per arm.
+    // Every command compiles this statement afresh (a new process), and the arms of whole rows
+    // cost it three times as much (docs/PERFORMANCE.md, "Compiling the look"). The rows a runner
+    // or work record names are found from the records (a join on the `(task, turn)` key):
+    // `(task, turn) IN (SELECT ...)` made SQLite scan every row.
+    const ACTIVE_IDS: &str =
+        "SELECT queue_id FROM entries WHERE state IN ('waiting', 'dispatching')
+         UNION ALL
+         SELECT queue_id FROM entries WHERE reservation_token IS NOT NULL
+         UNION ALL
+         SELECT e.queue_id FROM runners AS r
+             JOIN entries AS e ON e.task = r.task AND e.turn = r.turn
+         UNION ALL
+         SELECT e.queue_id FROM works AS w
+             JOIN entries AS e ON e.task = w.task AND e.turn = w.turn";
     let active = format!(
-        "SELECT {ENTRY_COLUMNS} FROM entries WHERE state IN ('waiting', 'dispatching')
-         UNION
-         SELECT {ENTRY_COLUMNS} FROM entries WHERE reservation_token IS NOT NULL
-         UNION
-         SELECT {ENTRY_COLUMNS} FROM entries WHERE queue_id IN
-             (SELECT e.queue_id FROM runners AS r
-                  JOIN entries AS e ON e.task = r.task AND e.turn = r.turn
-              UNION
-              SELECT e.queue_id FROM works AS w
-                  JOIN entries AS e ON e.task = w.task AND e.turn = w.turn)
-         ORDER BY 1"
+        "SELECT {ENTRY_COLUMNS} FROM entries WHERE queue_id IN ({ACTIVE_IDS}) ORDER BY queue_id"
     );
     let look = format!(
-        "SELECT {ENTRY_COLUMNS} FROM entries WHERE state IN ('waiting', 'dispatching')
-         UNION
-         SELECT {ENTRY_COLUMNS} FROM entries WHERE reservation_token IS NOT NULL
-         UNION
-         SELECT {ENTRY_COLUMNS} FROM entries WHERE queue_id IN
-             (SELECT e.queue_id FROM runners AS r
-                  JOIN entries AS e ON e.task = r.task AND e.turn = r.turn
-              UNION
-              SELECT e.queue_id FROM works AS w
-                  JOIN entries AS e ON e.task = w.task AND e.turn = w.turn)
-         UNION
-         SELECT {ENTRY_COLUMNS} FROM entries WHERE queue_id =
-             (SELECT min(queue_id) FROM entries WHERE state = 'parked')
-         UNION
-         SELECT {ENTRY_COLUMNS} FROM entries WHERE queue_id =
-             (SELECT min(queue_id) FROM entries INDEXED BY entries_task_line
-              WHERE state = 'parked' AND task = ({UNPAUSED_TASK}))
-         ORDER BY 1"
+        "SELECT {ENTRY_COLUMNS} FROM entries WHERE queue_id IN ({ACTIVE_IDS}
+         UNION ALL
+         SELECT min(queue_id) FROM entries WHERE state = 'parked'
+         UNION ALL
+         SELECT min(queue_id) FROM entries INDEXED BY entries_task_line
+             WHERE state = 'parked' AND task = ({UNPAUSED_TASK}))
+         ORDER BY queue_id"
     );
     let mut rows = conn
         .prepare_cached(match part {

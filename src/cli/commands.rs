@@ -1163,12 +1163,17 @@ pub fn worker_runner(
     task: &str,
     turn: u32,
     slot_token: &str,
+    log_to_turn_folder: bool,
 ) -> Result<i32, CliError> {
     let token: SlotToken = slot_token
         .parse()
         .map_err(|e| CliError::Usage(format!("--slot-token: {e}")))?;
-    let rt = open(home)?;
+    let home = Home::resolve(home)?;
     let key = TurnKey::new(task, turn);
+    if log_to_turn_folder {
+        crate::runner::log::to_turn_folder(&home, &key);
+    }
+    let rt = Runtime::open(home)?;
     let stamp = || humantime::format_rfc3339_millis(std::time::SystemTime::now());
     match run_worker(&rt, &key, token)? {
         WorkerOutcome::Ran { outcome, next } => {

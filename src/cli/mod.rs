@@ -315,6 +315,11 @@ pub enum WorkerCommand {
         /// turn's outcome is committed, so the waiter wakes then.
         #[arg(long, value_name = "FD")]
         settle_fd: Option<i32>,
+        /// Make the turn's folder and append this runner's stdout and stderr to its `runner.log`
+        /// before anything else (how a detached runner is started; by hand, output stays where
+        /// it is and nothing is made before the token is checked).
+        #[arg(long)]
+        log_to_turn_folder: bool,
     },
     /// Sleep until the given wall-clock time (ms since the epoch), then reconcile: how a debounced
     /// turn starts when its quiet period ends.
@@ -520,11 +525,12 @@ pub fn main() -> i32 {
             turn,
             slot_token,
             settle_fd,
+            log_to_turn_folder,
         }) => {
             if let Some(fd) = settle_fd {
                 crate::process::settle::adopt(fd);
             }
-            commands::worker_runner(home, &task, turn, &slot_token)
+            commands::worker_runner(home, &task, turn, &slot_token, log_to_turn_folder)
         }
         Command::Worker(WorkerCommand::Wake { at }) => commands::worker_wake(home, at),
         Command::Worker(WorkerCommand::Guard { grace_millis }) => {

@@ -1,8 +1,8 @@
 //! Starting a detached runner: `tollgate worker runner <task> <turn> --slot-token <uuid>`.
 //!
-//! The child gets a new session (it must outlive the submitter and not share its terminal), stdin
-//! from /dev/null, stdout and stderr appended to the turn's `runner.log`, and no inherited
-//! descriptor beyond those three. A [`ScrubbedSpawner`] also keeps named variables (serve's route
+//! The child gets a new session (it must outlive the submitter and not share its terminal), stdin,
+//! stdout and stderr from /dev/null until it points its output at the turn's `runner.log` itself
+//! (`crate::runner::log`), and no inherited descriptor beyond those three. A [`ScrubbedSpawner`] also keeps named variables (serve's route
 //! secrets) out of the environment of everything it starts.
 
 use super::identity::identity_including_zombie;
@@ -10,9 +10,7 @@ use super::settle::SettleSignals;
 use crate::home::Home;
 use crate::protocol::slots::{ProcessIdentity, SlotToken, TurnKey, WorkRecord};
 use std::ffi::OsString;
-use std::fs::OpenOptions;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -21,11 +19,6 @@ use std::process::{Command, Stdio};
 pub enum SpawnError {
     #[error("cannot locate the tollgate executable to start a runner: {0}")]
     Executable(std::io::Error),
-    #[error("cannot open the runner log {path}: {source}")]
-    Log {
-        path: PathBuf,
-        source: std::io::Error,
-    },
     #[error("cannot start the runner for {key}: {source}")]
     Spawn {
         key: TurnKey,
@@ -216,29 +209,9 @@ fn spawn_runner(
     remove_env: &[OsString],
     settle_write_end: Option<&OwnedFd>,
 ) -> Result<ProcessIdentity, SpawnError> {
-    let log_path = home.runner_log(key);
-    // On a fleet the turn may have been submitted from another home (its record is in the
-    // database): this home has no folder for it yet.
-    // A home removed meanwhile is not made again (the runner would outlive it).
-    if let Some(dir) = log_path.parent() {
-        crate::fsutil::create_private_dir_under(home.root(), dir).map_err(|e| SpawnError::Log {
-            path: log_path.clone(),
-            source: std::io::Error::other(e.to_string()),
-        })?;
-    }
-    let log = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(&log_path)
-        .map_err(|source| SpawnError::Log {
-            path: log_path.clone(),
-            source,
-        })?;
-    let log_err = log.try_clone().map_err(|source| SpawnError::Log {
-        path: log_path.clone(),
-        source,
-    })?;
+    // The runner makes the turn's folder and points its own output at `runner.log` as its first act
+    // (`crate::runner::log::to_turn_folder`), off the spawner's path: a submit that starts a turn
+    // makes no folder (spec/slots.md, "Handoff").
     let mut command = Command::new(exe);
     command
         .arg("--home")
@@ -248,13 +221,14 @@ fn spawn_runner(
             "runner",
             &key.task,
             &key.turn.to_string(),
+            "--log-to-turn-folder",
             "--slot-token",
         ])
         .arg(token.to_string())
         .env("TOLLGATE_HOME", home.root())
         .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(log_err);
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     for name in remove_env {
         command.env_remove(name);
     }

@@ -11,6 +11,7 @@ mod execute;
 pub mod guard;
 pub mod hooks;
 pub mod lease;
+pub mod log;
 pub mod output_pg;
 pub mod payload;
 pub mod repair;

@@ -1,13 +1,15 @@
 //! The detached runner's own output: the turn's `runner.log`.
 //!
-//! The spawner starts the runner (`worker runner … --log-to-turn-folder`) with stdout and stderr on
-//! `/dev/null`; the runner's first act is to make the turn's folder and point both at `runner.log`
-//! there (appended, `0600`, never through a symlink). A `worker runner` started by hand without
-//! the flag keeps its output and makes nothing before its token is checked. The folder
-//! used to be made by the spawner, on the path of the `submit` that starts the turn: three
-//! directory creations and an open before it could answer (docs/PERFORMANCE.md, "The turn folder
-//! made by the runner"). The runner makes it off that path, beside the work of other turns, and a
-//! runner started for a turn submitted from another home of a fleet makes it in its own home.
+//! The spawner starts the runner (`worker runner … --log-to-turn-folder`) with stdout and stderr
+//! on `/dev/null`; the runner's first act is to make the turn's folder and point both at
+//! `runner.log` there (appended, `0600`, never through a symlink). A `worker runner` started by
+//! hand without the flag keeps its output and makes nothing before its token is checked.
+//!
+//! The folder used to be made by the spawner, on the path of the `submit` that starts the turn:
+//! three directory creations and an open before it could answer (docs/PERFORMANCE.md, "Compiling
+//! the look, and the turn folder made by the runner"). The runner makes it off that path, beside
+//! the work of other turns, and a runner started for a turn submitted from another home of a
+//! fleet makes it in its own home.
 //!
 //! Best effort: a folder that cannot be made (a full disk, a home removed meanwhile) leaves the
 //! output on `/dev/null` and the turn runs; its own logs then fail to open and the turn's record

@@ -712,6 +712,8 @@ impl PgConn {
         Ok(&mut self.client)
     }
 
+    // Only the serve tables run foreign writes (`src/queue/serve_tables.rs`).
+    #[cfg(feature = "serve")]
     pub(crate) fn execute(
         &mut self,
         sql: &str,
@@ -728,6 +730,7 @@ impl PgConn {
         self.before_foreign()?.query(sql, params)
     }
 
+    #[cfg(feature = "serve")]
     pub(crate) fn batch_execute(&mut self, sql: &str) -> Result<(), postgres::Error> {
         self.before_foreign()?.batch_execute(sql)
     }

@@ -2,8 +2,9 @@
 //!
 //! The child gets a new session (it must outlive the submitter and not share its terminal), stdin,
 //! stdout and stderr from /dev/null until it points its output at the turn's `runner.log` itself
-//! (`crate::runner::log`), and no inherited descriptor beyond those three. A [`ScrubbedSpawner`] also keeps named variables (serve's route
-//! secrets) out of the environment of everything it starts.
+//! (`crate::runner::log`), and no inherited descriptor beyond those three. A [`ScrubbedSpawner`]
+//! also keeps named variables (serve's route secrets) out of the environment of everything it
+//! starts.
 
 use super::identity::identity_including_zombie;
 use super::settle::SettleSignals;

@@ -600,7 +600,8 @@ fn open_retrying_busy(home: &Home, lock_timeout: Duration) -> Result<Connection,
 /// Statements kept prepared per connection. rusqlite keeps 16 by default; one section (its part's
 /// reads, its writes, the records it touches) uses more than that, so with 16 a process that ran
 /// several sections prepared the same statements again in each (measured with a uprobe on
-/// `sqlite3Prepare`: see docs/PERFORMANCE.md, "Prepared statements").
+/// `sqlite3Prepare`: docs/PERFORMANCE.md, "Compiling the look, and the turn folder made by the
+/// runner").
 const STATEMENT_CACHE_CAPACITY: usize = 128;
 
 /// The longest pause between two tries of a busy first open.

@@ -1,6 +1,6 @@
 //! The everyday verbs around turns that already exist: `wait`, `restart`, `clean`.
 
-use super::commands::{submit_request, How};
+use super::submit::{submit_request, How};
 use super::turnref;
 use super::{exit, CliError};
 use crate::home::Home;
@@ -167,7 +167,7 @@ pub fn wait(home: Option<PathBuf>, args: WaitArgs) -> Result<i32, CliError> {
                     *slot = Some(turn);
                 } else if check_runner {
                     // A turn whose runner died never ends: say so (exit 3) instead of hanging.
-                    super::commands::runner_alive(&rt, key, &turn, &mut watch)?;
+                    super::follow::runner_alive(&rt, key, &turn, &mut watch)?;
                 }
             }
         }

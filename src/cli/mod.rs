@@ -1,18 +1,26 @@
 //! The command line: clap derive, context-rich errors, documented exit codes.
 
-mod commands;
+mod cancel;
+mod common;
 mod config;
 mod deps;
 pub mod docs;
 mod doctor;
 mod drain;
 mod error;
+mod follow;
 mod hosts;
+mod init;
 mod lifecycle;
+mod logs;
+mod reconcile;
 mod sched;
 #[cfg(feature = "serve")]
 mod serve;
+mod status;
+mod submit;
 mod turnref;
+mod worker;
 
 pub use error::CliError;
 
@@ -502,17 +510,17 @@ pub fn main() -> i32 {
     }
     let home = cli.home;
     let result = match cli.command {
-        Command::Init(args) => commands::init(home, args),
-        Command::Submit(args) => commands::submit(home, args),
-        Command::Status(args) => commands::status(home, args),
-        Command::Logs(args) => commands::logs(home, args),
-        Command::Cancel(args) => commands::cancel(home, args),
+        Command::Init(args) => init::init(home, args),
+        Command::Submit(args) => submit::submit(home, args),
+        Command::Status(args) => status::status(home, args),
+        Command::Logs(args) => logs::logs(home, args),
+        Command::Cancel(args) => cancel::cancel(home, args),
         Command::Pause(args) => sched::pause(home, args),
         Command::Resume(args) => sched::resume(home, args),
         Command::Wait(args) => lifecycle::wait(home, args),
         Command::Restart(args) => lifecycle::restart(home, args),
         Command::Clean(args) => lifecycle::clean(home, args),
-        Command::Reconcile(args) => commands::reconcile(home, args),
+        Command::Reconcile(args) => reconcile::reconcile(home, args),
         Command::Doctor(args) => doctor::doctor(home, args),
         Command::Hosts(args) => hosts::hosts(home, args),
         Command::Drain(args) => drain::drain(home, args),
@@ -530,9 +538,9 @@ pub fn main() -> i32 {
             if let Some(fd) = settle_fd {
                 crate::process::settle::adopt(fd);
             }
-            commands::worker_runner(home, &task, turn, &slot_token, log_to_turn_folder)
+            worker::worker_runner(home, &task, turn, &slot_token, log_to_turn_folder)
         }
-        Command::Worker(WorkerCommand::Wake { at }) => commands::worker_wake(home, at),
+        Command::Worker(WorkerCommand::Wake { at }) => worker::worker_wake(home, at),
         Command::Worker(WorkerCommand::Guard { grace_millis }) => {
             Ok(crate::runner::guard::serve(grace_millis))
         }

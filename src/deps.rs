@@ -13,21 +13,9 @@ use crate::runtime::Runtime;
 use crate::tasks::{self, TurnOutcome, TurnRecord};
 use std::collections::BTreeMap;
 
-/// A record's outcome as dependencies and retries see it (`None`: not ended, or no record).
+/// A record's outcome as dependencies and retries see it ([`TurnOutcome::ended`]).
 pub fn ended_of(outcome: Option<TurnOutcome>) -> Ended {
-    match outcome {
-        Some(TurnOutcome::Completed) => Ended::Succeeded,
-        Some(TurnOutcome::Failed | TurnOutcome::TimedOut | TurnOutcome::Unstartable) => {
-            Ended::Failed
-        }
-        Some(
-            TurnOutcome::Cancelled
-            | TurnOutcome::Dropped
-            | TurnOutcome::Superseded
-            | TurnOutcome::DependencyFailed,
-        )
-        | None => Ended::Stopped,
-    }
+    TurnOutcome::ended(outcome)
 }
 
 /// The most attempts `wait` and `--after` follow along a retry chain (`retried_as`).

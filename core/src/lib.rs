@@ -7,5 +7,6 @@
 pub mod admission;
 pub mod execution;
 pub mod fleet;
+pub mod records;
 pub mod scopes;
 pub mod slots;

@@ -2,7 +2,7 @@
 //! (`tasks`, `submit`) check. They live here, below both, so neither has to import the other.
 
 /// Arguments of one command, bounded so a turn record stays small.
-pub const MAX_ARGV: usize = 4096;
+pub use crate::protocol::records::MAX_ARGV;
 
 /// The longest `submit --timeout` accepted: longer is a typo (and would overflow deadlines).
 pub const MAX_TURN_TIMEOUT_MILLIS: u64 = 30 * 24 * 60 * 60 * 1000;

@@ -5,14 +5,15 @@
 //! itself; the work of a dead runner is killed here first, and its row leaves in the next
 //! section. The CLI then runs one bounded repair ([`crate::runner::repair`]).
 
-use crate::dispatch::{DispatchError, SectionError};
+use crate::dispatch::DispatchError;
 use crate::driver;
 use crate::process::work::WorkKill;
-use crate::protocol::slots::steps::{self, CancelSelection, Reads};
+use crate::protocol::slots::sections::CancelSection;
+use crate::protocol::slots::steps::{self, CancelSelection};
 use crate::protocol::slots::{Liveness, ProcessIdentity, TurnKey};
-use crate::queue::{Commit, Store};
+use crate::queue::Store;
 use crate::runtime::Runtime;
-use crate::tasks::{self, TurnOutcome};
+use crate::tasks;
 
 /// Cancel sections per call: the first may ask for kills, the second removes what they freed; a
 /// third covers a kill that needed the KILL escalation. Survivors after that stay for reconcile.
@@ -89,57 +90,21 @@ fn run_cancel<L: Liveness, S: Store>(
     Ok(report)
 }
 
-/// One cancel section: the core's step, and the removed turns ended as cancelled under the lock.
-/// It reads the cancelled task's part of the queue ([`steps::cancel_reads`]: its rows and their
-/// dependents), so a cancel costs the same at any depth; a departure that reached rows outside the
-/// part ([`steps::cancel_stayed_inside`]) rolls the section back and runs it once more on the
-/// whole queue (spec/store.md, "What a section loads").
+/// One cancel section ([`sections::cancel`]): the core's step, the removed turns ended as
+/// cancelled and departed in the same transaction, on the cancelled task's part of the queue
+/// ([`steps::cancel_reads`]), once more on the whole queue when a departure reached further.
 pub fn cancel_once<L: Liveness, S: Store>(
     rt: &Runtime<L, S>,
     selection: CancelSelection<'_>,
 ) -> Result<steps::CancelEffect, DispatchError> {
-    let task = match selection {
-        CancelSelection::Task(task) => task,
-        CancelSelection::Turn(key) => key.task.as_str(),
-    };
-    let part = Reads::Part(steps::cancel_reads(task));
-    match cancel_section(rt, selection, task, &part) {
-        Err(SectionError::Unread(_)) => {}
-        Err(SectionError::Failed(e)) => return Err(e),
-        Ok(effect) => return Ok(effect),
-    }
-    cancel_section(rt, selection, task, &Reads::Everything).map_err(|e| e.on_whole_queue("cancel"))
-}
-
-/// One [`cancel_once`] section on what `reads` names.
-fn cancel_section<L: Liveness, S: Store>(
-    rt: &Runtime<L, S>,
-    selection: CancelSelection<'_>,
-    task: &str,
-    reads: &Reads,
-) -> Result<steps::CancelEffect, SectionError> {
-    rt.store
-        .transact_reading(Commit::Promise, reads, |state, loaded| {
-            if !steps::cancel_covers(loaded, task) {
-                return Err(SectionError::Unread(Reads::Everything));
-            }
-            let loaded_rows: Vec<TurnKey> = state.entries.iter().map(|e| e.key.clone()).collect();
-            let effect = steps::cancel(state, selection, &rt.liveness);
-            for key in &effect.removed {
-                tasks::end_unrun(
-                    &rt.home,
-                    key,
-                    TurnOutcome::Cancelled,
-                    rt.spawner.now_millis(),
-                )?;
-                // Its `--after-success` dependents settle now; a cancel is never retried.
-                let me = crate::process::self_identity()
-                    .map_err(|e| DispatchError::io("reading this process's identity", e))?;
-                crate::deps::departed_on_disk(rt, state, key, me)?;
-            }
-            if !steps::cancel_stayed_inside(loaded, &loaded_rows, state, &effect.removed) {
-                return Err(SectionError::Unread(Reads::Everything));
-            }
-            Ok(effect)
-        })
+    let me = crate::process::self_identity()
+        .map_err(|e| DispatchError::io("reading this process's identity", e))?;
+    crate::section::run(
+        rt,
+        &CancelSection {
+            selection,
+            me,
+            now_millis: rt.spawner.now_millis(),
+        },
+    )
 }

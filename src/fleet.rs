@@ -25,20 +25,7 @@ use crate::protocol::slots::{Liveness, Observation, ProcessIdentity, QueueState,
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
-/// What a queue section of a PostgreSQL home knows of the fleet: this host, the lease numbers,
-/// and the lease table with the database clock, read under the lease lock in the section's own
-/// transaction.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FleetView {
-    pub host: HostId,
-    pub timing: LeaseTiming,
-    pub leases: LeaseTable,
-    pub now_db_millis: u64,
-    /// Whether this host may start a turn: false while it is drained (`tollgate drain`, read
-    /// in the section's transaction). [`crate::process::ProcLiveness`] answers
-    /// [`Liveness::may_start`] with it.
-    pub may_start: bool,
-}
+pub use crate::protocol::fleet::FleetView;
 
 thread_local! {
     /// The view of the section running on this thread, if any (see the module docs).
@@ -90,6 +77,18 @@ pub fn observing<S: crate::queue::Store, R>(
         may_start: true,
     };
     Ok(in_section(Some(view), f).0)
+}
+
+/// The fleet view of the section running on this thread, for the section runner to hand its step
+/// ([`crate::section`]); `None` outside a fleet section.
+pub fn current_view() -> Option<FleetView> {
+    SECTION.with(|s| s.borrow().clone())
+}
+
+/// Makes `leases` the lease table of the section running on this thread (what its step wrote),
+/// for the store to write back in the same transaction.
+pub fn write_back_leases(leases: LeaseTable) {
+    let _ = with_view(|view| view.leases = leases);
 }
 
 fn with_view<R>(f: impl FnOnce(&mut FleetView) -> R) -> Option<R> {

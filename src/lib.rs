@@ -35,6 +35,7 @@ pub mod reconcile;
 pub mod runner;
 pub mod runtime;
 pub mod schedule;
+pub mod section;
 pub mod serve;
 pub mod status;
 pub mod submit;

@@ -327,26 +327,6 @@ fn write_turn(home: &Home, turn: &TurnRecord, create: bool) -> Result<(), FileEr
     fsutil::publish_json(&path, turn)
 }
 
-/// Saves the result of a turn whose command ran (the write [`retry_while_disk_full`] retries).
-/// With the `failpoints` feature, `tasks::save_result` fails it with ENOSPC: always when the
-/// failpoint has no argument, else while the file its argument names exists.
-pub fn save_result(home: &Home, turn: &TurnRecord) -> Result<(), FileError> {
-    #[cfg(feature = "failpoints")]
-    {
-        let path = home.turn_file(&turn.key);
-        let fail = fail::eval("tasks::save_result", |arg| {
-            arg.is_none_or(|gate| Path::new(&gate).exists())
-        });
-        if fail == Some(true) {
-            return Err(FileError::io(
-                &path,
-                io::Error::from_raw_os_error(libc::ENOSPC),
-            ));
-        }
-    }
-    save_turn(home, turn)
-}
-
 /// Hands out the next turn number of `task` (creating the task) and writes the turn's record.
 /// Call under the queue lock.
 #[allow(clippy::too_many_arguments)]
@@ -799,3 +779,64 @@ fn dir_turns(home: &Home, task: &str) -> Result<Vec<u32>, FileError> {
 
 /// The millisecond clock lives in [`crate::clock`]; this path is kept for existing callers.
 pub use crate::clock::now_millis;
+
+/// Reads what `need` names into `records`: each turn's record, or whether its place is free (no
+/// record and no folder left there) or holds a leftover folder; each task's record; each task's
+/// recorded turn numbers (with the numbered folders left on disk, which are taken too).
+pub fn read_records(
+    home: &Home,
+    need: &crate::protocol::section::Need,
+    records: &mut crate::protocol::section::Records,
+) -> Result<(), FileError> {
+    use crate::protocol::section::TurnSlot;
+    for key in &need.turns {
+        let slot = match load_turn(home, key)? {
+            Some(record) => TurnSlot::Record(record),
+            None => match std::fs::symlink_metadata(home.turn_dir(key)) {
+                Ok(_) => TurnSlot::Leftover,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => TurnSlot::Free,
+                Err(e) => return Err(FileError::io(&home.turn_dir(key), e)),
+            },
+        };
+        records.put_turn(key.clone(), slot);
+    }
+    for task in &need.tasks {
+        records.put_task(task.clone(), load_task(home, task)?);
+    }
+    for task in &need.numbers {
+        let mut numbers = list_turns(home, task)?;
+        if records::in_database(home) {
+            numbers.extend(dir_turns(home, task)?);
+        }
+        records.put_numbers(task.clone(), numbers);
+    }
+    Ok(())
+}
+
+/// Applies a step's record writes: the task records first (a counter moved on before the turn it
+/// numbers, so a crash between two writes on files skips a number instead of leaving a turn its
+/// task does not list), then the turn records (a new one refused where its place holds one).
+pub fn apply_writes(
+    home: &Home,
+    writes: &crate::protocol::section::Writes,
+) -> Result<(), FileError> {
+    for task in writes.tasks.values() {
+        if !records::in_database(home) {
+            fsutil::create_private_dir(&home.task_dir(&task.name))?;
+        }
+        save_task(home, task)?;
+    }
+    for write in writes.turns.values() {
+        if write.create && !records::in_database(home) {
+            fsutil::create_private_dir(&home.task_dir(&write.record.key.task).join("turns"))?;
+            if !create_exclusive_dir(&home.turn_dir(&write.record.key))? {
+                return Err(FileError::Refused {
+                    path: home.turn_dir(&write.record.key),
+                    detail: "a turn directory exists already".to_string(),
+                });
+            }
+        }
+        write_turn(home, &write.record, write.create)?;
+    }
+    Ok(())
+}

@@ -482,6 +482,22 @@ impl<L: Liveness> Liveness for LeaseLiveness<'_, L> {
     }
 }
 
+/// What a queue section of a PostgreSQL home knows of the fleet: this host, the lease numbers,
+/// and the lease table with the database clock, read under the lease lock in the section's own
+/// transaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FleetView {
+    pub host: HostId,
+    pub timing: LeaseTiming,
+    pub leases: LeaseTable,
+    pub now_db_millis: u64,
+    /// Whether this host may start a turn: false while it is drained (`tollgate drain`, read
+    /// in the section's transaction). The slot steps refuse to
+    /// start a turn on this host then.
+    pub may_start: bool,
+}
+
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -653,3 +669,4 @@ mod tests {
         assert_eq!(own.observe(&remote.process), Observation::Matching);
     }
 }
+

@@ -22,7 +22,7 @@ fn default_task_version() -> u32 {
     TASK_FORMAT_VERSION
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TaskRecord {
     #[serde(default = "default_task_version")]
     pub version: u32,
@@ -42,7 +42,7 @@ fn one() -> u32 {
 }
 
 /// How a turn ended (or where it stands).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TurnOutcome {
     /// The command exited 0.
@@ -64,7 +64,7 @@ pub enum TurnOutcome {
     DependencyFailed,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TurnRecord {
     #[serde(default = "default_task_version")]
     pub version: u32,
@@ -133,7 +133,7 @@ pub struct TurnRecord {
 }
 
 /// Which delivery a turn serves: what a restarted `serve` needs to re-adopt it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DeliveryMeta {
     /// The serving instance's delivery id (unique per home: a v7 UUID).
     pub id: String,
@@ -157,6 +157,20 @@ impl TurnRecord {
 }
 
 impl TurnOutcome {
+    /// The outcome's name in records and `--json` (its serialised form).
+    pub fn word(self) -> &'static str {
+        match self {
+            TurnOutcome::Completed => "completed",
+            TurnOutcome::Failed => "failed",
+            TurnOutcome::Cancelled => "cancelled",
+            TurnOutcome::Unstartable => "unstartable",
+            TurnOutcome::Dropped => "dropped",
+            TurnOutcome::Superseded => "superseded",
+            TurnOutcome::TimedOut => "timed_out",
+            TurnOutcome::DependencyFailed => "dependency_failed",
+        }
+    }
+
     /// How a turn that ended with `outcome` counts for the turns that wait for it (`--after`,
     /// `--after-success`) and for its retry plan (`--retry`): only a command that ran and did not
     /// succeed is retried; a turn stopped by a decision (cancelled, dropped, superseded, or never
@@ -281,6 +295,29 @@ mod name_tests {
         for argv in [&["..."][..], &["-"], &["a b"], &["/usr/bin/python3.12"]] {
             let name = format!("{}-17", base(argv));
             assert!(crate::slots::validate_task_name(&name).is_ok(), "{name}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod word_tests {
+    use super::TurnOutcome;
+
+    /// The word is the serialised name, so a record's text and a message agree.
+    #[test]
+    fn an_outcome_word_is_its_serialised_name() {
+        for outcome in [
+            TurnOutcome::Completed,
+            TurnOutcome::Failed,
+            TurnOutcome::Cancelled,
+            TurnOutcome::Unstartable,
+            TurnOutcome::Dropped,
+            TurnOutcome::Superseded,
+            TurnOutcome::TimedOut,
+            TurnOutcome::DependencyFailed,
+        ] {
+            let json = serde_json::to_value(outcome).expect("serialise");
+            assert_eq!(json.as_str(), Some(outcome.word()));
         }
     }
 }

@@ -5,6 +5,7 @@
 //! `&mut` and either changes it and reports what the caller must do (spawn, park, nothing), or
 //! returns a [`SlotError`] and leaves it exactly as it was.
 
+pub mod departure;
 mod deps;
 mod identity;
 mod occupancy;
@@ -13,6 +14,7 @@ mod queue;
 mod reconcile;
 mod reserve;
 mod rules;
+pub mod sections;
 pub mod steps;
 mod takeover;
 mod token;
@@ -23,6 +25,7 @@ pub use deps::{
     DepartInput, Departure, Dependency, DependencyCheck, Ended, Requeued, RetryPlan, MAX_ATTEMPTS,
     MAX_BACKOFF_MILLIS, MAX_DEPENDENCIES,
 };
+pub use departure::{leave, Leave, Left};
 pub use identity::{Liveness, Observation, ProcessIdentity};
 pub use occupancy::{
     acting_queue_holder, counted_identities, live_runner_for_turn, occupied_runner_slots, Reserving,
@@ -81,6 +84,12 @@ pub enum SlotError {
     RetryKeyMissing { key: TurnKey },
     #[error("QUEUE_TOO_MANY_DEPENDENCIES: a turn may wait for at most {limit} turns")]
     TooManyDependencies { limit: usize },
+    #[error("TASK_TURNS_EXHAUSTED: task {task:?} has used every turn number up to {}; submit to a new task", u32::MAX)]
+    TurnNumbersExhausted { task: String },
+    #[error("TURN_PLACE_TAKEN: the place of {key} holds a record or a folder although no higher turn is recorded")]
+    TurnPlaceTaken { key: TurnKey },
+    #[error("TURN_RECORD_INVALID: the record of {key} would not load ({detail})")]
+    RecordInvalid { key: TurnKey, detail: String },
 }
 
 impl SlotError {
@@ -102,6 +111,9 @@ impl SlotError {
             SlotError::TooManyPaused { .. } => "QUEUE_TOO_MANY_PAUSED",
             SlotError::RetryKeyMissing { .. } => "QUEUE_RETRY_KEY_MISSING",
             SlotError::TooManyDependencies { .. } => "QUEUE_TOO_MANY_DEPENDENCIES",
+            SlotError::TurnNumbersExhausted { .. } => "TASK_TURNS_EXHAUSTED",
+            SlotError::TurnPlaceTaken { .. } => "TURN_PLACE_TAKEN",
+            SlotError::RecordInvalid { .. } => "TURN_RECORD_INVALID",
         }
     }
 }

@@ -16,24 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// What a commit stands for, and so whether it must reach the disk before the section returns
-/// (spec/store.md, "Durability").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Commit {
-    /// The caller is about to promise something on the strength of this commit (`submit`
-    /// printing that a turn is queued or started, `serve` answering 200): it is synced before
-    /// `transact` returns (unless the home's `durability` is `os`). The default.
-    Promise,
-    /// An internal transition (take-over, handoff publishes, finish, reconcile): a power loss
-    /// may undo it, since it kills every process and reconcile repairs from the last synced
-    /// commit. It still reaches the disk before any later promise commit does.
-    Internal,
-    /// A section known beforehand to record a turn's outcome (the runner's finish): synced like
-    /// a promise (an outcome is what `wait` reports and what reconcile trusts), so it needs no
-    /// separate synced commit after it; `durability = "os"` relaxes it only where it relaxes an
-    /// internal commit.
-    Outcome,
-}
+pub use crate::protocol::section::Commit;
 
 /// A store of the queue document. Every locked section of the shell is one `transact`.
 pub trait Store {

@@ -19,14 +19,13 @@ pub mod signals;
 
 pub use execute::{execute_turn, truncation_line, Execution, LogDrains, TIMED_OUT_EXIT_CODE};
 
-use crate::dispatch::{DispatchError, Handoff, SectionError};
+use crate::dispatch::{DispatchError, Handoff};
 use crate::driver;
 use crate::process::{containment, work};
-use crate::protocol::slots::steps::{
-    self, FinishInput, Loaded, Reads, TakeOverEffect, TakeOverInput,
-};
+use crate::protocol::slots::sections::{FinishEffect, FinishSection, TakeOverSection};
+use crate::protocol::slots::steps::{self, Reads, TakeOverEffect};
 use crate::protocol::slots::{
-    Liveness, ProcessIdentity, SlotError, SlotToken, TurnKey, WorkId, WorkRecord,
+    Liveness, ProcessIdentity, SlotToken, TurnKey, WorkId, WorkRecord,
 };
 use crate::queue::{Commit, Store};
 use crate::runtime::Runtime;
@@ -164,11 +163,9 @@ pub fn take_over<L: Liveness, S: Store>(
     take_over_section(rt, key, token, me, None, false)
 }
 
-/// The take-over section, recording `cgroup` (the work's group, not created yet) on the work and,
-/// when `record_started`, the turn as started by `me` if the effect is `Run`: the runner's
-/// take-over and its started record are one internal commit (one lock take, no connection outside
-/// a section), so a power loss loses or keeps them together. One body for both callers, so the
-/// fleet's lease renewal and release cannot be left out of one of them.
+/// The take-over section ([`sections::take_over`]), recording `cgroup` (the work's group, not
+/// created yet) on the work and, when `record_started`, the turn as started by `me` if the effect
+/// is `Run`: one internal commit for both, so a power loss loses or keeps them together.
 fn take_over_section<L: Liveness, S: Store>(
     rt: &Runtime<L, S>,
     key: &TurnKey,
@@ -177,39 +174,17 @@ fn take_over_section<L: Liveness, S: Store>(
     cgroup: Option<&str>,
     record_started: bool,
 ) -> Result<(TakeOverEffect, TurnRecord), DispatchError> {
-    // The part of the queue its row-local step reads (`steps::row_reads`), not the parked rows.
-    let reads = Reads::Part(steps::row_reads(key));
-    rt.store
-        .transact_reading(Commit::Internal, &reads, |state, _| {
-            // On a fleet the take-over first renews the lease its handoff took (F4); lost: exit.
-            crate::runner::lease::renew_at_take_over(me)?;
-            let mut turn = tasks::load_turn(&rt.home, key)?
-                .ok_or_else(|| SlotError::UnknownRow { key: key.clone() })?;
-            let effect = steps::runner_take_over(
-                state,
-                TakeOverInput {
-                    key,
-                    token,
-                    me,
-                    settled: turn.is_settled(),
-                    cgroup,
-                    liveness: &rt.liveness,
-                },
-            )?;
-            match effect {
-                TakeOverEffect::Run { .. } if record_started => {
-                    turn.started_at_millis = Some(tasks::now_millis());
-                    turn.runner = Some(me);
-                    turn.host = crate::fleet::section_host();
-                    tasks::save_turn(&rt.home, &turn)?;
-                }
-                TakeOverEffect::Refused { .. } => {
-                    crate::fleet::release_own(me);
-                }
-                _ => {}
-            }
-            Ok::<_, DispatchError>((effect, turn))
-        })
+    crate::section::run(
+        rt,
+        &TakeOverSection {
+            key,
+            token,
+            me,
+            cgroup,
+            record_started,
+            now_millis: tasks::now_millis(),
+        },
+    )
 }
 
 /// [`take_over_section`] as the runner runs it: the started record in the same section.
@@ -375,10 +350,8 @@ pub fn leave_and_start_next<L: Liveness, S: Store>(
     key: &TurnKey,
     me: ProcessIdentity,
 ) -> Result<Option<Handoff>, DispatchError> {
-    let (next, after) = finish_section(rt, key, me, None)?;
-    crate::deps::after_commit(rt, &after);
-    next.map(|handoff| driver::hand_off(&rt.store, rt.spawner.as_ref(), handoff))
-        .transpose()
+    let effect = finish_section(rt, key, me, None)?;
+    perform_finish(rt, effect)
 }
 
 /// Records the result of `turn` (whose command has run) and leaves the queue in one critical
@@ -390,96 +363,68 @@ pub fn record_and_start_next<L: Liveness, S: Store>(
     turn: &TurnRecord,
     me: ProcessIdentity,
 ) -> Result<Option<Handoff>, DispatchError> {
-    let (next, after) = tasks::retry_while_disk_full(&rt.home, &turn.key, || {
+    let effect = tasks::retry_while_disk_full(&rt.home, &turn.key, || {
+        result_write_failpoint(&rt.home, &turn.key)?;
         finish_section(rt, &turn.key, me, Some(turn))
     })?;
-    crate::deps::after_commit(rt, &after);
-    next.map(|handoff| driver::hand_off(&rt.store, rt.spawner.as_ref(), handoff))
-        .transpose()
+    perform_finish(rt, effect)
 }
 
-/// The finishing runner's section: save `result` (the turn's ended record) if given, the
-/// departure of the turn ([`crate::deps::departed`]: a retry re-queued, failed dependents
-/// settled, in this same section), then the core's [`steps::runner_finish`] (leave, and reserve
-/// the next parked row this slot may start). It reads its part of the queue
-/// ([`steps::finish_reads`]: its task's rows, the first parked rows in start order), so a finish
-/// costs the same at any depth; when the core says that part did not suffice
-/// ([`steps::finish_sufficed`]) the section is rolled back and runs once more on the whole queue.
+/// The finishing runner's section ([`sections::finish`]): save `result` (the turn's ended record)
+/// if given, the departure of the turn (a retry re-queued, failed dependents settled), then leave
+/// and reserve the next parked row this slot may start; on the part of the queue
+/// [`steps::finish_reads`] names, once more on the whole queue when the core says the part did
+/// not suffice.
 fn finish_section<L: Liveness, S: Store>(
     rt: &Runtime<L, S>,
     key: &TurnKey,
     me: ProcessIdentity,
     result: Option<&TurnRecord>,
-) -> Result<(Option<steps::Handoff>, crate::deps::AfterDeparture), DispatchError> {
-    let part = Reads::Part(steps::finish_reads(key));
-    match finish_section_reading(rt, key, me, result, &part) {
-        Err(SectionError::Unread(_)) => {}
-        Err(SectionError::Failed(e)) => return Err(e),
-        Ok(done) => return Ok(done),
-    }
-    finish_section_reading(rt, key, me, result, &Reads::Everything)
-        .map_err(|e| e.on_whole_queue("finish"))
+) -> Result<FinishEffect, DispatchError> {
+    crate::section::run(
+        rt,
+        &FinishSection {
+            key,
+            me,
+            result,
+            fresh_token: rt.spawner.fresh_token(),
+            now_millis: rt.spawner.now_millis(),
+            cap: rt.cap(),
+        },
+    )
 }
 
-/// One [`finish_section`] on what `reads` names.
-fn finish_section_reading<L: Liveness, S: Store>(
+/// What the finish asked for, after its commit: the retry's waker, the next row's handoff.
+fn perform_finish<L: Liveness, S: Store>(
     rt: &Runtime<L, S>,
-    key: &TurnKey,
-    me: ProcessIdentity,
-    result: Option<&TurnRecord>,
-    reads: &Reads,
-) -> Result<(Option<steps::Handoff>, crate::deps::AfterDeparture), SectionError> {
-    let cap = rt.cap();
-    // With a result the section records an outcome: synced at its own commit (one transaction),
-    // not by a second synced commit after an internal one (spec/store.md, "Records").
-    let commit = match result {
-        Some(_) => Commit::Outcome,
-        None => Commit::Internal,
-    };
-    rt.store.transact_reading(commit, reads, |state, loaded| {
-        if !steps::finish_covers(loaded, key) {
-            return Err(SectionError::Unread(Reads::Everything));
+    effect: FinishEffect,
+) -> Result<Option<Handoff>, DispatchError> {
+    if let Some(at_millis) = effect.left.wake_at_millis {
+        driver::start_waker(rt.spawner.as_ref(), at_millis);
+    }
+    effect
+        .next
+        .map(|handoff| driver::hand_off(&rt.store, rt.spawner.as_ref(), handoff))
+        .transpose()
+}
+
+/// With the `failpoints` feature, `tasks::save_result` fails the write of a turn's result with
+/// ENOSPC (before its section: nothing is committed, as when the write inside it fails): always
+/// when the failpoint has no argument, else while the file its argument names exists.
+fn result_write_failpoint(home: &crate::home::Home, key: &TurnKey) -> Result<(), DispatchError> {
+    #[cfg(feature = "failpoints")]
+    {
+        let fail = fail::eval("tasks::save_result", |arg| {
+            arg.is_none_or(|gate| std::path::Path::new(&gate).exists())
+        });
+        if fail == Some(true) {
+            return Err(crate::fsutil::FileError::io(
+                &home.turn_file(key),
+                std::io::Error::from_raw_os_error(libc::ENOSPC),
+            )
+            .into());
         }
-        let before = match loaded {
-            Loaded::Whole => None,
-            Loaded::Part { .. } => Some(state.clone()),
-        };
-        let queued = state.row(key).is_some();
-        let after = match result {
-            Some(turn) => {
-                let after = match queued {
-                    true => crate::deps::departed(rt, state, key, Some(turn), me)?,
-                    false => crate::deps::AfterDeparture::default(),
-                };
-                let mut turn = turn.clone();
-                turn.retried_as = after.retried_as.or(turn.retried_as);
-                tasks::save_result(&rt.home, &turn)?;
-                after
-            }
-            // A settled record found at take-over (its runner died while leaving).
-            None if queued => crate::deps::departed_on_disk(rt, state, key, me)?,
-            None => crate::deps::AfterDeparture::default(),
-        };
-        crate::fleet::release_own(me);
-        let strategies = rt.strategies_for(state)?;
-        let next = steps::runner_finish(
-            state,
-            FinishInput {
-                key,
-                me,
-                fresh_token: rt.spawner.fresh_token(),
-                now_millis: rt.spawner.now_millis(),
-                cap,
-                strategies: &strategies,
-                liveness: &rt.liveness,
-            },
-        )?;
-        if let Some(before) = &before {
-            let started = next.as_ref().map(|h| h.key());
-            if !steps::finish_sufficed(loaded, key, before, state, started) {
-                return Err(SectionError::Unread(Reads::Everything));
-            }
-        }
-        Ok((next, after))
-    })
+    }
+    let _ = (home, key);
+    Ok(())
 }

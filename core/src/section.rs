@@ -1,0 +1,476 @@
+//! A locked section as data (spec/steps.md): what a step read of the records, what it asks to
+//! read more, and what it writes.
+//!
+//! A step of the shell's locked sections is a pure function of the part of the queue the store
+//! loaded, the records it read ([`Records`]) and the section's inputs (who runs it, now, fresh
+//! tokens, liveness). It changes the part in place and returns a [`Step`]: the record writes and a
+//! typed effect for the driver. When it needs a record that was not read it returns
+//! [`Unread::Records`] naming every record it is missing; the shell's one section runner reads
+//! them in the same transaction and calls the step again on the part as loaded. A step that needs
+//! more of the queue than the part returns [`Unread::Queue`]: the runner rolls back and runs it
+//! once more on the whole queue. Nothing a step depends on reaches it any other way, so the
+//! models, which call the same steps with their own records, check what production runs.
+
+use crate::fleet::{FleetError, FleetView, LeaseTable};
+use crate::records::{TaskRecord, TurnRecord};
+use crate::slots::steps::{Loaded, Reads};
+use crate::slots::{
+    Liveness, Observation, ProcessIdentity, QueueState, SlotError, TurnKey, WorkRecord,
+};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The most rounds of record reads one section may take before its step must decide: each round
+/// reads everything the step named at once, and no step needs more than a few (the departure of
+/// a turn reads its record, then its dependents' and its task's).
+pub const MAX_READ_ROUNDS: usize = 8;
+
+/// What a commit stands for, and so whether it must reach the disk before the section returns
+/// (spec/store.md, "Durability"). The store makes it so;
+/// which class a section is belongs to the section.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Commit {
+    /// The caller is about to promise something on the strength of this commit (`submit`
+    /// printing that a turn is queued or started, `serve` answering 200): it is synced before
+    /// `transact` returns (unless the home's `durability` is `os`). The default.
+    Promise,
+    /// An internal transition (take-over, handoff publishes, finish, reconcile): a power loss
+    /// may undo it, since it kills every process and reconcile repairs from the last synced
+    /// commit. It still reaches the disk before any later promise commit does.
+    Internal,
+    /// A section known beforehand to record a turn's outcome (the runner's finish): synced like
+    /// a promise (an outcome is what `wait` reports and what reconcile trusts), so it needs no
+    /// separate synced commit after it; `durability = "os"` relaxes it only where it relaxes an
+    /// internal commit.
+    Outcome,
+}
+
+/// One locked section: which commit class it is, what it reads of the queue first, and its step.
+/// The shell's one section runner runs every section through this; the models call the steps.
+pub trait Section {
+    type Effect;
+
+    fn commit(&self) -> Commit;
+
+    /// The part of the queue loaded first.
+    fn reads(&self) -> Reads;
+
+    /// Decides on `part` (changed in place; left as loaded on a [`Halt`]) and `view`.
+    fn step<L: Liveness>(
+        &self,
+        part: &mut QueueState,
+        view: &View<'_, L>,
+    ) -> Result<Step<Self::Effect>, Halt>;
+}
+
+/// What the store holds at a turn's place.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum TurnSlot {
+    /// The turn's record.
+    Record(TurnRecord),
+    /// No record and nothing left at its place: the number is free for a new turn.
+    Free,
+    /// No record, but the turn's folder is still there (a removal cut short): not free for a new
+    /// turn, whose logs would otherwise be mixed with an older turn's.
+    Leftover,
+}
+
+/// Records a step asks for that its section has not read yet.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Need {
+    pub turns: BTreeSet<TurnKey>,
+    pub tasks: BTreeSet<String>,
+    /// Tasks whose recorded turn numbers are asked for.
+    pub numbers: BTreeSet<String>,
+}
+
+impl Need {
+    pub fn is_empty(&self) -> bool {
+        self.turns.is_empty() && self.tasks.is_empty() && self.numbers.is_empty()
+    }
+
+    /// Adds what `other` needs.
+    pub fn merge(&mut self, other: Need) {
+        self.turns.extend(other.turns);
+        self.tasks.extend(other.tasks);
+        self.numbers.extend(other.numbers);
+    }
+}
+
+/// Why a step could not decide on what its section read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unread {
+    /// These records: read them in the same transaction and call the step again.
+    Records(Need),
+    /// More of the queue than the part loaded: roll back and run again on the whole queue.
+    Queue,
+}
+
+/// Why a step stopped without a decision: more to read, or a refusal that leaves everything as it
+/// was (the section publishes nothing).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Halt {
+    Unread(Unread),
+    Refused(SlotError),
+    /// A lease step refused the section (spec/fleet.md).
+    Fleet(FleetError),
+}
+
+impl From<FleetError> for Halt {
+    fn from(refused: FleetError) -> Self {
+        Halt::Fleet(refused)
+    }
+}
+
+impl From<Unread> for Halt {
+    fn from(unread: Unread) -> Self {
+        Halt::Unread(unread)
+    }
+}
+
+impl From<SlotError> for Halt {
+    fn from(refused: SlotError) -> Self {
+        Halt::Refused(refused)
+    }
+}
+
+/// The records a section has read so far, by key; a key absent here was not read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Records {
+    turns: BTreeMap<TurnKey, TurnSlot>,
+    tasks: BTreeMap<String, Option<TaskRecord>>,
+    numbers: BTreeMap<String, Vec<u32>>,
+}
+
+impl Records {
+    /// The part of `need` not read yet.
+    pub fn missing(&self, need: &Need) -> Need {
+        Need {
+            turns: need
+                .turns
+                .iter()
+                .filter(|k| !self.turns.contains_key(*k))
+                .cloned()
+                .collect(),
+            tasks: need
+                .tasks
+                .iter()
+                .filter(|t| !self.tasks.contains_key(*t))
+                .cloned()
+                .collect(),
+            numbers: need
+                .numbers
+                .iter()
+                .filter(|t| !self.numbers.contains_key(*t))
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// `Ok` when everything `need` names was read, else the [`Unread`] naming what was not.
+    pub fn require(&self, need: &Need) -> Result<(), Unread> {
+        let missing = self.missing(need);
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(Unread::Records(missing))
+        }
+    }
+
+    /// What was read at `key`'s place, or the [`Unread`] asking for it.
+    pub fn slot(&self, key: &TurnKey) -> Result<&TurnSlot, Unread> {
+        self.turns.get(key).ok_or_else(|| {
+            Unread::Records(Need {
+                turns: std::iter::once(key.clone()).collect(),
+                ..Need::default()
+            })
+        })
+    }
+
+    /// The record of `key` (`None`: it has none), or the [`Unread`] asking for it.
+    pub fn turn(&self, key: &TurnKey) -> Result<Option<&TurnRecord>, Unread> {
+        Ok(match self.slot(key)? {
+            TurnSlot::Record(record) => Some(record),
+            TurnSlot::Free | TurnSlot::Leftover => None,
+        })
+    }
+
+    /// The record of task `name` (`None`: it has none), or the [`Unread`] asking for it.
+    pub fn task(&self, name: &str) -> Result<Option<&TaskRecord>, Unread> {
+        match self.tasks.get(name) {
+            Some(record) => Ok(record.as_ref()),
+            None => Err(Unread::Records(Need {
+                tasks: std::iter::once(name.to_string()).collect(),
+                ..Need::default()
+            })),
+        }
+    }
+
+    /// The turn numbers recorded for `task`, ascending, or the [`Unread`] asking for them.
+    pub fn numbers(&self, task: &str) -> Result<&[u32], Unread> {
+        match self.numbers.get(task) {
+            Some(numbers) => Ok(numbers),
+            None => Err(Unread::Records(Need {
+                numbers: std::iter::once(task.to_string()).collect(),
+                ..Need::default()
+            })),
+        }
+    }
+
+    /// Takes in what the store read at `key`'s place.
+    pub fn put_turn(&mut self, key: TurnKey, slot: TurnSlot) {
+        if let TurnSlot::Record(record) = &slot {
+            debug_assert_eq!(record.key, key, "a record read at another turn's place");
+        }
+        self.turns.insert(key, slot);
+    }
+
+    /// Takes in what the store read of task `name`.
+    pub fn put_task(&mut self, name: String, record: Option<TaskRecord>) {
+        debug_assert!(record.as_ref().is_none_or(|r| r.name == name));
+        self.tasks.insert(name, record);
+    }
+
+    /// Takes in the turn numbers recorded for `task`.
+    pub fn put_numbers(&mut self, task: String, mut numbers: Vec<u32>) {
+        numbers.sort_unstable();
+        numbers.dedup();
+        self.numbers.insert(task, numbers);
+    }
+}
+
+/// A turn record a step writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TurnWrite {
+    pub record: TurnRecord,
+    /// A new turn: the store refuses it when its place holds a record already, so a record is
+    /// never overwritten by a new turn.
+    pub create: bool,
+}
+
+/// What a step writes besides the queue's rows, applied by the store in the step's transaction.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Writes {
+    pub turns: BTreeMap<TurnKey, TurnWrite>,
+    pub tasks: BTreeMap<String, TaskRecord>,
+    /// The fleet's lease table as the step left it, when it changed a lease (a handoff's child
+    /// leased, a runner's own lease renewed or released): written back in the same transaction.
+    pub leases: Option<LeaseTable>,
+    /// Lines for the operator (a rewound task counter, say): the runner logs them after the
+    /// commit. Bounded by the writes that cause them.
+    pub warnings: Vec<String>,
+}
+
+impl Writes {
+    pub fn is_empty(&self) -> bool {
+        self.turns.is_empty() && self.tasks.is_empty() && self.leases.is_none()
+    }
+
+    /// Whether a write records a turn's outcome: the store syncs such a commit (an outcome is
+    /// what `wait` reports and what reconcile trusts).
+    pub fn records_an_outcome(&self) -> bool {
+        self.turns.values().any(|w| w.record.is_settled())
+    }
+}
+
+/// What a step decided: its record writes (the queue's change is the part it changed in place)
+/// and the effect the driver performs after the commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step<E> {
+    pub writes: Writes,
+    pub effect: E,
+}
+
+impl<E> Step<E> {
+    pub fn map<F>(self, f: impl FnOnce(E) -> F) -> Step<F> {
+        Step {
+            writes: self.writes,
+            effect: f(self.effect),
+        }
+    }
+}
+
+/// The records as a step sees them while it decides: what was read, overlaid by what the step
+/// has written so far, so that a rule applied after a write (a dependent settled, then its own
+/// dependents) sees the written record.
+#[derive(Debug)]
+pub struct Draft<'a> {
+    read: &'a Records,
+    writes: Writes,
+}
+
+impl<'a> Draft<'a> {
+    pub fn new(read: &'a Records) -> Self {
+        Draft {
+            read,
+            writes: Writes::default(),
+        }
+    }
+
+    /// The record of `key` as written by this step, else as read.
+    pub fn turn(&self, key: &TurnKey) -> Result<Option<&TurnRecord>, Unread> {
+        match self.writes.turns.get(key) {
+            Some(write) => Ok(Some(&write.record)),
+            None => self.read.turn(key),
+        }
+    }
+
+    /// What lies at `key`'s place: the record this step wrote there, else what was read.
+    pub fn slot(&self, key: &TurnKey) -> Result<TurnSlotRef<'_>, Unread> {
+        if let Some(write) = self.writes.turns.get(key) {
+            return Ok(TurnSlotRef::Record(&write.record));
+        }
+        Ok(match self.read.slot(key)? {
+            TurnSlot::Record(record) => TurnSlotRef::Record(record),
+            TurnSlot::Free => TurnSlotRef::Free,
+            TurnSlot::Leftover => TurnSlotRef::Leftover,
+        })
+    }
+
+    /// The record of task `name` as written by this step, else as read.
+    pub fn task(&self, name: &str) -> Result<Option<&TaskRecord>, Unread> {
+        match self.writes.tasks.get(name) {
+            Some(record) => Ok(Some(record)),
+            None => self.read.task(name),
+        }
+    }
+
+    /// The turn numbers recorded for `task`, with the ones this step created.
+    pub fn numbers(&self, task: &str) -> Result<Vec<u32>, Unread> {
+        let mut numbers = self.read.numbers(task)?.to_vec();
+        numbers.extend(
+            self.writes
+                .turns
+                .keys()
+                .filter(|k| k.task == task)
+                .map(|k| k.turn),
+        );
+        numbers.sort_unstable();
+        numbers.dedup();
+        Ok(numbers)
+    }
+
+    /// `Ok` when everything `need` names was read, else the [`Unread`] naming what was not.
+    pub fn require(&self, need: &Need) -> Result<(), Unread> {
+        self.read.require(need)
+    }
+
+    /// Writes `record` over the turn's existing record (or as its first record when `create`).
+    pub fn write_turn(&mut self, record: TurnRecord, create: bool) {
+        let key = record.key.clone();
+        let create = create || self.writes.turns.get(&key).is_some_and(|w| w.create);
+        self.writes.turns.insert(key, TurnWrite { record, create });
+    }
+
+    pub fn write_task(&mut self, record: TaskRecord) {
+        self.writes.tasks.insert(record.name.clone(), record);
+    }
+
+    /// Writes the fleet's lease table back as `leases` (the step changed a lease).
+    pub fn write_leases(&mut self, leases: LeaseTable) {
+        self.writes.leases = Some(leases);
+    }
+
+    /// The lease table as this step left it so far: `view`'s, or the one the step wrote.
+    pub fn leases<'v>(&'v self, view: &'v FleetView) -> &'v LeaseTable {
+        self.writes.leases.as_ref().unwrap_or(&view.leases)
+    }
+
+    pub fn warn(&mut self, line: String) {
+        self.writes.warnings.push(line);
+    }
+
+    /// The step's decision with the writes made so far.
+    pub fn finish<E>(self, effect: E) -> Step<E> {
+        Step {
+            writes: self.writes,
+            effect,
+        }
+    }
+
+    /// The writes made so far (for a step that composes another's).
+    pub fn into_writes(self) -> Writes {
+        self.writes
+    }
+
+    /// Takes in the writes of a step this one composes.
+    pub fn absorb(&mut self, writes: Writes) {
+        for (_, write) in writes.turns {
+            self.write_turn(write.record, write.create);
+        }
+        self.writes.tasks.extend(writes.tasks);
+        self.writes.warnings.extend(writes.warnings);
+        if writes.leases.is_some() {
+            self.writes.leases = writes.leases;
+        }
+    }
+}
+
+/// What a step sees of the world inside its section besides the part of the queue: what the store
+/// loaded, the records read so far, how processes are observed, and on a fleet the lease table with
+/// the database's clock. The section's own inputs (who runs it, now, fresh tokens) are the step's
+/// input struct.
+#[derive(Debug)]
+pub struct View<'a, L: Liveness> {
+    pub loaded: &'a Loaded,
+    pub records: &'a Records,
+    pub liveness: &'a L,
+    /// `None` on one host: no leases, and this host may always start turns.
+    pub fleet: Option<&'a FleetView>,
+}
+
+impl<L: Liveness> View<'_, L> {
+    /// Whether this host may start a turn (false while a fleet host is drained).
+    pub fn may_start(&self) -> bool {
+        self.fleet.is_none_or(|f| f.may_start)
+    }
+
+    /// How the step observes processes in this section: [`SectionLiveness`].
+    pub fn liveness(&self) -> SectionLiveness<'_, L> {
+        SectionLiveness {
+            local: self.liveness,
+            fleet: self.fleet,
+        }
+    }
+}
+
+/// Liveness inside a section: on a fleet, a process of another host (or a work of such a runner)
+/// is live while a lease names it unexpired on the database's clock, everything else is asked of
+/// this host's own observer, and this host starts turns only while it is not drained; on one
+/// host, the observer alone.
+#[derive(Clone, Copy, Debug)]
+pub struct SectionLiveness<'a, L: Liveness> {
+    local: &'a L,
+    fleet: Option<&'a FleetView>,
+}
+
+impl<L: Liveness> Liveness for SectionLiveness<'_, L> {
+    fn observe(&self, identity: &ProcessIdentity) -> Observation {
+        match self.fleet {
+            Some(f) if f.leases.remote_live(&f.host, identity, f.now_db_millis) => {
+                Observation::Matching
+            }
+            _ => self.local.observe(identity),
+        }
+    }
+
+    fn observe_work(&self, work: &WorkRecord) -> Observation {
+        match self.fleet {
+            Some(f) if f.leases.remote_live(&f.host, &work.runner, f.now_db_millis) => {
+                Observation::Matching
+            }
+            _ => self.local.observe_work(work),
+        }
+    }
+
+    fn may_start(&self) -> bool {
+        self.fleet.is_none_or(|f| f.may_start) && self.local.may_start()
+    }
+}
+
+/// [`TurnSlot`] borrowed from a [`Draft`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TurnSlotRef<'a> {
+    Record(&'a TurnRecord),
+    Free,
+    Leftover,
+}

@@ -1,0 +1,37 @@
+//! The locked sections of the slot protocol as whole steps (spec/steps.md): each takes the part
+//! of the queue its section loaded, a [`View`](crate::section::View) of what the section read
+//! (records, liveness, the fleet's leases) and its own input, applies the primitive steps of
+//! [`super::steps`] together with the rules around them (departure, record writes, lease
+//! changes), and returns a [`Step`](crate::section::Step): the record writes and the effect. The
+//! shell runs every one of them through its one section runner, and the models call them too.
+
+mod cancel;
+mod finish;
+mod take_over;
+
+pub use cancel::{cancel, CancelSection};
+pub use finish::{finish, FinishEffect, FinishSection};
+pub use take_over::{take_over, TakeOverSection};
+
+use crate::admission::Strategy;
+use crate::section::{Draft, Need, Unread};
+use std::collections::BTreeMap;
+
+/// The strategies of `tasks` from their records as `draft` has them (a task without a record has
+/// the default strategy), read in one round.
+pub fn strategies_of<'t>(
+    draft: &Draft<'_>,
+    tasks: impl IntoIterator<Item = &'t str>,
+) -> Result<BTreeMap<String, Strategy>, Unread> {
+    let tasks: Vec<&str> = tasks.into_iter().collect();
+    draft.require(&Need {
+        tasks: tasks.iter().map(|t| t.to_string()).collect(),
+        ..Need::default()
+    })?;
+    let mut strategies = BTreeMap::new();
+    for task in tasks {
+        let strategy = draft.task(task)?.map(|t| t.strategy).unwrap_or_default();
+        strategies.insert(task.to_string(), strategy);
+    }
+    Ok(strategies)
+}

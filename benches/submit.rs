@@ -76,6 +76,7 @@ fn request(argv: &[&str]) -> SubmitRequest {
         labels: Vec::new(),
         timeout_millis: None,
         schedule: Default::default(),
+        delivery: None,
     }
 }
 

@@ -14,11 +14,11 @@
 use crate::dispatch::DispatchError;
 use crate::process::work::WorkKill;
 use crate::process::RunnerSpawner;
-use crate::protocol::slots::steps::{
-    handoff_publish_second, row_reads, spawn_failed, Handoff, Reads,
-};
-use crate::protocol::slots::{ProcessIdentity, SlotError, WorkRecord};
-use crate::queue::{Commit, Store};
+use crate::protocol::slots::sections::{PublishFirst, PublishSecond, SpawnFailed};
+use crate::protocol::slots::steps::Handoff;
+use crate::protocol::slots::{Liveness, ProcessIdentity, SlotError, WorkRecord};
+use crate::queue::Store;
+use crate::runtime::Runtime;
 
 /// How a handoff ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,31 +41,25 @@ impl HandoffOutcome {
     }
 }
 
-/// Spawns the runner for `handoff` and completes it: first publish, then second publish. A failed
-/// spawn gives the unbound reservation back (the core parks the row) and returns the spawn error.
-pub fn hand_off<S: Store>(
-    store: &S,
+/// Spawns the runner for `handoff` with `spawner` and completes it: the first publish, then the
+/// second, each its own section ([`PublishFirst`], [`PublishSecond`]) on the row's part of the
+/// queue, so its lock hold does not grow with the queue's depth. A failed spawn gives the unbound
+/// reservation back ([`SpawnFailed`]: the core parks the row) and returns the spawn error.
+pub fn hand_off<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
     spawner: &dyn RunnerSpawner,
     handoff: Handoff,
 ) -> Result<HandoffOutcome, DispatchError> {
-    // Each section of the handoff reads the part of the queue its row-local step needs (the
-    // row, the runner and work records, the active rows: `steps::row_reads`), not the parked
-    // rows, so its lock hold does not grow with the queue's depth.
-    let reads = Reads::Part(row_reads(handoff.key()));
     let child = match spawner.spawn(handoff.key(), handoff.token()) {
         Ok(child) => child,
         Err(spawn_error) => {
-            store.transact_reading(Commit::Internal, &reads, |state, _| {
-                Ok::<_, DispatchError>(spawn_failed(state, handoff))
-            })?;
+            crate::section::run(rt, &SpawnFailed { handoff })?;
             return Err(spawn_error.into());
         }
     };
     fail::fail_point!("dispatch::after_spawn");
-    // On a fleet the same section takes the child's lease (F4, `crate::fleet::publish_first`).
-    let bound = match store.transact_reading(Commit::Internal, &reads, |state, _| {
-        crate::fleet::publish_first(state, handoff, child).map_err(DispatchError::from)
-    })? {
+    // On a fleet the same section takes the child's lease (F4).
+    let bound = match crate::section::run(rt, &PublishFirst { handoff, child })? {
         Ok(bound) => bound,
         Err(fenced) => {
             return Ok(HandoffOutcome::Fenced {
@@ -75,9 +69,7 @@ pub fn hand_off<S: Store>(
         }
     };
     fail::fail_point!("dispatch::between_publishes");
-    match store.transact_reading(Commit::Internal, &reads, |state, _| {
-        Ok::<_, DispatchError>(handoff_publish_second(state, bound))
-    })? {
+    match crate::section::run(rt, &PublishSecond { bound })? {
         Ok(child) => Ok(HandoffOutcome::Completed { child }),
         Err(fenced) => Ok(HandoffOutcome::Fenced {
             child,

@@ -1,214 +1,55 @@
 //! The shell's side of the fleet (spec/fleet.md): what this host is called, and the lease table a
-//! queue section of a PostgreSQL home sees. The lease steps themselves are pure
-//! (`tollgate_core::fleet`).
+//! reader outside any section sees. The lease steps themselves are pure (`tollgate_core::fleet`).
 //!
-//! **The section's view.** On a PostgreSQL home every queue section also takes the fleet's lease
+//! **A section's view.** On a PostgreSQL home every queue section also takes the fleet's lease
 //! lock and reads the lease table and the database clock inside its transaction
-//! (`src/queue/postgres/lease.rs`); for the length of the section's closure that view is this
-//! thread's [`FleetView`]. Through it, and only inside a section:
-//! - [`crate::process::ProcLiveness`] answers as [`LeaseLiveness`] (another host's executor is
-//!   live while its lease is unexpired on the database clock; this host's through `/proc`), so
-//!   every slot step of the shell runs with the fleet's liveness without a new type through every
-//!   caller;
-//! - the handoff's first publish takes the child's lease ([`publish_first`], `F4`), the runner's
-//!   take-over renews its own first ([`renew_own`]) and its finish releases it
-//!   ([`release_own`]); the store writes the changed leases back in the same transaction.
-//!
-//! Outside a section, and on SQLite homes, there is no view and everything is as on one host.
+//! (`src/queue/postgres/lease.rs`), and hands them to the section's step as its view's
+//! [`FleetView`] (`Store::transact_section`); the step observes processes through it
+//! (`SectionLiveness`: another host's executor is live while its lease is unexpired on the
+//! database clock, this host's through `/proc`) and returns the leases it changed, which the store
+//! writes back in the same transaction. A reader outside a section ([`observing`]) gets the same
+//! liveness over a snapshot of the lease table. On SQLite homes there is no view.
 
 use crate::config::Config;
-use crate::protocol::fleet::{
-    self, FleetError, FleetIdentity, HostId, LeaseLiveness, LeaseTable, LeaseTiming, RenewOutcome,
-};
-use crate::protocol::slots::steps::{self, BoundHandoff, Fenced, Handoff};
-use crate::protocol::slots::{Liveness, Observation, ProcessIdentity, QueueState, WorkRecord};
-use std::cell::RefCell;
+use crate::protocol::fleet::{FleetError, HostId, LeaseTable, LeaseTiming};
+use crate::protocol::section::SectionLiveness;
+use crate::protocol::slots::{Liveness, ProcessIdentity};
 use std::path::{Path, PathBuf};
 
 pub use crate::protocol::fleet::FleetView;
 
-thread_local! {
-    /// The view of the section running on this thread, if any (see the module docs).
-    static SECTION: RefCell<Option<FleetView>> = const { RefCell::new(None) };
-}
-
-/// Runs `section` with `view` as this thread's fleet view and returns the view as the section
-/// left it (its lease changes, for the store to write back). `None`: a section without leases.
-/// The previous view is restored even if `section` panics.
-pub fn in_section<R>(
-    view: Option<FleetView>,
-    section: impl FnOnce() -> R,
-) -> (R, Option<FleetView>) {
-    struct Restore(Option<FleetView>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            let previous = self.0.take();
-            SECTION.with(|s| *s.borrow_mut() = previous);
-        }
-    }
-    let restore = Restore(SECTION.with(|s| s.replace(view)));
-    let result = section();
-    let view = SECTION.with(|s| s.borrow_mut().take());
-    drop(restore);
-    (result, view)
-}
-
 /// Runs `f` as a reader outside any section (`status`, `wait`, `logs`) sees processes: on a
-/// fleet with the lease table and the database clock read once beforehand as this thread's view,
-/// so that another host's runner is judged by its lease as the slot steps judge it, not by this
-/// host's `/proc` (where it never appears, and would look orphaned); elsewhere `f` alone. The
-/// view only observes: `f` must not run a section (it would nest one).
-pub fn observing<S: crate::queue::Store, R>(
+/// fleet with the lease table and the database clock read once beforehand, so that another host's
+/// runner is judged by its lease as the slot steps judge it, not by this host's `/proc` (where it
+/// never appears, and would look orphaned); elsewhere with `local` alone.
+pub fn observing<S: crate::queue::Store, L: Liveness, R>(
     store: &S,
-    f: impl FnOnce() -> R,
+    local: &L,
+    f: impl FnOnce(&SectionLiveness<'_, L>) -> R,
 ) -> Result<R, crate::queue::StoreError> {
+    let view = reader_view(store)?;
+    Ok(f(&SectionLiveness::new(local, view.as_ref())))
+}
+
+/// The fleet's view for a reader outside any section: the lease table and the database clock
+/// read now (`None` on one host).
+pub fn reader_view<S: crate::queue::Store>(
+    store: &S,
+) -> Result<Option<FleetView>, crate::queue::StoreError> {
     let Some(fleet_store) = store.lease_renewer() else {
-        return Ok(f());
+        return Ok(None);
     };
     let Some(fleet) = fleet_store.fleet().cloned() else {
-        return Ok(f());
+        return Ok(None);
     };
     let snapshot = fleet_store.leases()?;
-    let view = FleetView {
+    Ok(Some(FleetView {
         host: fleet.host,
         timing: fleet.timing,
         leases: snapshot.table,
         now_db_millis: snapshot.now_db_millis,
         may_start: true,
-    };
-    Ok(in_section(Some(view), f).0)
-}
-
-/// The fleet view of the section running on this thread, for the section runner to hand its step
-/// ([`crate::section`]); `None` outside a fleet section.
-pub fn current_view() -> Option<FleetView> {
-    SECTION.with(|s| s.borrow().clone())
-}
-
-/// Makes `leases` the lease table of the section running on this thread (what its step wrote),
-/// for the store to write back in the same transaction.
-pub fn write_back_leases(leases: LeaseTable) {
-    let _ = with_view(|view| view.leases = leases);
-}
-
-fn with_view<R>(f: impl FnOnce(&mut FleetView) -> R) -> Option<R> {
-    SECTION.with(|s| s.borrow_mut().as_mut().map(f))
-}
-
-/// This host's own observers, as [`LeaseLiveness`] takes them.
-struct Here {
-    observe: fn(&ProcessIdentity) -> Observation,
-    observe_work: fn(&WorkRecord) -> Observation,
-}
-
-impl Liveness for Here {
-    fn observe(&self, identity: &ProcessIdentity) -> Observation {
-        (self.observe)(identity)
-    }
-    fn observe_work(&self, work: &WorkRecord) -> Observation {
-        (self.observe_work)(work)
-    }
-}
-
-/// This host's observers as a [`LeaseLiveness`] over `view`'s leases with no local process at
-/// all: `Matching` exactly when the remote lease speaks for the process. The local observers run
-/// outside the view's borrow (they observe processes themselves, through [`observe`]).
-fn remote_only(view: &FleetView) -> LeaseLiveness<'_, Here> {
-    const NOBODY: Here = Here {
-        observe: |_| Observation::Gone,
-        observe_work: |_| Observation::Gone,
-    };
-    LeaseLiveness {
-        host: &view.host,
-        leases: &view.leases,
-        now_db_millis: view.now_db_millis,
-        local: &NOBODY,
-    }
-}
-
-fn remote_says_live(ask: impl FnOnce(&LeaseLiveness<'_, Here>) -> Observation) -> bool {
-    SECTION.with(|s| {
-        s.borrow()
-            .as_ref()
-            .is_some_and(|view| ask(&remote_only(view)) == Observation::Matching)
-    })
-}
-
-/// Liveness of `identity`: inside a fleet section [`LeaseLiveness`] over the section's leases
-/// (another host's process is live while its lease is unexpired), with this host's observer
-/// `local` for the rest; elsewhere `local` alone.
-pub fn observe(
-    identity: &ProcessIdentity,
-    local: fn(&ProcessIdentity) -> Observation,
-) -> Observation {
-    if remote_says_live(|fleet| fleet.observe(identity)) {
-        return Observation::Matching;
-    }
-    local(identity)
-}
-
-/// [`observe`] for a work: its runner's unexpired lease on another host stands for it.
-pub fn observe_work(work: &WorkRecord, local: fn(&WorkRecord) -> Observation) -> Observation {
-    if remote_says_live(|fleet| fleet.observe_work(work)) {
-        return Observation::Matching;
-    }
-    local(work)
-}
-
-/// The handoff's first publish: in a fleet section [`fleet::handoff_publish_first_leased`] (the
-/// child's lease in the same transaction, `F4`), else [`steps::handoff_publish_first`]. `Err`:
-/// the lease was refused and the section must be rolled back.
-pub fn publish_first(
-    state: &mut QueueState,
-    handoff: Handoff,
-    child: ProcessIdentity,
-) -> Result<Result<BoundHandoff, Fenced>, FleetError> {
-    let mut handoff = Some(handoff);
-    let leased = with_view(|view| {
-        let Some(handoff) = handoff.take() else {
-            unreachable!("taken once");
-        };
-        let child = FleetIdentity {
-            host: view.host.clone(),
-            process: child,
-        };
-        fleet::handoff_publish_first_leased(
-            state,
-            &mut view.leases,
-            handoff,
-            &child,
-            view.now_db_millis,
-            &view.timing,
-        )
-    });
-    match (leased, handoff) {
-        (Some(result), _) => result,
-        (None, Some(handoff)) => Ok(steps::handoff_publish_first(state, handoff, child)),
-        (None, None) => unreachable!("the handoff is used once"),
-    }
-}
-
-/// In a fleet section, renews `me`'s own lease ([`fleet::renew`]); `None` outside one (no lease
-/// to keep). The runner's take-over starts with it: `Lost` means it must not take over.
-pub fn renew_own(me: ProcessIdentity) -> Option<RenewOutcome> {
-    with_view(|view| {
-        let me = FleetIdentity {
-            host: view.host.clone(),
-            process: me,
-        };
-        fleet::renew(&mut view.leases, &me, &me, view.now_db_millis, &view.timing)
-    })
-}
-
-/// In a fleet section, `me`'s lease ([`fleet::acquire`]); `None` outside one.
-pub fn acquire_own(me: ProcessIdentity) -> Option<Result<(), FleetError>> {
-    with_view(|view| {
-        let me = FleetIdentity {
-            host: view.host.clone(),
-            process: me,
-        };
-        fleet::acquire(&mut view.leases, &me, view.now_db_millis, &view.timing).map(drop)
-    })
+    }))
 }
 
 /// The lease table now, for a report (`status`): its own read, not the queue snapshot's (no step
@@ -235,30 +76,6 @@ pub fn host_of(leases: Option<&LeaseTable>, identity: &ProcessIdentity) -> Optio
         .map(|l| l.holder.host.as_str())
         .collect();
     (!hosts.is_empty()).then(|| hosts.join(","))
-}
-
-/// Whether this host may start a turn now: in a fleet section, false while the host is drained
-/// (spec/fleet.md, "Draining a host"); outside one (one host, no fleet), always true.
-pub fn section_may_start() -> bool {
-    with_view(|view| view.may_start).unwrap_or(true)
-}
-
-/// The host of the fleet section running on this thread, if any.
-pub fn section_host() -> Option<HostId> {
-    with_view(|view| view.host.clone())
-}
-
-/// In a fleet section, releases `me`'s lease ([`fleet::release`]): its finishing section, or a
-/// take-over that was refused. Whether there was one.
-pub fn release_own(me: ProcessIdentity) -> bool {
-    with_view(|view| {
-        let me = FleetIdentity {
-            host: view.host.clone(),
-            process: me,
-        };
-        fleet::release(&mut view.leases, &me)
-    })
-    .unwrap_or(false)
 }
 
 /// Shortens the lease numbers (tests, demos): `TOLLGATE_LEASE_MILLIS=<lease duration in ms>`

@@ -9,15 +9,13 @@
 
 use crate::dispatch::{DispatchError, Handoff};
 use crate::driver;
-use crate::fsutil::FileError;
 use crate::process::work::WorkKill;
-use crate::protocol::slots::steps::{
-    self, ReconcileEffect, ReconcileInput, TurnOnDisk, TurnRecords,
-};
-use crate::protocol::slots::{Liveness, ProcessIdentity, ReconcileStep, SlotError, TurnKey};
-use crate::queue::{Store, StoreError};
+use crate::protocol::slots::sections::{on_disk, ReconcileSection};
+use crate::protocol::slots::steps::{self, ReconcileEffect, ReconcileInput, TurnRecords};
+use crate::protocol::slots::{Liveness, ProcessIdentity, ReconcileStep, TurnKey};
+use crate::queue::Store;
 use crate::runtime::Runtime;
-use crate::tasks::{self, TurnRecord};
+use crate::tasks;
 use std::io::Write;
 
 /// Everything one reconcile did, in order.
@@ -48,7 +46,7 @@ pub fn reconcile<L: Liveness, S: Store>(
         match &effect {
             ReconcileEffect::Spawn { handoff, .. } => {
                 let key = handoff.key().clone();
-                let handoff = driver::hand_off(&rt.store, rt.spawner.as_ref(), handoff.clone())
+                let handoff = driver::hand_off(rt, rt.spawner.as_ref(), handoff.clone())
                     .map_err(|e| e.to_string());
                 report.handoffs.push((key, handoff));
             }
@@ -79,146 +77,29 @@ pub fn reconcile<L: Liveness, S: Store>(
     Ok(report)
 }
 
-/// One reconcile critical section. `orphan_candidates` are the turns found without a row before
-/// the pass; their records are read again here, under the lock, with those the core names
-/// ([`steps::records_needed`]: the rows that are not parked, and the parked ones only when the
-/// step may start one), so a turn that started or ended meanwhile is seen as it is now.
-///
-/// A slot can come free between the core naming what to read and its step (a process seen live
-/// dies meanwhile): if the step then starts a parked row although the parked rows' records and
-/// strategies were not read, the section is rolled back and run once more reading all of them.
+/// One reconcile section ([`sections::reconcile`]). `orphan_candidates` are the turns found
+/// without a row before the pass; their records are read again under the lock, with those the
+/// core names, so a turn that started or ended meanwhile is seen as it is now. A retry its
+/// departure re-queued with a backoff gets its waker after the commit.
 pub fn reconcile_once<L: Liveness, S: Store>(
     rt: &Runtime<L, S>,
     me: ProcessIdentity,
     orphan_candidates: &[TurnKey],
 ) -> Result<ReconcileEffect, DispatchError> {
-    let section = match section(rt, me, orphan_candidates, Reads::AsNeeded) {
-        Err(SectionError::StartedUnread) => section(rt, me, orphan_candidates, Reads::Everything),
-        other => other,
-    };
-    let (effect, wake) = section.map_err(|e| match e {
-        SectionError::Failed(e) => e,
-        // Only an `AsNeeded` section asks for a second run; the second reads everything.
-        SectionError::StartedUnread => DispatchError::io(
-            "reconcile",
-            std::io::Error::other("a section that read every record asked to read them again"),
-        ),
-    })?;
-    crate::deps::after_commit(
+    let done = crate::section::run(
         rt,
-        &crate::deps::AfterDeparture {
-            wake_at_millis: wake,
-            retried_as: None,
+        &ReconcileSection {
+            me,
+            fresh_token: rt.spawner.fresh_token(),
+            now_millis: rt.spawner.now_millis(),
+            cap: rt.cap(),
+            orphan_candidates,
         },
-    );
-    Ok(effect)
-}
-
-/// Which records and strategies a reconcile section reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Reads {
-    /// Those the core names for the state under the lock.
-    AsNeeded,
-    /// Every row's record and every parked task's strategy (the second run of a section whose
-    /// step started a parked row it had not read for).
-    Everything,
-}
-
-/// Why a reconcile section published nothing.
-#[derive(Debug)]
-enum SectionError {
-    Failed(DispatchError),
-    /// The step started a parked row whose record and strategy the section had not read: rolled
-    /// back, to be run again reading everything.
-    StartedUnread,
-}
-
-impl From<StoreError> for SectionError {
-    fn from(e: StoreError) -> Self {
-        SectionError::Failed(e.into())
+    )?;
+    if let Some(at_millis) = done.wake_at_millis {
+        driver::start_waker(rt.spawner.as_ref(), at_millis);
     }
-}
-
-impl From<DispatchError> for SectionError {
-    fn from(e: DispatchError) -> Self {
-        SectionError::Failed(e)
-    }
-}
-
-impl From<FileError> for SectionError {
-    fn from(e: FileError) -> Self {
-        SectionError::Failed(e.into())
-    }
-}
-
-impl From<SlotError> for SectionError {
-    fn from(e: SlotError) -> Self {
-        SectionError::Failed(e.into())
-    }
-}
-
-/// The section of [`reconcile_once`]: its effect and the waker time of a departure.
-fn section<L: Liveness, S: Store>(
-    rt: &Runtime<L, S>,
-    me: ProcessIdentity,
-    orphan_candidates: &[TurnKey],
-    reads: Reads,
-) -> Result<(ReconcileEffect, Option<u64>), SectionError> {
-    let cap = rt.cap();
-    rt.store.transact_internal(|state| {
-        let keys: Vec<&TurnKey> = match reads {
-            Reads::AsNeeded => {
-                steps::records_needed(state, orphan_candidates, cap, &rt.liveness).collect()
-            }
-            Reads::Everything => state
-                .entries
-                .iter()
-                .map(|e| &e.key)
-                .chain(orphan_candidates)
-                .collect(),
-        };
-        let mut records = TurnRecords::new();
-        for key in keys {
-            let record = tasks::load_turn(&rt.home, key)?;
-            records.insert(key.clone(), on_disk(record.as_ref()));
-        }
-        let strategies = match reads {
-            Reads::AsNeeded => {
-                rt.strategies_of(steps::reconcile_strategies_needed(state, cap, &rt.liveness))?
-            }
-            Reads::Everything => rt.strategies_for(state)?,
-        };
-        let effect = steps::reconcile(
-            state,
-            ReconcileInput {
-                me,
-                fresh_token: rt.spawner.fresh_token(),
-                now_millis: rt.spawner.now_millis(),
-                cap,
-                strategies: &strategies,
-                records: &records,
-                liveness: &rt.liveness,
-            },
-        )?;
-        if let ReconcileEffect::Spawn {
-            handoff,
-            replaced: None,
-        } = &effect
-        {
-            let key = handoff.key();
-            if !records.contains_key(key) || !strategies.contains_key(&key.task) {
-                return Err(SectionError::StartedUnread);
-            }
-        }
-        // A row that left here (its turn had ended, or has no record): its departure, in this
-        // section (a retry the dead runner's section did not commit is re-queued now).
-        let mut wake = None;
-        if let ReconcileEffect::Removed { key } | ReconcileEffect::Forgotten { key } = &effect {
-            let after = crate::deps::departed_on_disk(rt, state, key, me)?;
-            wake = after.wake_at_millis;
-        }
-        Ok((effect, wake))
-    })
+    Ok(done.effect)
 }
 
 /// Whether the bounded repair after a command's section has anything to do: the core's
@@ -256,19 +137,6 @@ pub fn repair_due<L: Liveness, S: Store>(
             liveness: &rt.liveness,
         },
     )?)
-}
-
-/// What a turn's record says, field by field, for the core's reconcile step.
-fn on_disk(record: Option<&TurnRecord>) -> TurnOnDisk {
-    match record {
-        None => TurnOnDisk::NoRecord,
-        Some(turn) => TurnOnDisk::Record {
-            settled: turn.is_settled(),
-            attached: turn.attached,
-            started: turn.started_at_millis.is_some(),
-            runner: turn.runner.is_some(),
-        },
-    }
 }
 
 /// The home's unfinished turns with what their records say, read without the lock (the core

@@ -4,21 +4,14 @@
 
 use crate::dispatch::DispatchError;
 use crate::driver;
-use crate::protocol::slots::order::{self, PauseScope};
-use crate::protocol::slots::steps::{self, ResumeInput};
+use crate::protocol::slots::order::PauseScope;
+use crate::protocol::slots::sections::{PauseSection, ResumeSection};
 use crate::protocol::slots::{Liveness, PauseSet, ProcessIdentity, SlotToken, TurnKey};
 use crate::queue::Store;
 use crate::runtime::Runtime;
 use crate::tasks;
 
-/// What a pause did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Paused {
-    /// False when it was paused already.
-    pub changed: bool,
-    /// The pause set after the section.
-    pub paused: PauseSet,
-}
+pub use crate::protocol::slots::sections::Paused;
 
 /// What a resume did.
 #[derive(Debug)]
@@ -59,13 +52,7 @@ pub fn pause<L: Liveness, S: Store>(
     if let Some(task) = task {
         known_task(rt, task)?;
     }
-    rt.store.transact(|state| {
-        let changed = order::pause(state, scope(task))?;
-        Ok::<_, DispatchError>(Paused {
-            changed,
-            paused: state.paused.clone(),
-        })
-    })
+    crate::section::run(rt, &PauseSection { scope: scope(task) })
 }
 
 /// Resumes the home (and every paused task) or one task, then starts what may start now, up to
@@ -79,29 +66,22 @@ pub fn resume<L: Liveness, S: Store>(
         known_task(rt, task)?;
     }
     let cap = rt.cap();
-    let (effect, paused) = rt.store.transact(|state| {
-        let strategies = rt.strategies_for(state)?;
-        // One token per slot: the section never reserves more rows than there are slots.
-        let tokens: Vec<SlotToken> = (0..cap).map(|_| rt.spawner.fresh_token()).collect();
-        let effect = steps::resume(
-            state,
-            ResumeInput {
-                scope: scope(task),
-                me,
-                fresh_tokens: &tokens,
-                now_millis: rt.spawner.now_millis(),
-                cap,
-                strategies: &strategies,
-                liveness: &rt.liveness,
-            },
-        )?;
-        Ok::<_, DispatchError>((effect, state.paused.clone()))
-    })?;
+    let tokens: Vec<SlotToken> = (0..cap).map(|_| rt.spawner.fresh_token()).collect();
+    let (effect, paused) = crate::section::run(
+        rt,
+        &ResumeSection {
+            scope: scope(task),
+            me,
+            fresh_tokens: &tokens,
+            now_millis: rt.spawner.now_millis(),
+            cap,
+        },
+    )?;
     let mut started = Vec::new();
     let mut failed = Vec::new();
     for handoff in effect.spawn {
         let key = handoff.key().clone();
-        match driver::hand_off(&rt.store, rt.spawner.as_ref(), handoff) {
+        match driver::hand_off(rt, rt.spawner.as_ref(), handoff) {
             Ok(_) => started.push(key),
             Err(e) => failed.push((key, e)),
         }

@@ -10,15 +10,20 @@ use crate::dispatch::DispatchError;
 pub use crate::protocol::section::Section;
 use crate::protocol::section::{Halt, Records, Unread, View, MAX_READ_ROUNDS};
 use crate::protocol::slots::steps::Reads;
-use crate::protocol::slots::Liveness;
+use crate::protocol::slots::{Liveness, SlotError};
 use crate::queue::{Store, StoreError};
 use crate::runtime::Runtime;
 use std::io::Write as _;
 
+/// How many times a section may run again on another part of the queue before it runs on the
+/// whole queue: a submit with a generated task name learns the name in its first run, and a
+/// concurrent submit may take the id the name came from once more.
+pub const MAX_PART_RUNS: usize = 3;
+
 /// Why one run of a section published nothing.
 enum Stop {
-    /// The step needs more of the queue than the part: run again on the whole queue.
-    Widen,
+    /// The step needs more of the queue than the part: run again on what this names.
+    Widen(Reads),
     Failed(DispatchError),
 }
 
@@ -33,32 +38,32 @@ pub fn run<L: Liveness, S: Store, X: Section>(
     rt: &Runtime<L, S>,
     section: &X,
 ) -> Result<X::Effect, DispatchError> {
-    let first = section.reads();
-    let (effect, warnings) = match run_reading(rt, section, &first) {
-        Err(Stop::Widen) if first != Reads::Everything => {
-            match run_reading(rt, section, &Reads::Everything) {
-                Err(Stop::Widen) => return Err(whole_queue_widened()),
-                Err(Stop::Failed(e)) => return Err(e),
-                Ok(done) => done,
+    let mut reads = section.reads();
+    // At most MAX_PART_RUNS runs on parts, then one on the whole queue, which never widens.
+    for runs in 0..=MAX_PART_RUNS {
+        match run_reading(rt, section, &reads) {
+            Ok((effect, warnings)) => {
+                for warning in warnings {
+                    // Best effort: an operator's line, after the commit that caused it.
+                    let _ = writeln!(std::io::stderr(), "tollgate: warning: {warning}");
+                }
+                return Ok(effect);
             }
+            Err(Stop::Failed(e)) => return Err(e),
+            Err(Stop::Widen(_)) if reads == Reads::Everything => {
+                return Err(DispatchError::io(
+                    "section",
+                    std::io::Error::other("a step on the whole queue asked to read more of it"),
+                ))
+            }
+            Err(Stop::Widen(next)) if runs + 1 < MAX_PART_RUNS => reads = next,
+            Err(Stop::Widen(_)) => reads = Reads::Everything,
         }
-        Err(Stop::Widen) => return Err(whole_queue_widened()),
-        Err(Stop::Failed(e)) => return Err(e),
-        Ok(done) => done,
-    };
-    for warning in warnings {
-        // Best effort: an operator's line, after the commit that caused it.
-        let _ = writeln!(std::io::stderr(), "tollgate: warning: {warning}");
     }
-    Ok(effect)
-}
-
-/// A step that asked for more of the queue than the whole queue: a bug, reported.
-fn whole_queue_widened() -> DispatchError {
-    DispatchError::io(
+    Err(DispatchError::io(
         "section",
-        std::io::Error::other("a step on the whole queue asked to read more of it"),
-    )
+        std::io::Error::other("a section kept asking for more of the queue"),
+    ))
 }
 
 /// One transaction of [`run`] on what `reads` names.
@@ -68,8 +73,7 @@ fn run_reading<L: Liveness, S: Store, X: Section>(
     reads: &Reads,
 ) -> Result<(X::Effect, Vec<String>), Stop> {
     rt.store
-        .transact_reading(section.commit(), reads, |part, loaded| {
-            let fleet = crate::fleet::current_view();
+        .transact_section(section.commit(), reads, |part, loaded, fleet| {
             let mut records = Records::default();
             for _ in 0..MAX_READ_ROUNDS {
                 let mut attempt = part.clone();
@@ -83,19 +87,22 @@ fn run_reading<L: Liveness, S: Store, X: Section>(
                     Ok(step) => {
                         crate::tasks::apply_writes(&rt.home, &step.writes)
                             .map_err(|e| Stop::Failed(e.into()))?;
-                        if let Some(leases) = step.writes.leases {
-                            crate::fleet::write_back_leases(leases);
+                        if let (Some(leases), Some(view)) = (step.writes.leases, fleet.as_mut()) {
+                            view.leases = leases;
                         }
                         *part = attempt;
                         return Ok((step.effect, step.writes.warnings));
                     }
                     Err(Halt::Unread(Unread::Records(need))) => {
-                        debug_assert!(!records.missing(&need).is_empty(), "asked again for what it read");
+                        debug_assert!(
+                            !records.missing(&need).is_empty(),
+                            "asked again for what it read"
+                        );
                         crate::tasks::read_records(&rt.home, &need, &mut records)
                             .map_err(|e| Stop::Failed(e.into()))?;
                     }
-                    Err(Halt::Unread(Unread::Queue)) => return Err(Stop::Widen),
-                    Err(Halt::Refused(e)) => return Err(Stop::Failed(e.into())),
+                    Err(Halt::Unread(Unread::Queue(next))) => return Err(Stop::Widen(next)),
+                    Err(Halt::Refused(e)) => return Err(Stop::Failed(refusal(&rt.home, e))),
                     Err(Halt::Fleet(e)) => return Err(Stop::Failed(e.into())),
                 }
             }
@@ -106,4 +113,22 @@ fn run_reading<L: Liveness, S: Store, X: Section>(
                 )),
             )))
         })
+}
+
+/// A step's refusal as the shell reports it: one about a record names where that record lives
+/// (the database and the record's place, or its file), as every error about a state file does.
+fn refusal(home: &crate::home::Home, e: SlotError) -> DispatchError {
+    let path = match &e {
+        SlotError::TurnNumbersExhausted { task } => crate::tasks::task_record_location(home, task),
+        SlotError::TurnPlaceTaken { key } => home.turn_dir(key),
+        SlotError::RecordInvalid { key, .. } => {
+            std::path::PathBuf::from(crate::tasks::turn_record_location(home, key))
+        }
+        _ => return e.into(),
+    };
+    crate::fsutil::FileError::Refused {
+        path,
+        detail: e.to_string(),
+    }
+    .into()
 }

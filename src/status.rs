@@ -286,11 +286,14 @@ pub fn status_with<L: Liveness>(
 ) -> Result<StatusView, DispatchError> {
     let queue = rt.store.load()?;
     // Another host's runners by their leases, read after the queue (spec/fleet.md, "Operations").
-    crate::fleet::observing(&rt.store, || status_of(rt, queue, only, all))?
+    crate::fleet::observing(&rt.store, &rt.liveness, |live| {
+        status_of(rt, live, queue, only, all)
+    })?
 }
 
 fn status_of<L: Liveness>(
     rt: &Runtime<L>,
+    live: &impl Liveness,
     queue: crate::protocol::slots::QueueState,
     only: Option<&str>,
     all: bool,
@@ -334,7 +337,7 @@ fn status_of<L: Liveness>(
                     state: tasks::recording_or(
                         &rt.home,
                         &turn.key,
-                        turn_state(&queue, &turn, &rt.liveness),
+                        turn_state(&queue, &turn, live),
                     ),
                     argv: turn.argv.clone(),
                     exit_code: turn.exit_code,
@@ -394,7 +397,7 @@ fn status_of<L: Liveness>(
             task: r.key.task.clone(),
             turn: r.key.turn,
             identity: r.identity,
-            observed: observed(rt.liveness.observe(&r.identity)),
+            observed: observed(live.observe(&r.identity)),
             attached: r.attached,
         })
         .collect();
@@ -408,13 +411,13 @@ fn status_of<L: Liveness>(
             id: w.id.to_string(),
             runner: w.runner,
             leader: w.leader,
-            observed: observed(rt.liveness.observe_work(w)),
+            observed: observed(live.observe_work(w)),
         })
         .collect();
     Ok(StatusView {
         home: rt.home.root().display().to_string(),
         workers: rt.cap(),
-        occupied: occupied_runner_slots(&queue, &rt.liveness, None, None),
+        occupied: occupied_runner_slots(&queue, live, None, None),
         parked: queue
             .entries
             .iter()

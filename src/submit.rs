@@ -2,23 +2,20 @@
 //! section is one core step ([`steps::submit`], [`steps::attached_start`]); [`crate::driver`]
 //! performs its effect.
 
-use crate::dispatch::SectionError;
 use crate::dispatch::{DispatchError, Handoff};
 use crate::driver;
-use crate::fsutil::FileError;
 use crate::protocol::admission::Strategy;
-use crate::protocol::slots::steps::{
-    self, AttachedEffect, AttachedInput, Busy, Loaded, Reads, Schedule, SubmitDecision,
-    SubmitEffect, SubmitInput,
-};
+use crate::protocol::slots::sections::{self, AttachedSection, AttachedStart, SubmitSection};
+use crate::protocol::slots::steps::{Busy, Schedule};
 use crate::protocol::slots::{
-    self, validate_task_name, AfterSubmit, Dependency, HeldBack, Liveness, ProcessIdentity,
-    RetryPlan, SlotToken, TurnKey,
+    validate_task_name, Dependency, HeldBack, Liveness, ProcessIdentity, RetryPlan, SlotToken,
+    TurnKey,
 };
-use crate::queue::{Commit, Store};
+use crate::protocol::turns::NewTurn;
+use crate::queue::Store;
 use crate::runner::{self, Execution};
 use crate::runtime::Runtime;
-use crate::tasks::{self, TurnOutcome, TurnRecord, MAX_ARGV};
+use crate::tasks::{self, TurnOutcome, MAX_ARGV};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -37,6 +34,8 @@ pub struct SubmitRequest {
     pub timeout_millis: Option<u64>,
     /// `submit --priority`, `--delay`/`--at` (spec/slots.md, "Scheduling"); detached only.
     pub schedule: Schedule,
+    /// The webhook delivery this turn serves (`serve`), recorded on the turn.
+    pub delivery: Option<tasks::DeliveryMeta>,
 }
 
 /// `submit --after`/`--after-success` and `--retry`/`--backoff`: what orders a turn among
@@ -51,55 +50,21 @@ pub struct Sequencing {
 }
 
 impl SubmitRequest {
-    /// Writes the turn's record (and the task's strategy, when set) under the queue lock, with
-    /// the short id its row will get (`state` is the queue before the submit step).
-    fn create_turn(
-        &self,
-        home: &crate::home::Home,
-        task: &str,
-        attached: bool,
-        now_millis: u64,
-        state: &crate::protocol::slots::QueueState,
-    ) -> Result<(tasks::TurnRecord, Strategy), crate::fsutil::FileError> {
-        self.create_sequenced_turn(
-            home,
-            task,
+    /// The first record's contents (its command, environment, labels, timeout, dependencies and
+    /// retry plan) of the turn this request makes.
+    fn new_turn(&self, attached: bool, sequencing: &Sequencing) -> NewTurn {
+        NewTurn {
+            argv: self.argv.clone(),
+            cwd: self.cwd.clone(),
+            env: self.env.clone(),
             attached,
-            now_millis,
-            state,
-            &Sequencing::default(),
-        )
-    }
-
-    /// [`SubmitRequest::create_turn`] with the turn's dependencies and retry plan recorded.
-    fn create_sequenced_turn(
-        &self,
-        home: &crate::home::Home,
-        task: &str,
-        attached: bool,
-        now_millis: u64,
-        state: &crate::protocol::slots::QueueState,
-        sequencing: &Sequencing,
-    ) -> Result<(tasks::TurnRecord, Strategy), crate::fsutil::FileError> {
-        let meta = tasks::TurnMeta {
-            id: Some(tasks::predicted_turn_id(state)),
             labels: self.labels.clone(),
             timeout_millis: self.timeout_millis,
             after: sequencing.after.clone(),
             retry: sequencing.retry,
             retry_of: None,
-        };
-        tasks::create_turn_with(
-            home,
-            task,
-            self.strategy,
-            self.argv.clone(),
-            self.cwd.clone(),
-            self.env.clone(),
-            attached,
-            now_millis,
-            meta,
-        )
+            delivery: self.delivery.clone(),
+        }
     }
 }
 
@@ -181,118 +146,58 @@ pub fn submit_detached<L: Liveness, S: Store>(
     me: ProcessIdentity,
     request: SubmitRequest,
 ) -> Result<Submitted, DispatchError> {
-    submit_detached_with(rt, me, request, |_, _| Ok(()))
+    submit_detached_sequenced(rt, me, request, Sequencing::default())
 }
 
-/// [`submit_detached`], with `prepare` completing the new turn's record (and writing files into its
-/// directory) under the queue lock, before the record is saved again and the row enqueued: what
-/// `serve` uses to attach a delivery's payload and identity durably before it acknowledges.
-pub fn submit_detached_with<L: Liveness, S: Store>(
-    rt: &Runtime<L, S>,
-    me: ProcessIdentity,
-    request: SubmitRequest,
-    prepare: impl FnOnce(&crate::home::Home, &mut tasks::TurnRecord) -> Result<(), FileError>,
-) -> Result<Submitted, DispatchError> {
-    submit_detached_sequenced(rt, me, request, Sequencing::default(), prepare)
-}
-
-/// [`submit_detached_with`] for a turn with dependencies and/or retries (`submit --after`,
-/// `--after-success`, `--retry`).
+/// [`submit_detached`] for a turn with dependencies and/or retries (`submit --after`,
+/// `--after-success`, `--retry`): the section ([`decide_submit`]), then its effect (a waker, the
+/// runner's handoff).
 pub fn submit_detached_sequenced<L: Liveness, S: Store>(
     rt: &Runtime<L, S>,
     me: ProcessIdentity,
     request: SubmitRequest,
     sequencing: Sequencing,
-    prepare: impl FnOnce(&crate::home::Home, &mut tasks::TurnRecord) -> Result<(), FileError>,
 ) -> Result<Submitted, DispatchError> {
-    let (decided, held) = decide_sequenced(rt, me, &request, &sequencing, prepare)?;
-    if let Some(placement) = held {
-        if let SubmitEffect::Wait {
-            wake_at_millis: Some(at_millis),
-            ..
-        } = decided.decision.effect
-        {
-            driver::start_waker(rt.spawner.as_ref(), at_millis);
-        }
-        return Ok(Submitted {
-            key: decided.key,
-            queue_id: decided.decision.queue_id,
-            placement,
-            strategy: decided.strategy,
-            superseded: Vec::new(),
-            held: decided.decision.held,
-        });
+    let decided = decide_submit(rt, me, &request, &sequencing)?;
+    if let Some(at_millis) = decided.placement.wake_at_millis() {
+        driver::start_waker(rt.spawner.as_ref(), at_millis);
     }
-    let placement = match decided.decision.effect {
-        SubmitEffect::Spawn(handoff) => {
-            Placement::Started(driver::hand_off(&rt.store, rt.spawner.as_ref(), handoff)?)
+    let placement = match decided.placement {
+        sections::Placement::Spawn(handoff) => {
+            Placement::Started(driver::hand_off(rt, rt.spawner.as_ref(), handoff)?)
         }
-        SubmitEffect::Park => Placement::Parked,
-        SubmitEffect::Pending => Placement::Pending,
-        SubmitEffect::Wait {
-            ready_at_millis,
-            wake_at_millis,
-        } => {
-            if let Some(at_millis) = wake_at_millis {
-                driver::start_waker(rt.spawner.as_ref(), at_millis);
-            }
-            Placement::Waiting { ready_at_millis }
-        }
-        SubmitEffect::Dropped { running, busy } => Placement::Dropped { running, busy },
+        sections::Placement::Park => Placement::Parked,
+        sections::Placement::Pending => Placement::Pending,
+        sections::Placement::Wait {
+            ready_at_millis, ..
+        } => Placement::Waiting { ready_at_millis },
+        sections::Placement::Dropped { running, busy } => Placement::Dropped { running, busy },
+        sections::Placement::Held { waiting_on, .. } => Placement::Held { waiting_on },
+        sections::Placement::DependencyFailed { cause } => Placement::DependencyFailed { cause },
     };
     Ok(Submitted {
         key: decided.key,
-        queue_id: decided.decision.queue_id,
+        queue_id: decided.queue_id,
         placement,
         strategy: decided.strategy,
-        superseded: decided.decision.superseded,
-        held: decided.decision.held,
+        superseded: decided.superseded,
+        held: decided.held,
     })
 }
 
-/// The submit critical section: create the turn's record, call the core's submit step, and end
-/// the turns its effect ends (superseded waiters, a dropped new turn) under the same lock.
+/// The submit section ([`sections::submit`]): the turn's record, the core's decision and the
+/// records its effect ends, in one transaction on the part of the queue the core names. A
+/// generated task name is guessed from the store's unlocked hint of the next id (spec/store.md,
+/// "A generated task name"), so the first section reads that task's line instead of learning the
+/// name under the lock and running again; the section generates the name itself, and a wrong
+/// guess costs one more section.
 pub fn decide_submit<L: Liveness, S: Store>(
     rt: &Runtime<L, S>,
     me: ProcessIdentity,
     request: &SubmitRequest,
-    prepare: impl FnOnce(&crate::home::Home, &mut tasks::TurnRecord) -> Result<(), FileError>,
-) -> Result<Decided, DispatchError> {
-    decide_sequenced(rt, me, request, &Sequencing::default(), prepare).map(|(decided, _)| decided)
-}
-
-/// [`decide_submit`] with dependencies: the core's [`steps::submit`], or with `--after`
-/// [`slots::submit_after`] (fed the dependencies' outcomes read under this lock). A held or
-/// dependency-failed turn comes back with its placement (its `decision` then has no effect to
-/// perform: `Pending`).
-///
-/// The section loads the part of the queue the core names for it ([`steps::submit_reads`]:
-/// the task's rows, the dependencies' rows, and what every section reads; spec/store.md, "What a
-/// section loads"; for a named task whose request sets `concurrent=N` or no strategy,
-/// [`steps::submit_line_reads`]: the task's line only as far as its first parked row), so its
-/// cost does not grow with the parked rows of other tasks, nor with its own task's line under
-/// `concurrent=N`. When the core
-/// says the part did not suffice ([`steps::submit_covers`] before the step: a generated task
-/// name, a queue at its bound; [`steps::submit_stayed_inside`] after it), the section is rolled
-/// back and run again with what it needs, at most [`PART_ATTEMPTS`] times, then on the whole
-/// queue.
-fn decide_sequenced<L: Liveness, S: Store>(
-    rt: &Runtime<L, S>,
-    me: ProcessIdentity,
-    request: &SubmitRequest,
     sequencing: &Sequencing,
-    prepare: impl FnOnce(&crate::home::Home, &mut tasks::TurnRecord) -> Result<(), FileError>,
-) -> Result<(Decided, Option<Placement>), DispatchError> {
+) -> Result<Decided, DispatchError> {
     let task = check_request(request)?;
-    let mut prepare = Some(prepare);
-    // A named task whose request sets `concurrent=N` (serve's routes), or sets no strategy (the
-    // task's own, `concurrent=1` unless its record says otherwise: the common CLI submit), reads
-    // its line only as far as the first parked row; the step's strategy decides in the section
-    // whether that did, and a task of another strategy takes one more section on its rows.
-    // A generated name is guessed from the store's unlocked hint of the next id (spec/store.md,
-    // "A generated task name"), so the first section reads that task's line instead of learning
-    // the name under the lock and running again; the section generates the name itself, and a
-    // wrong guess is one more section, as without a hint.
     let guessed = match &task {
         Some(_) => None,
         None => rt
@@ -300,191 +205,27 @@ fn decide_sequenced<L: Liveness, S: Store>(
             .next_turn_id_hint()
             .map(|id| tasks::first_generated_name(&request.argv, id)),
     };
-    let first = match (task.as_deref().or(guessed.as_deref()), request.strategy) {
-        (Some(task), Some(Strategy::Concurrent { .. }) | None) => {
-            steps::submit_line_reads(task, &sequencing.after)
-        }
-        (task, _) => steps::submit_reads(task, &sequencing.after),
-    };
-    let mut reads = Reads::Part(first);
-    for _ in 0..PART_ATTEMPTS {
-        match submit_section(
-            rt,
-            me,
-            request,
-            sequencing,
-            task.as_deref(),
-            &mut prepare,
-            &reads,
-        ) {
-            Err(SectionError::Unread(next)) => reads = next,
-            Err(SectionError::Failed(e)) => return Err(e),
-            Ok(decided) => return Ok(decided),
-        }
-    }
-    let everything = &Reads::Everything;
-    submit_section(
+    let new = request.new_turn(false, sequencing);
+    let fallback = fresh_task_name();
+    crate::section::run(
         rt,
-        me,
-        request,
-        sequencing,
-        task.as_deref(),
-        &mut prepare,
-        everything,
-    )
-    .map_err(|e| e.on_whole_queue("submit"))
-}
-
-/// Sections of one submit on a part of the queue before it reads the whole queue: the first
-/// names the given task (or, for a generated name, the name guessed from the store's hint, or
-/// none without one), the second the name generated in the first when the guess was wrong; a
-/// third covers a concurrent submit that took the id the second generated the name from.
-const PART_ATTEMPTS: usize = 3;
-
-/// One submit section on what `reads` names (see [`decide_sequenced`]).
-#[allow(clippy::type_complexity)]
-fn submit_section<L: Liveness, S: Store>(
-    rt: &Runtime<L, S>,
-    me: ProcessIdentity,
-    request: &SubmitRequest,
-    sequencing: &Sequencing,
-    task: Option<&str>,
-    prepare: &mut Option<
-        impl FnOnce(&crate::home::Home, &mut tasks::TurnRecord) -> Result<(), FileError>,
-    >,
-    reads: &Reads,
-) -> Result<(Decided, Option<Placement>), SectionError> {
-    let cap = rt.cap();
-    rt.store
-        .transact_reading(Commit::Promise, reads, |state, loaded| {
-            let now = rt.spawner.now_millis();
-            let task = tasks::fresh_task_for(&rt.home, task, &request.argv, state)?;
-            if !steps::submit_covers(loaded, &task) {
-                let named = steps::submit_reads(Some(&task), &sequencing.after);
-                let next = match loaded {
-                    Loaded::Part { reads, .. }
-                        if reads.tasks.contains(&task) || reads.lines.contains(&task) =>
-                    {
-                        Reads::Everything
-                    }
-                    _ => Reads::Part(named),
-                };
-                return Err(SectionError::Unread(next));
-            }
-            let loaded_rows: Vec<TurnKey> = match loaded {
-                Loaded::Whole => Vec::new(),
-                Loaded::Part { .. } => state.entries.iter().map(|e| e.key.clone()).collect(),
-            };
-            let (turn, strategy) =
-                request.create_sequenced_turn(&rt.home, &task, false, now, state, sequencing)?;
-            if !steps::submit_line_suffices(loaded, &task, strategy) {
-                let named = steps::submit_reads(Some(&task), &sequencing.after);
-                return Err(SectionError::Unread(Reads::Part(named)));
-            }
-            let key = turn.key.clone();
-            let input = SubmitInput {
-                key: &key,
-                me,
-                fresh_token: rt.spawner.fresh_token(),
-                now_millis: now,
-                cap,
-                strategy,
-                liveness: &rt.liveness,
-            };
-            let ended = crate::deps::ended_dependencies(&rt.home, state, &sequencing.after)?;
-            let after = &sequencing.after;
-            let (decision, held) =
-                match slots::submit_after(state, input, after, &ended, request.schedule)? {
-                    AfterSubmit::Submitted(decision) => (*decision, None),
-                    AfterSubmit::Held {
-                        queue_id,
-                        waiting_on,
-                        wake_at_millis,
-                    } => (
-                        held_decision(queue_id, wake_at_millis),
-                        Some(Placement::Held {
-                            waiting_on: waiting_on.into_iter().map(|d| d.key).collect(),
-                        }),
-                    ),
-                    AfterSubmit::DependencyFailed { cause } => {
-                        crate::deps::end_dependency_failed(&rt.home, &key, &cause, now)?;
-                        (unperformed(0), Some(Placement::DependencyFailed { cause }))
-                    }
-                };
-            for old in &decision.superseded {
-                tasks::end_unrun(&rt.home, old, TurnOutcome::Superseded, now)?;
-                crate::deps::departed_on_disk(rt, state, old, me)?;
-            }
-            if !steps::submit_stayed_inside(loaded, &loaded_rows, state, &decision.superseded) {
-                return Err(SectionError::Unread(Reads::Everything));
-            }
-            // After the step (the same section, so the same commit): a rerun on more of the
-            // queue must still find `prepare` to call.
-            if let Some(prepare) = prepare.take() {
-                // The step rewrote the new turn's record only when it ended it dependency-failed.
-                let mut turn = match held {
-                    Some(Placement::DependencyFailed { .. }) => {
-                        tasks::load_turn(&rt.home, &key)?.unwrap_or_else(|| turn.clone())
-                    }
-                    _ => turn.clone(),
-                };
-                let before = turn.clone();
-                prepare(&rt.home, &mut turn)?;
-                // One write of the record per step: saved again only when `prepare` changed it
-                // (serve's delivery); a CLI submit's record stays the one `create_turn` wrote.
-                if turn != before {
-                    tasks::save_turn(&rt.home, &turn)?;
-                }
-            }
-            tasks::settle_turn_id(&rt.home, &key, turn.id, decision.queue_id)?;
-            if let SubmitEffect::Dropped { .. } = decision.effect {
-                tasks::end_unrun(&rt.home, &key, TurnOutcome::Dropped, now)?;
-            }
-            Ok((
-                Decided {
-                    key,
-                    strategy,
-                    decision,
-                },
-                held,
-            ))
-        })
-}
-
-/// A decision with nothing left for the driver to perform (a held or dependency-failed turn).
-fn unperformed(queue_id: u64) -> SubmitDecision {
-    SubmitDecision {
-        queue_id,
-        effect: SubmitEffect::Pending,
-        superseded: Vec::new(),
-        held: None,
-    }
-}
-
-/// The decision of a row held for its dependencies: nothing to perform, but the waker the core
-/// asked for when the row also has a not-before time (`--delay`/`--at`): the dependencies may
-/// end before it, and then only time starts the row.
-fn held_decision(queue_id: u64, wake_at_millis: Option<u64>) -> SubmitDecision {
-    match wake_at_millis {
-        Some(at) => SubmitDecision {
-            effect: SubmitEffect::Wait {
-                ready_at_millis: at,
-                wake_at_millis: Some(at),
-            },
-            ..unperformed(queue_id)
+        &SubmitSection {
+            task: task.as_deref(),
+            fallback_task: &fallback,
+            planned: task.as_deref().or(guessed.as_deref()),
+            strategy: request.strategy,
+            new: &new,
+            schedule: request.schedule,
+            me,
+            fresh_token: rt.spawner.fresh_token(),
+            now_millis: rt.spawner.now_millis(),
+            cap: rt.cap(),
         },
-        None => unperformed(queue_id),
-    }
+    )
 }
 
 /// What the critical section of a detached submit decided.
-#[derive(Clone, Debug)]
-pub struct Decided {
-    pub key: TurnKey,
-    pub strategy: Strategy,
-    /// The core's decision; its effect is for [`crate::driver`] to perform.
-    pub decision: SubmitDecision,
-}
+pub type Decided = sections::Submitted;
 
 /// Runs a new turn in the foreground of `me`: not capped, but it occupies a slot while it runs.
 /// Afterwards it leaves the queue and starts the next parked row like any runner.
@@ -496,56 +237,69 @@ pub fn submit_attached<L: Liveness, S: Store>(
     let task = check_request(&request)?;
     runner::signals::install()
         .map_err(|e| DispatchError::io("installing signal handlers", e.into()))?;
-    // The turn is created by the first section; while the task's strategy has no room the
+    let new = request.new_turn(true, &Sequencing::default());
+    let fallback = fresh_task_name();
+    // The turn is made by the first section; while the task's strategy has no room the
     // submitter waits in the foreground and tries the section again with the same turn.
-    let mut created: Option<(TurnRecord, Strategy)> = None;
+    let mut created: Option<(TurnKey, Strategy)> = None;
     let mut told = false;
-    let (turn, effect, sent) = loop {
+    let (turn, start, sent) = loop {
         // When the section was sent: the attached executor's first fence base on a fleet.
         let sent = crate::fleet::boottime_millis();
-        let (turn, strategy, effect) = attached_section(rt, me, &request, &task, &created)?;
-        match effect {
-            AttachedEffect::Wait { running } => {
-                if !told && running == turn.key {
-                    eprintln!(
-                        "tollgate: task {} turn {} waits: this host is drained \
-                         (`tollgate drain --undo HOST` lets it start turns again)",
-                        turn.key.task, turn.key.turn
-                    );
-                    told = true;
-                }
-                if !told {
-                    eprintln!(
-                        "tollgate: task {} turn {} waits: turn {} is active and the task's \
-                         strategy is {strategy}",
-                        turn.key.task, turn.key.turn, running.turn
-                    );
-                    told = true;
-                }
-                if let Some(signal) = runner::signals::requested() {
-                    let now = rt.spawner.now_millis();
-                    tasks::end_unrun(&rt.home, &turn.key, TurnOutcome::Cancelled, now)?;
-                    return Err(DispatchError::io(
-                        "waiting for the task's strategy",
-                        std::io::Error::other(format!("interrupted by signal {signal}")),
-                    ));
-                }
-                created = Some((turn, strategy));
-                std::thread::sleep(std::time::Duration::from_millis(ATTACHED_POLL_MILLIS));
+        let done = crate::section::run(
+            rt,
+            &AttachedSection {
+                task: task.as_deref(),
+                fallback_task: &fallback,
+                strategy: request.strategy,
+                new: &new,
+                created: created.as_ref().map(|(key, strategy)| (key, *strategy)),
+                me,
+                fresh_token: rt.spawner.fresh_token(),
+                now_millis: rt.spawner.now_millis(),
+            },
+        )?;
+        let key = &done.turn.key;
+        let waiting = match &done.start {
+            AttachedStart::WaitDrained => {
+                "this host is drained (`tollgate drain --undo HOST` lets it start turns again)"
+                    .to_string()
             }
-            effect => break (turn, effect, sent),
+            AttachedStart::WaitFor { running } => format!(
+                "turn {} is active and the task's strategy is {}",
+                running.turn, done.strategy
+            ),
+            _ => break (done.turn, done.start, sent),
+        };
+        if !told {
+            eprintln!(
+                "tollgate: task {} turn {} waits: {waiting}",
+                key.task, key.turn
+            );
+            told = true;
         }
+        if let Some(signal) = runner::signals::requested() {
+            cancel_waiting(rt, key)?;
+            return Err(DispatchError::io(
+                "waiting for the task's strategy",
+                std::io::Error::other(format!("interrupted by signal {signal}")),
+            ));
+        }
+        created = Some((key.clone(), done.strategy));
+        std::thread::sleep(std::time::Duration::from_millis(ATTACHED_POLL_MILLIS));
     };
-    let work = match effect {
-        AttachedEffect::Run { work } => work,
-        AttachedEffect::Dropped { running, busy } => {
+    let work = match start {
+        AttachedStart::Run { work } => work,
+        AttachedStart::Dropped { running, busy } => {
             return Ok(Attached::Dropped {
                 key: turn.key,
                 running,
                 busy,
             })
         }
-        AttachedEffect::Wait { .. } => unreachable!("the loop above only ends on Run or Dropped"),
+        AttachedStart::WaitFor { .. } | AttachedStart::WaitDrained => {
+            unreachable!("the loop above only ends on Run or Dropped")
+        }
     };
     // On a fleet: its lease (taken by the section) renewed, self-fencing (spec/fleet.md).
     let lease = runner::lease::start_if_fleet(rt, &turn.key, me, work, None, sent)?;
@@ -564,52 +318,20 @@ pub fn submit_attached<L: Liveness, S: Store>(
 /// How often a foreground submit whose task's strategy has no room tries its start again.
 const ATTACHED_POLL_MILLIS: u64 = 100;
 
-/// One attached start section: the turn's record (created by the first call, `created` after),
-/// then the core's [`steps::attached_start`] and the record writes its effect implies.
-fn attached_section<L: Liveness, S: Store>(
+/// A foreground submit interrupted while it waited: its turn, which never ran and has no row,
+/// ends cancelled ([`sections::EndUnrun`]).
+fn cancel_waiting<L: Liveness, S: Store>(
     rt: &Runtime<L, S>,
-    me: ProcessIdentity,
-    request: &SubmitRequest,
-    task: &Option<String>,
-    created: &Option<(TurnRecord, Strategy)>,
-) -> Result<(TurnRecord, Strategy, AttachedEffect), DispatchError> {
-    rt.store.transact(|state| {
-        let now = rt.spawner.now_millis();
-        let (mut turn, strategy) = match created {
-            Some((turn, strategy)) => (turn.clone(), *strategy),
-            None => {
-                let task = tasks::fresh_task_for(&rt.home, task.as_deref(), &request.argv, state)?;
-                request.create_turn(&rt.home, &task, true, now, state)?
-            }
-        };
-        let effect = steps::attached_start(
-            state,
-            AttachedInput {
-                key: &turn.key,
-                me,
-                fresh_token: rt.spawner.fresh_token(),
-                now_millis: now,
-                strategy,
-                liveness: &rt.liveness,
-            },
-        )?;
-        match &effect {
-            AttachedEffect::Run { .. } => {
-                crate::runner::lease::acquire_own(me)?;
-                turn.id = state.row(&turn.key).map(|r| r.queue_id);
-                turn.started_at_millis = Some(now);
-                turn.runner = Some(me);
-                turn.host = crate::fleet::section_host();
-                tasks::save_turn(&rt.home, &turn)?;
-            }
-            AttachedEffect::Dropped { .. } => {
-                tasks::settle_turn_id(&rt.home, &turn.key, turn.id, 0)?;
-                tasks::end_unrun(&rt.home, &turn.key, TurnOutcome::Dropped, now)?;
-            }
-            AttachedEffect::Wait { .. } => {}
-        }
-        Ok::<_, DispatchError>((turn, strategy, effect))
-    })
+    key: &TurnKey,
+) -> Result<(), DispatchError> {
+    crate::section::run(
+        rt,
+        &sections::EndUnrun {
+            key,
+            outcome: TurnOutcome::Cancelled,
+            now_millis: rt.spawner.now_millis(),
+        },
+    )
 }
 
 /// How a foreground submit ended.

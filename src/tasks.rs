@@ -22,7 +22,9 @@
 use crate::fsutil::{self, FileError};
 use crate::home::Home;
 use crate::protocol::admission::Strategy;
+use crate::protocol::section::{Draft, Halt, Records, Unread};
 use crate::protocol::slots::{Dependency, RetryPlan, TurnKey};
+use crate::protocol::turns;
 use crate::queue::records;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -51,124 +53,16 @@ pub struct TurnMeta {
     pub retry_of: Option<u32>,
 }
 
-/// The `queue_id` the next enqueue hands out (the same rule as the core's `enqueue`): the short id
-/// a new turn is recorded with before its row exists. [`settle_turn_id`] corrects the record if
-/// the row got another id, or none.
+/// The `queue_id` the next enqueue hands out (the core's rule,
+/// [`QueueState::id_of_next_enqueue`](crate::protocol::slots::QueueState::id_of_next_enqueue)).
 pub fn predicted_turn_id(state: &crate::protocol::slots::QueueState) -> u64 {
-    predicted_id(
-        state.next_queue_id,
-        state.entries.last().map(|e| e.queue_id),
-    )
+    state.id_of_next_enqueue()
 }
 
-/// [`predicted_turn_id`] of a queue whose counter is `next_queue_id` and whose highest row id
-/// (in the core's `u64` order) is `last_queue_id`: what a store's unlocked hint computes from the
-/// two values alone ([`crate::queue::Store::next_turn_id_hint`]).
+/// The core's [`next_queue_id`](crate::protocol::slots::next_queue_id): what a store's unlocked
+/// hint computes from the counter and the highest row id alone.
 pub fn predicted_id(next_queue_id: u64, last_queue_id: Option<u64>) -> u64 {
-    let floor = last_queue_id.map_or(0, |id| id.saturating_add(1));
-    next_queue_id.max(floor).max(1)
-}
-
-/// Numbered variants tried when a generated name is taken (only after the queue's id counter
-/// started again); then the name falls back to random hex.
-const GENERATED_NAME_TRIES: u32 = 100;
-
-/// The task a new turn belongs to: `given` if the user named one, else a fresh, readable name from
-/// the command: the program's basename (for `sh -c SCRIPT`, the script's first word) and the short
-/// id the turn gets, e.g. `make-17`. Always a valid name, never all digits (so never read as an
-/// id) and never an existing task. Call under the queue lock (`state` is the queue).
-pub fn fresh_task_for(
-    home: &Home,
-    given: Option<&str>,
-    argv: &[String],
-    state: &crate::protocol::slots::QueueState,
-) -> Result<String, FileError> {
-    if let Some(task) = given {
-        return Ok(task.to_string());
-    }
-    // With the records in a database a task's folder is made with its first turn's folder, so the
-    // record is asked too (an error counts as taken).
-    let database = records::in_database(home);
-    let free = |name: &str| {
-        !home.task_dir(name).exists()
-            && (!database || load_task(home, name).is_ok_and(|task| task.is_none()))
-    };
-    let first = first_generated_name(argv, predicted_turn_id(state));
-    if free(&first) {
-        return Ok(first);
-    }
-    for n in 2..=GENERATED_NAME_TRIES {
-        let name = format!("{first}-{n}");
-        if free(&name) {
-            return Ok(name);
-        }
-    }
-    Ok(crate::submit::fresh_task_name())
-}
-
-#[cfg(test)]
-mod id_tests {
-    use super::predicted_turn_id;
-    use crate::protocol::slots::{enqueue, ProcessIdentity, QueueState, TurnKey};
-
-    /// The id a turn is recorded with before its row exists is the one `enqueue` then hands out:
-    /// from a fresh queue, after rows left, and from a document whose counter is behind its rows.
-    #[test]
-    fn the_predicted_id_is_the_one_enqueue_hands_out() {
-        let me = ProcessIdentity {
-            pid: 1,
-            start_time_micros: 1,
-        };
-        let mut state = QueueState::default();
-        for n in 1..=5u32 {
-            let predicted = predicted_turn_id(&state);
-            let got = enqueue(&mut state, &TurnKey::new("a", n), me, 0)
-                .expect("enqueue")
-                .queue_id();
-            assert_eq!(predicted, got, "turn {n}");
-            if n % 2 == 0 {
-                state.entries.remove(0);
-            }
-        }
-        let mut behind = state.clone();
-        behind.next_queue_id = 0;
-        let predicted = predicted_turn_id(&behind);
-        let got = enqueue(&mut behind, &TurnKey::new("b", 1), me, 0)
-            .expect("enqueue")
-            .queue_id();
-        assert_eq!(predicted, got, "a counter behind its rows");
-        let mut empty = QueueState {
-            next_queue_id: 0,
-            ..QueueState::default()
-        };
-        let predicted = predicted_turn_id(&empty);
-        let got = enqueue(&mut empty, &TurnKey::new("c", 1), me, 0)
-            .expect("enqueue")
-            .queue_id();
-        assert_eq!((predicted, got), (1, 1), "ids start at 1");
-    }
-}
-
-/// After the submit step: makes `key`'s record, written with the id `recorded`, carry the id of
-/// its row (`queue_id`, 0 when it got none). Reads and rewrites the record only when the two
-/// differ (a dropped turn; a queue whose counter was off). Call under the queue lock.
-pub fn settle_turn_id(
-    home: &Home,
-    key: &TurnKey,
-    recorded: Option<u64>,
-    queue_id: u64,
-) -> Result<(), FileError> {
-    let id = (queue_id != 0).then_some(queue_id);
-    if id == recorded {
-        return Ok(());
-    }
-    if let Some(mut turn) = load_turn(home, key)? {
-        if turn.id != id {
-            turn.id = id;
-            save_turn(home, &turn)?;
-        }
-    }
-    Ok(())
+    crate::protocol::slots::next_queue_id(next_queue_id, last_queue_id)
 }
 
 fn corrupt(path: &Path, format: &'static str, detail: String) -> FileError {
@@ -238,6 +132,15 @@ pub fn load_task(home: &Home, task: &str) -> Result<Option<TaskRecord>, FileErro
 
 /// Where the record of `key` lives, for a message: `tollgate.db (record turns/T/N)` in a
 /// database home, else the `turn.json` path.
+/// Where the record of task `task` lives, for a message (as [`turn_record_location`]).
+pub fn task_record_location(home: &Home, task: &str) -> PathBuf {
+    if records::in_database(home) {
+        db_record_path(home, format!("tasks/{task}"))
+    } else {
+        home.task_file(task)
+    }
+}
+
 pub fn turn_record_location(home: &Home, key: &TurnKey) -> String {
     if records::in_database(home) {
         format!(
@@ -327,8 +230,9 @@ fn write_turn(home: &Home, turn: &TurnRecord, create: bool) -> Result<(), FileEr
     fsutil::publish_json(&path, turn)
 }
 
-/// Hands out the next turn number of `task` (creating the task) and writes the turn's record.
-/// Call under the queue lock.
+/// Hands out the next turn number of `task` (creating the task) and writes the turn's record,
+/// outside any section (tests, fixtures): the core's rules ([`turns::claim_turn`],
+/// [`turns::create_turn`]) on the records read here.
 #[allow(clippy::too_many_arguments)]
 pub fn create_turn(
     home: &Home,
@@ -339,168 +243,55 @@ pub fn create_turn(
     attached: bool,
     now_millis: u64,
 ) -> Result<TurnRecord, FileError> {
-    create_turn_with(
-        home,
-        task,
-        None,
+    let new = turns::NewTurn {
         argv,
         cwd,
         env,
         attached,
-        now_millis,
-        TurnMeta::default(),
-    )
-    .map(|(turn, _)| turn)
-}
-
-/// [`create_turn`], also setting the task's strategy when `strategy` is given; returns the
-/// strategy in force for this turn.
-#[allow(clippy::too_many_arguments)]
-pub fn create_turn_with(
-    home: &Home,
-    task: &str,
-    strategy: Option<Strategy>,
-    argv: Vec<String>,
-    cwd: Option<PathBuf>,
-    env: BTreeMap<String, String>,
-    attached: bool,
-    now_millis: u64,
-    meta: TurnMeta,
-) -> Result<(TurnRecord, Strategy), FileError> {
-    if !records::in_database(home) {
-        // On files the folders hold the records; in a database they are made lazily.
-        fsutil::create_private_dir(&home.task_dir(task))?;
-    }
-    let mut record = load_task(home, task)?.unwrap_or(TaskRecord {
-        version: TASK_FORMAT_VERSION,
-        name: task.to_string(),
-        created_at_millis: now_millis,
-        next_turn: 1,
-        strategy: Strategy::default(),
-    });
-    if let Some(strategy) = strategy {
-        record.strategy = strategy;
-    }
-    let key = claim_turn_dir(home, task, record.next_turn)?;
-    record.next_turn = next_turn_after(home, task, key.turn)?;
-    let turn = TurnRecord {
-        version: TASK_FORMAT_VERSION,
-        key,
-        argv,
-        cwd,
-        env,
-        attached,
-        submitted_at_millis: now_millis,
-        started_at_millis: None,
-        runner: None,
-        host: None,
-        ended_at_millis: None,
-        exit_code: None,
-        signal: None,
-        outcome: None,
-        error: None,
-        delivery: None,
-        id: meta.id,
-        labels: meta.labels,
-        timeout_millis: meta.timeout_millis,
-        after: meta.after,
-        retry: meta.retry,
-        retry_of: meta.retry_of,
-        retried_as: None,
-        failed_dependency: None,
+        ..turns::NewTurn::default()
     };
-    // The task's counter first: a crash between the two writes then skips a turn number instead
-    // of leaving a turn record its task does not list.
-    save_task(home, &record)?;
-    write_turn(home, &turn, true)?;
-    Ok((turn, record.strategy))
-}
-
-/// The counter value after `turn`, or a refusal naming the task file when `turn` is the last
-/// number there is.
-fn next_turn_after(home: &Home, task: &str, turn: u32) -> Result<u32, FileError> {
-    turn.checked_add(1).ok_or_else(|| FileError::Refused {
-        path: if records::in_database(home) {
-            db_record_path(home, format!("tasks/{task}"))
-        } else {
-            home.task_file(task)
-        },
-        detail: format!(
-            "task {task:?} has used every turn number up to {}; submit to a new task",
-            u32::MAX
-        ),
+    with_records(home, task, |draft| {
+        let (key, _) = turns::claim_turn(draft, task, None, now_millis)?;
+        turns::create_turn(draft, key, new.clone(), None, now_millis)
     })
 }
 
-/// Creates the directory of a new turn of `task` exclusively, numbered `wanted` if that is free,
-/// else the first number after the highest recorded turn (a deleted `task.json` or a rewound
-/// `next_turn`: the existing records stay as they are). Call under the queue lock.
-///
-/// With the records in a database nothing is created: the claim is the record inserted where none
-/// exists ([`write_turn`]), and a number whose folder is still there (a removal cut short) is
-/// taken too, so a new turn never shows an older turn's logs. The folder is made when it is first
-/// written into (spec/turns.md, "The turn folder").
-fn claim_turn_dir(home: &Home, task: &str, wanted: u32) -> Result<TurnKey, FileError> {
-    if !records::in_database(home) {
-        fsutil::create_private_dir(&home.task_dir(task).join("turns"))?;
+/// Runs `rule` on the records it asks for, read here (bounded rounds), and applies what it
+/// wrote: the core's record rules outside a section, for tests and fixtures. A refusal is an
+/// error naming `task`'s record.
+fn with_records<T>(
+    home: &Home,
+    task: &str,
+    rule: impl Fn(&mut Draft<'_>) -> Result<T, Halt>,
+) -> Result<T, FileError> {
+    let mut records = Records::default();
+    for _ in 0..crate::protocol::section::MAX_READ_ROUNDS {
+        let mut draft = Draft::new(&records);
+        match rule(&mut draft) {
+            Ok(value) => {
+                apply_writes(home, &draft.into_writes())?;
+                return Ok(value);
+            }
+            Err(Halt::Unread(Unread::Records(need))) => read_records(home, &need, &mut records)?,
+            Err(Halt::Unread(Unread::Queue(_))) => unreachable!("record rules read no queue"),
+            Err(Halt::Refused(e)) => {
+                return Err(FileError::Refused {
+                    path: home.task_file(task),
+                    detail: e.to_string(),
+                })
+            }
+            Err(Halt::Fleet(e)) => {
+                return Err(FileError::Refused {
+                    path: home.task_file(task),
+                    detail: e.to_string(),
+                })
+            }
+        }
     }
-    // Refuse a last number before creating anything for it.
-    next_turn_after(home, task, wanted)?;
-    let key = TurnKey::new(task, wanted);
-    if claim(home, &key)? {
-        return Ok(key);
-    }
-    let mut highest = dir_turns(home, task)?.last().copied().unwrap_or(0);
-    if records::in_database(home) {
-        let recorded = db(home, records::Access::Read, None, |c| c.turn_numbers(task))?;
-        highest = highest.max(recorded.last().copied().unwrap_or(0));
-    }
-    let free = next_turn_after(home, task, highest.max(wanted))?;
-    next_turn_after(home, task, free)?;
-    let key = TurnKey::new(task, free);
-    let _ = writeln!(
-        io::stderr(),
-        "tollgate: warning: {} already holds turn {wanted} of task {task:?} (its task record was \
-         deleted or its next_turn rewound); the new turn is {free} and the existing records are kept",
-        home.turn_dir(&TurnKey::new(task, wanted)).display()
-    );
-    if claim(home, &key)? {
-        Ok(key)
-    } else {
-        Err(FileError::Refused {
-            path: home.turn_dir(&key),
-            detail: "the turn directory exists although no higher turn is recorded".to_string(),
-        })
-    }
-}
-
-/// Claims `key`'s number for a new turn: on files, its folder created exclusively; in a database,
-/// no record of it and nothing at its folder's place (one `stat`, no inode made).
-fn claim(home: &Home, key: &TurnKey) -> Result<bool, FileError> {
-    let dir = home.turn_dir(key);
-    if !records::in_database(home) {
-        return create_exclusive_dir(&dir);
-    }
-    if has_db_record(home, key)? {
-        return Ok(false);
-    }
-    match std::fs::symlink_metadata(&dir) {
-        Ok(_) => Ok(false),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(true),
-        Err(e) => Err(FileError::io(&dir, e)),
-    }
-}
-
-/// Whether the database holds a record of `key` (false for a home whose records are files: there
-/// the turn's folder is the claim).
-fn has_db_record(home: &Home, key: &TurnKey) -> Result<bool, FileError> {
-    if !records::in_database(home) {
-        return Ok(false);
-    }
-    Ok(db(home, records::Access::Read, None, |c| {
-        c.turn_body(&key.task, key.turn)
-    })?
-    .is_some())
+    Err(FileError::Refused {
+        path: home.task_file(task),
+        detail: "a record rule kept asking for more records".to_string(),
+    })
 }
 
 /// `mkdir` with mode 0700 that never reuses a directory: `Ok(false)` when `dir` exists.
@@ -617,21 +408,17 @@ pub fn recording_or(home: &Home, key: &TurnKey, state: String) -> String {
     }
 }
 
-/// Ends a turn that never ran with `outcome` (dropped, superseded, cancelled).
+/// Ends a turn that never ran with `outcome` (dropped, superseded, cancelled), outside any
+/// section (tests, fixtures): the core's [`turns::end_unrun`].
 pub fn end_unrun(
     home: &Home,
     key: &TurnKey,
     outcome: TurnOutcome,
     now_millis: u64,
 ) -> Result<(), FileError> {
-    if let Some(mut turn) = load_turn(home, key)? {
-        if !turn.is_settled() {
-            turn.outcome = Some(outcome);
-            turn.ended_at_millis = Some(now_millis);
-            save_turn(home, &turn)?;
-        }
-    }
-    Ok(())
+    with_records(home, &key.task, |draft| {
+        turns::end_unrun(draft, key, outcome, now_millis)
+    })
 }
 
 /// The strategies of the tasks that have parked rows in `state` (what deciding a start needs).
@@ -791,7 +578,7 @@ pub fn read_records(
     use crate::protocol::section::TurnSlot;
     for key in &need.turns {
         let slot = match load_turn(home, key)? {
-            Some(record) => TurnSlot::Record(record),
+            Some(record) => TurnSlot::Record(Box::new(record)),
             None => match std::fs::symlink_metadata(home.turn_dir(key)) {
                 Ok(_) => TurnSlot::Leftover,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => TurnSlot::Free,
@@ -801,7 +588,12 @@ pub fn read_records(
         records.put_turn(key.clone(), slot);
     }
     for task in &need.tasks {
-        records.put_task(task.clone(), load_task(home, task)?);
+        let dir_exists = match std::fs::symlink_metadata(home.task_dir(task)) {
+            Ok(_) => true,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+            Err(e) => return Err(FileError::io(&home.task_dir(task), e)),
+        };
+        records.put_task(task.clone(), load_task(home, task)?, dir_exists);
     }
     for task in &need.numbers {
         let mut numbers = list_turns(home, task)?;

@@ -491,6 +491,7 @@ impl Walk {
                     labels: Vec::new(),
                     timeout_millis: None,
                     schedule: Default::default(),
+                    delivery: None,
                 };
                 let outcome = submit_detached(&self.rt, me, request).map(|s| s.placement);
                 // The submitter exits once its command returns.

@@ -462,6 +462,7 @@ fn submit_completes_handoff_after_bind_records_the_child() {
         labels: Vec::new(),
         timeout_millis: None,
         schedule: Default::default(),
+        delivery: None,
     };
     let submitted = submit_detached(&rt, me, request).unwrap();
     let Placement::Started(Handoff::Completed { child }) = submitted.placement else {
@@ -491,6 +492,7 @@ fn submit_completes_handoff_after_bind_records_the_child() {
         labels: Vec::new(),
         timeout_millis: None,
         schedule: Default::default(),
+        delivery: None,
     };
     assert_eq!(
         submit_detached(&rt, me, second).unwrap().placement,

@@ -92,6 +92,7 @@ fn request(task: &str) -> SubmitRequest {
         labels: Vec::new(),
         timeout_millis: None,
         schedule: Default::default(),
+        delivery: None,
     }
 }
 
@@ -715,7 +716,7 @@ fn a_cancel_at_depth_loads_only_its_tasks_part() {
         retry: None,
     };
     let submit_after = |task: &str, key: &TurnKey| {
-        submit_detached_sequenced(&rt, me, request(task), after_success(key), |_, _| Ok(()))
+        submit_detached_sequenced(&rt, me, request(task), after_success(key))
             .expect("submit with a dependency")
             .key
     };

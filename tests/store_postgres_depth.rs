@@ -261,6 +261,7 @@ fn request(task: &str) -> SubmitRequest {
         labels: Vec::new(),
         timeout_millis: None,
         schedule: Default::default(),
+        delivery: None,
     }
 }
 

@@ -497,7 +497,6 @@ pub struct FleetView {
     pub may_start: bool,
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -669,4 +668,3 @@ mod tests {
         assert_eq!(own.observe(&remote.process), Observation::Matching);
     }
 }
-

@@ -8,7 +8,7 @@ pub mod admission;
 pub mod execution;
 pub mod fleet;
 pub mod records;
-pub mod section;
 pub mod scopes;
+pub mod section;
 pub mod slots;
 pub mod turns;

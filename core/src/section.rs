@@ -65,8 +65,8 @@ pub trait Section {
 /// What the store holds at a turn's place.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum TurnSlot {
-    /// The turn's record.
-    Record(TurnRecord),
+    /// The turn's record (boxed: a record is large, and most slots read are records).
+    Record(Box<TurnRecord>),
     /// No record and nothing left at its place: the number is free for a new turn.
     Free,
     /// No record, but the turn's folder is still there (a removal cut short): not free for a new
@@ -101,8 +101,9 @@ impl Need {
 pub enum Unread {
     /// These records: read them in the same transaction and call the step again.
     Records(Need),
-    /// More of the queue than the part loaded: roll back and run again on the whole queue.
-    Queue,
+    /// More of the queue than the part loaded: roll back and run again on what this names (the
+    /// whole queue, or a part the step can now name, e.g. a task whose name it generated).
+    Queue(Reads),
 }
 
 /// Why a step stopped without a decision: more to read, or a refusal that leaves everything as it
@@ -138,6 +139,9 @@ impl From<SlotError> for Halt {
 pub struct Records {
     turns: BTreeMap<TurnKey, TurnSlot>,
     tasks: BTreeMap<String, Option<TaskRecord>>,
+    /// Of each task read: whether its folder is on disk (a task without a record may still have
+    /// one, left by a removal cut short: its name is not free for a generated task).
+    task_dirs: BTreeMap<String, bool>,
     numbers: BTreeMap<String, Vec<u32>>,
 }
 
@@ -189,7 +193,7 @@ impl Records {
     /// The record of `key` (`None`: it has none), or the [`Unread`] asking for it.
     pub fn turn(&self, key: &TurnKey) -> Result<Option<&TurnRecord>, Unread> {
         Ok(match self.slot(key)? {
-            TurnSlot::Record(record) => Some(record),
+            TurnSlot::Record(record) => Some(record.as_ref()),
             TurnSlot::Free | TurnSlot::Leftover => None,
         })
     }
@@ -224,9 +228,16 @@ impl Records {
         self.turns.insert(key, slot);
     }
 
-    /// Takes in what the store read of task `name`.
-    pub fn put_task(&mut self, name: String, record: Option<TaskRecord>) {
+    /// Whether task `name` is taken: it has a record, or its folder is on disk.
+    pub fn task_taken(&self, name: &str) -> Result<bool, Unread> {
+        let record = self.task(name)?;
+        Ok(record.is_some() || self.task_dirs.get(name).copied().unwrap_or(false))
+    }
+
+    /// Takes in what the store read of task `name`: its record, and whether its folder exists.
+    pub fn put_task(&mut self, name: String, record: Option<TaskRecord>, dir_exists: bool) {
         debug_assert!(record.as_ref().is_none_or(|r| r.name == name));
+        self.task_dirs.insert(name.clone(), dir_exists);
         self.tasks.insert(name, record);
     }
 
@@ -320,7 +331,7 @@ impl<'a> Draft<'a> {
             return Ok(TurnSlotRef::Record(&write.record));
         }
         Ok(match self.read.slot(key)? {
-            TurnSlot::Record(record) => TurnSlotRef::Record(record),
+            TurnSlot::Record(record) => TurnSlotRef::Record(record.as_ref()),
             TurnSlot::Free => TurnSlotRef::Free,
             TurnSlot::Leftover => TurnSlotRef::Leftover,
         })
@@ -332,6 +343,11 @@ impl<'a> Draft<'a> {
             Some(record) => Ok(Some(record)),
             None => self.read.task(name),
         }
+    }
+
+    /// Whether task `name` is taken: written by this step, or taken as read.
+    pub fn task_taken(&self, name: &str) -> Result<bool, Unread> {
+        Ok(self.writes.tasks.contains_key(name) || self.read.task_taken(name)?)
     }
 
     /// The turn numbers recorded for `task`, with the ones this step created.
@@ -441,6 +457,14 @@ impl<L: Liveness> View<'_, L> {
 pub struct SectionLiveness<'a, L: Liveness> {
     local: &'a L,
     fleet: Option<&'a FleetView>,
+}
+
+impl<'a, L: Liveness> SectionLiveness<'a, L> {
+    /// `local` over `fleet`'s leases: what a reader outside any section uses with a snapshot of
+    /// the lease table, as a section's step does with its own.
+    pub fn new(local: &'a L, fleet: Option<&'a FleetView>) -> Self {
+        SectionLiveness { local, fleet }
+    }
 }
 
 impl<L: Liveness> Liveness for SectionLiveness<'_, L> {

@@ -20,21 +20,21 @@ mod takeover;
 mod token;
 mod work;
 
+pub use departure::{leave, Leave, Left};
 pub use deps::{
     check_dependencies, depart, dependencies_met, retry_due, submit_after, AfterRule, AfterSubmit,
     DepartInput, Departure, Dependency, DependencyCheck, Ended, Requeued, RetryPlan, MAX_ATTEMPTS,
     MAX_BACKOFF_MILLIS, MAX_DEPENDENCIES,
 };
-pub use departure::{leave, Leave, Left};
 pub use identity::{Liveness, Observation, ProcessIdentity};
 pub use occupancy::{
     acting_queue_holder, counted_identities, live_runner_for_turn, occupied_runner_slots, Reserving,
 };
 pub use order::{held_back, start_candidates, HeldBack, PauseScope, PauseSet, MAX_PAUSED_TASKS};
 pub use queue::{
-    enqueue, validate_task_name, EnqueueOutcome, QueueEntry, QueueLookup, QueueState, RowState,
-    RunnerRecord, RunnerSlotReservation, TurnKey, MAX_QUEUE_ROWS, MAX_TASK_NAME_BYTES,
-    QUEUE_FORMAT_VERSION,
+    enqueue, next_queue_id, validate_task_name, EnqueueOutcome, QueueEntry, QueueLookup,
+    QueueState, RowState, RunnerRecord, RunnerSlotReservation, TurnKey, MAX_QUEUE_ROWS,
+    MAX_TASK_NAME_BYTES, QUEUE_FORMAT_VERSION,
 };
 pub use reconcile::{reconcile_step, reconcile_step_with, ReconcileStep};
 pub use reserve::{

@@ -61,7 +61,7 @@ pub fn claim_turn(
             return Err(SlotError::TurnPlaceTaken { key: free }.into());
         }
         draft.warn(format!(
-            "turn {} of task {task:?} is taken already (its task record was deleted or its \
+            "the home already holds turn {} of task {task:?} (its task record was deleted or its \
              next_turn rewound); the new turn is {} and the existing records are kept",
             wanted.turn, free.turn
         ));

@@ -105,8 +105,8 @@ pub(super) fn runner_alive(
 ) -> Result<(), CliError> {
     let queue = rt.store.load()?;
     let state = |queue: &crate::protocol::slots::QueueState| {
-        crate::fleet::observing(&rt.store, || {
-            status_shell::turn_state(queue, turn, &rt.liveness)
+        crate::fleet::observing(&rt.store, &rt.liveness, |live| {
+            status_shell::turn_state(queue, turn, live)
         })
     };
     if state(&queue)? == "orphaned" {

@@ -218,6 +218,7 @@ pub fn restart(home: Option<PathBuf>, args: RestartArgs) -> Result<i32, CliError
         labels: old.labels,
         timeout_millis: old.timeout_millis,
         schedule: Default::default(),
+        delivery: None,
     };
     submit_request(
         home,

@@ -242,8 +242,8 @@ fn logs_json_from(
     let state = tasks::recording_or(
         &rt.home,
         key,
-        crate::fleet::observing(&rt.store, || {
-            status_shell::turn_state(&queue, &turn, &rt.liveness)
+        crate::fleet::observing(&rt.store, &rt.liveness, |live| {
+            status_shell::turn_state(&queue, &turn, live)
         })?,
     );
     let ((stdout, stdout_skipped), (stderr, stderr_skipped)) = match remote {
@@ -305,8 +305,8 @@ fn why_no_output(rt: &Runtime, turn: &TurnRecord) -> Result<String, CliError> {
         );
     }
     let queue = rt.store.load()?;
-    let state = crate::fleet::observing(&rt.store, || {
-        status_shell::turn_state(&queue, turn, &rt.liveness)
+    let state = crate::fleet::observing(&rt.store, &rt.liveness, |live| {
+        status_shell::turn_state(&queue, turn, live)
     })?;
     Ok(match state.as_str() {
         "parked" => "it is queued: it waits for a free worker slot".to_string(),

@@ -127,6 +127,7 @@ pub fn submit(home: Option<PathBuf>, mut args: SubmitArgs) -> Result<i32, CliErr
             .transpose()
             .map_err(|e| CliError::Usage(format!("--timeout: {e}")))?,
         schedule: schedule_of(args.delay.as_deref(), args.at.as_deref(), args.priority)?,
+        delivery: None,
     };
     let how = How {
         attach: args.attach,
@@ -216,7 +217,7 @@ fn submit_request_with(
         submit_detached(&rt, me, request)?
     } else {
         let sequencing = sequencing.resolve(&rt)?;
-        crate::submit::submit_detached_sequenced(&rt, me, request, sequencing, |_, _| Ok(()))?
+        crate::submit::submit_detached_sequenced(&rt, me, request, sequencing)?
     };
     crate::runner::repair::after_section(&rt, me);
     let key = &submitted.key;

@@ -42,21 +42,16 @@ pub fn self_identity() -> io::Result<ProcessIdentity> {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ProcLiveness;
 
-/// Inside a queue section of a PostgreSQL home, a process of another host is observed through
-/// its lease ([`crate::fleet::observe`]); everything else through this host's `/proc`.
+/// This host's processes only: on a fleet, a section's step observes another host's processes
+/// through their leases (`SectionLiveness` over the section's view), around this observer.
 impl Liveness for ProcLiveness {
     fn observe(&self, identity: &ProcessIdentity) -> Observation {
-        crate::fleet::observe(identity, observe_here)
+        observe_here(identity)
     }
 
     /// Scans `/proc` for the work's marker and its process group (see [`super::work`]).
     fn observe_work(&self, work: &WorkRecord) -> Observation {
-        crate::fleet::observe_work(work, super::work::observe_work)
-    }
-
-    /// Inside a fleet section: false while this host is drained (`tollgate drain`).
-    fn may_start(&self) -> bool {
-        crate::fleet::section_may_start()
+        super::work::observe_work(work)
     }
 }
 

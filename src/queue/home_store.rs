@@ -6,6 +6,7 @@ use super::sqlite::SqliteStore;
 use super::store::{Commit, QueueStore, Store, StoreError};
 use crate::config::Config;
 use crate::home::Home;
+use crate::protocol::fleet::FleetView;
 use crate::protocol::slots::steps::{Loaded, Reads};
 use crate::protocol::slots::QueueState;
 
@@ -176,6 +177,23 @@ impl Store for HomeStore {
             HomeStore::Database(store) => store.transact_reading(commit, reads, change),
             HomeStore::Postgres(store) => store.transact_reading(commit, reads, change),
             other => other.transact_as(commit, |state| change(state, &Loaded::Whole)),
+        }
+    }
+
+    fn transact_section<R, E>(
+        &self,
+        commit: Commit,
+        reads: &Reads,
+        change: impl FnOnce(&mut QueueState, &Loaded, &mut Option<FleetView>) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
+        match self {
+            HomeStore::Postgres(store) => store.transact_section(commit, reads, change),
+            other => other.transact_reading(commit, reads, |state, loaded| {
+                change(state, loaded, &mut None)
+            }),
         }
     }
 

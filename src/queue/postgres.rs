@@ -17,6 +17,7 @@
 use super::store::{check_queue, Commit, Store, StoreError};
 use crate::clock;
 use crate::config::Durability;
+use crate::protocol::fleet::FleetView;
 use crate::protocol::slots::steps::{Loaded, QueueReads, Reads};
 use crate::protocol::slots::{QueueState, QUEUE_FORMAT_VERSION};
 use postgres::error::SqlState;
@@ -683,7 +684,7 @@ impl Store for PostgresStore {
     where
         E: From<StoreError>,
     {
-        self.section(commit, None, |state, _| change(state))
+        self.section(commit, None, |state, _, _| change(state))
     }
 
     /// A section on the part `reads` names (spec/store.md, "What a section loads"): the same
@@ -699,10 +700,23 @@ impl Store for PostgresStore {
     where
         E: From<StoreError>,
     {
+        self.transact_section(commit, reads, |state, loaded, _| change(state, loaded))
+    }
+
+    /// [`Store::transact_reading`] with the section's fleet view (its leases written back).
+    fn transact_section<R, E>(
+        &self,
+        commit: Commit,
+        reads: &Reads,
+        change: impl FnOnce(&mut QueueState, &Loaded, &mut Option<FleetView>) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
         match reads {
-            Reads::Everything => {
-                self.section(commit, None, |state, _| change(state, &Loaded::Whole))
-            }
+            Reads::Everything => self.section(commit, None, |state, _, fleet| {
+                change(state, &Loaded::Whole, fleet)
+            }),
             Reads::Part(part) => self.section(commit, Some(part), change),
         }
     }
@@ -738,7 +752,7 @@ impl PostgresStore {
         &self,
         commit: Commit,
         part: Option<&QueueReads>,
-        change: impl FnOnce(&mut QueueState, &Loaded) -> Result<R, E>,
+        change: impl FnOnce(&mut QueueState, &Loaded, &mut Option<FleetView>) -> Result<R, E>,
     ) -> Result<R, E>
     where
         E: From<StoreError>,
@@ -808,9 +822,9 @@ impl PostgresStore {
             .store(original.entries.len(), std::sync::atomic::Ordering::Relaxed);
         let mut state = original.clone();
         // On an `Err` (or a panic) `section` is dropped, which rolls the transaction back.
-        let view = fleet.as_ref().map(|f| f.view.clone());
-        let (result, fleet_after) = crate::fleet::in_section(view, || change(&mut state, &loaded));
-        let result = result?;
+        let mut view = fleet.as_ref().map(|f| f.view.clone());
+        let result = change(&mut state, &loaded, &mut view)?;
+        let fleet_after = view;
         // The task and turn records `change` wrote, kept for this message (records::PgConn).
         let mut sql = section.take_pending();
         let leases_changed = self.fleet_end(&mut sql, fleet, fleet_after);

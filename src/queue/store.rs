@@ -10,6 +10,7 @@
 use super::lock::{LockError, QueueLock};
 use crate::fsutil::{self, FileError};
 use crate::home::Home;
+use crate::protocol::fleet::FleetView;
 use crate::protocol::slots::steps::{Loaded, Reads};
 use crate::protocol::slots::{QueueState, QUEUE_FORMAT_VERSION};
 use std::path::{Path, PathBuf};
@@ -66,6 +67,25 @@ pub trait Store {
     {
         let _ = reads;
         self.transact_as(commit, |state| change(state, &Loaded::Whole))
+    }
+
+    /// [`Store::transact_reading`] for a section of the section runner ([`crate::section`]):
+    /// `change` also gets the section's fleet view (`None` on one host): on a fleet, the lease
+    /// table with the database's clock and whether this host may start turns, read under the
+    /// lease lock in this transaction; the leases as `change` leaves them in the view are written
+    /// back in the same transaction. This default (one host) hands `None` and writes no lease.
+    fn transact_section<R, E>(
+        &self,
+        commit: Commit,
+        reads: &Reads,
+        change: impl FnOnce(&mut QueueState, &Loaded, &mut Option<FleetView>) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
+        self.transact_reading(commit, reads, |state, loaded| {
+            change(state, loaded, &mut None)
+        })
     }
 
     /// [`Store::transact_as`] with [`Commit::Promise`]: a call site that does not say is durable.

@@ -26,35 +26,6 @@ use std::time::Duration;
 /// work was killed and nothing was recorded; the row is left to reconcile (spec/fleet.md).
 pub const FENCED_EXIT_CODE: i32 = 75;
 
-/// The first thing of the runner's take-over section on a fleet: renew the lease the handoff's
-/// first publish took for it ([`crate::fleet::renew_own`]). A lease that is gone or expired (the
-/// runner took longer than a lease to start, or another host already stole it) refuses the
-/// take-over, nothing published, and the runner exits. Nothing on one host.
-pub fn renew_at_take_over(me: ProcessIdentity) -> Result<(), DispatchError> {
-    match crate::fleet::renew_own(me) {
-        None | Some(RenewOutcome::Renewed { .. }) => Ok(()),
-        Some(RenewOutcome::Lost | RenewOutcome::NotOwner) => {
-            Err(crate::protocol::fleet::FleetError::Unknown {
-                holder: FleetIdentity {
-                    host: crate::fleet::section_host()
-                        .unwrap_or_else(|| unreachable!("renew_own answered, so a section runs")),
-                    process: me,
-                },
-            }
-            .into())
-        }
-    }
-}
-
-/// In an attached start section on a fleet: the submitter becomes its turn's executor, so it
-/// takes its lease in the same transaction (spec/fleet.md, `acquire`); refused (the table is
-/// full), the section is rolled back. Nothing on one host.
-pub fn acquire_own(me: ProcessIdentity) -> Result<(), DispatchError> {
-    crate::fleet::acquire_own(me)
-        .unwrap_or(Ok(()))
-        .map_err(DispatchError::from)
-}
-
 /// A runner's lease while its command runs; dropping it ends the renewals without fencing.
 pub struct RunnerLease {
     keeper: LeaseKeeper,

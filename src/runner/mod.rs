@@ -22,12 +22,10 @@ pub use execute::{execute_turn, truncation_line, Execution, LogDrains, TIMED_OUT
 use crate::dispatch::{DispatchError, Handoff};
 use crate::driver;
 use crate::process::{containment, work};
-use crate::protocol::slots::sections::{FinishEffect, FinishSection, TakeOverSection};
-use crate::protocol::slots::steps::{self, Reads, TakeOverEffect};
-use crate::protocol::slots::{
-    Liveness, ProcessIdentity, SlotToken, TurnKey, WorkId, WorkRecord,
-};
-use crate::queue::{Commit, Store};
+use crate::protocol::slots::sections::{FinishEffect, FinishSection, TakeOverSection, WorkStarted};
+use crate::protocol::slots::steps::TakeOverEffect;
+use crate::protocol::slots::{Liveness, ProcessIdentity, SlotToken, TurnKey, WorkId, WorkRecord};
+use crate::queue::Store;
 use crate::runtime::Runtime;
 use crate::tasks::{self, TurnOutcome, TurnRecord};
 use std::path::PathBuf;
@@ -330,18 +328,15 @@ fn run_work_with<L: Liveness, S: Store>(
     execution
 }
 
-/// The section right after the command was spawned: record its leader on the work.
+/// The section right after the command was spawned: record its leader on the work
+/// ([`WorkStarted`]).
 pub fn record_leader<L: Liveness, S: Store>(
     rt: &Runtime<L, S>,
     key: &TurnKey,
     work: WorkId,
     leader: ProcessIdentity,
 ) -> Result<(), DispatchError> {
-    let reads = Reads::Part(steps::row_reads(key));
-    rt.store
-        .transact_reading(Commit::Internal, &reads, |state, _| {
-            steps::work_started(state, key, work, leader).map_err(DispatchError::from)
-        })
+    crate::section::run(rt, &WorkStarted { key, work, leader })
 }
 
 /// Leaves the queue for `key` and starts the oldest parked row in the slot this process frees.
@@ -404,7 +399,7 @@ fn perform_finish<L: Liveness, S: Store>(
     }
     effect
         .next
-        .map(|handoff| driver::hand_off(&rt.store, rt.spawner.as_ref(), handoff))
+        .map(|handoff| driver::hand_off(rt, rt.spawner.as_ref(), handoff))
         .transpose()
 }
 

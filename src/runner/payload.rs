@@ -1,12 +1,12 @@
 //! A delivery's payload where the command looks for it. `serve` keeps a delivery's body in the
 //! home's database (`serve_payloads`, written in the group commit that queued the turn: the
-//! body's only durable copy) and names the file `payload` in the turn's folder in the turn's
-//! environment (`TOLLGATE_PAYLOAD`). The accept writes no file (it would cost an inode per
-//! delivery on the group commit's one thread, and the turn's folder does not exist yet): the
-//! turn's runner writes the body into its own turn folder from the row before the command starts.
-//! On a PostgreSQL queue another host may run the turn, and the named path is in a home it cannot
-//! see: the runner points the variable at its own home's file. A home whose records are files (no
-//! database) has the file written, durably, by the accept itself.
+//! body's only durable copy). The accept writes no file (it would cost an inode per delivery on
+//! the group commit's one thread, and the turn's folder does not exist yet): the turn's runner
+//! writes the body into its own turn folder (`payload`) from the row before the command starts,
+//! and names that file in the command's environment (`TOLLGATE_PAYLOAD`). On a PostgreSQL queue
+//! another host may run the turn: its runner writes the file in its own home. A home whose
+//! records are files (no database) has the file written, durably, and named in the turn's record,
+//! by the accept itself.
 
 use crate::fsutil::FileError;
 use crate::home::Home;
@@ -21,18 +21,15 @@ pub const PAYLOAD_VAR: &str = "TOLLGATE_PAYLOAD";
 pub const PAYLOAD_FILE: &str = "payload";
 
 /// `turn` with `TOLLGATE_PAYLOAD` naming this home's payload file of the turn, holding the kept
-/// body: unchanged when the turn carries no delivery, names no payload, or the home's records are
-/// files; otherwise the kept body is written into this home's turn folder (made if missing), unless
-/// the file there holds it already. A turn whose body is not kept (queued before the table
-/// existed) keeps its path. `Err` only when the body is kept but cannot be read or written here:
+/// body: unchanged when the turn carries no delivery or the home's records are files; otherwise
+/// the kept body is written into this home's turn folder (made if missing), unless the file there
+/// holds it already. A turn whose body is not kept (queued before the table existed) keeps the
+/// path its record names. `Err` only when the body is kept but cannot be read or written here:
 /// the command would run without its input, which is worse than not running it.
 pub fn localised<'a>(home: &Home, turn: &'a TurnRecord) -> Result<Cow<'a, TurnRecord>, FileError> {
     if turn.delivery.is_none() || !records::in_database(home) {
         return Ok(Cow::Borrowed(turn));
     }
-    let Some(named) = turn.env.get(PAYLOAD_VAR) else {
-        return Ok(Cow::Borrowed(turn));
-    };
     let kept = records::with_db(home, Access::Read, None, |db| {
         crate::queue::serve_tables::payload_of(db, &turn.key.task, turn.key.turn)
             .map_err(|e| records::db_error(&records::database_name(home), e))
@@ -49,7 +46,11 @@ pub fn localised<'a>(home: &Home, turn: &'a TurnRecord) -> Result<Cow<'a, TurnRe
         crate::fsutil::create_private_dir_under(home.root(), &dir)?;
         crate::fsutil::publish_bytes(&local, &body)?;
     }
-    if std::path::Path::new(named) == local {
+    if turn
+        .env
+        .get(PAYLOAD_VAR)
+        .is_some_and(|named| std::path::Path::new(named) == local)
+    {
         return Ok(Cow::Borrowed(turn));
     }
     let mut turn = turn.clone();

@@ -44,7 +44,7 @@ pub fn bounded_repair<L: Liveness, S: Store>(
         repair.steps.push(effect.step());
         match effect {
             ReconcileEffect::Spawn { handoff, .. } => {
-                if let Err(e) = driver::hand_off(&rt.store, rt.spawner.as_ref(), handoff) {
+                if let Err(e) = driver::hand_off(rt, rt.spawner.as_ref(), handoff) {
                     tracing::warn!("repair: {e}");
                 }
             }

@@ -18,12 +18,14 @@ use super::handler::{App, PAYLOAD_FILE};
 use super::settings::Route;
 use crate::group_commit::{self, Committer, Worker};
 use crate::protocol::admission::{EventIdentity, Strategy};
-use crate::protocol::slots::steps::{self, Loaded, QueueReads, Reads, SubmitEffect};
+use crate::protocol::fleet::FleetView;
+use crate::protocol::slots::sections::Placement;
+use crate::protocol::slots::steps::{self, Loaded, QueueReads, Reads};
 use crate::protocol::slots::QueueState;
 use crate::queue::records::{self, Access};
 use crate::queue::{Commit, Store, StoreError};
 use crate::runtime::Runtime;
-use crate::submit::{decide_submit, Decided, SubmitRequest};
+use crate::submit::{decide_submit, Decided, Sequencing, SubmitRequest};
 use crate::tasks::DeliveryMeta;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -77,6 +79,7 @@ impl Pending {
             labels: Vec::new(),
             timeout_millis: None,
             schedule: Default::default(),
+            delivery: Some(meta.clone()),
         };
         Pending {
             meta,
@@ -136,6 +139,8 @@ struct InSection<'a> {
     /// The rows of the part as loaded (to keep `queue_rows` true as deliveries add rows).
     rows_at_load: usize,
     needs_everything: Cell<bool>,
+    /// The batch's fleet view (`None` on one host), as its deliveries' sections leave it.
+    fleet: RefCell<Option<FleetView>>,
 }
 
 impl InSection<'_> {
@@ -203,17 +208,33 @@ impl Store for InSection<'_> {
 
     fn transact_reading<R, E>(
         &self,
-        _commit: Commit,
+        commit: Commit,
         reads: &Reads,
         change: impl FnOnce(&mut QueueState, &Loaded) -> Result<R, E>,
     ) -> Result<R, E>
     where
         E: From<StoreError>,
     {
+        self.transact_section(commit, reads, |state, loaded, _| change(state, loaded))
+    }
+
+    /// A delivery's section sees the batch's fleet view, and its lease changes stay in it for the
+    /// batch's commit (a delivery's section takes no lease: a submit binds no child).
+    fn transact_section<R, E>(
+        &self,
+        _commit: Commit,
+        reads: &Reads,
+        change: impl FnOnce(&mut QueueState, &Loaded, &mut Option<FleetView>) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
         let loaded = self.covering(Some(reads)).ok_or_else(beyond_part)?;
         let mut copy = (**self.state.borrow()).clone();
-        let result = change(&mut copy, &loaded)?;
+        let mut fleet = self.fleet.borrow().clone();
+        let result = change(&mut copy, &loaded, &mut fleet)?;
         **self.state.borrow_mut() = copy;
+        *self.fleet.borrow_mut() = fleet;
         Ok(result)
     }
 }
@@ -297,7 +318,7 @@ fn section(
     next_prune: &mut std::time::Instant,
 ) -> Result<Vec<Committed>, BatchError> {
     rt.store
-        .transact_reading(Commit::Promise, reads, |state, loaded| {
+        .transact_section(Commit::Promise, reads, |state, loaded, fleet| {
             let rows_at_load = state.entries.len();
             let base = super::runtime_for(&app.home, &app.config);
             let inner = Runtime {
@@ -308,6 +329,7 @@ fn section(
                     loaded: loaded.clone(),
                     rows_at_load,
                     needs_everything: Cell::new(false),
+                    fleet: RefCell::new(fleet.clone()),
                 },
                 spawner: base.spawner,
                 liveness: base.liveness,
@@ -317,6 +339,9 @@ fn section(
                 app.serve_state
                     .savepoint("SAVEPOINT delivery")
                     .map_err(StoreError::from)?;
+                // The queue as it was before this delivery: a delivery that fails after its
+                // section (its payload row) is rolled back in memory as in the database.
+                let before = (**inner.store.state.borrow()).clone();
                 let result = one(app, &inner, pending);
                 if inner.store.needs_everything.get() {
                     // Rolled back with the section: nobody was answered.
@@ -325,6 +350,7 @@ fn section(
                 let end = match &result {
                     Committed::Queued(_) => "RELEASE delivery",
                     Committed::Duplicate | Committed::Failed(_) => {
+                        **inner.store.state.borrow_mut() = before;
                         "ROLLBACK TO delivery; RELEASE delivery"
                     }
                 };
@@ -341,6 +367,7 @@ fn section(
             // A crash here is what `tests/failpoints_serve_group_commit.rs` injects: the batch is
             // written, not committed, and nobody was answered.
             fail::fail_point!("serve::before_group_commit", |_| std::process::abort());
+            *fleet = inner.store.fleet.take();
             Ok(results)
         })
 }
@@ -359,44 +386,45 @@ fn one(
         Ok(false) => return Committed::Duplicate,
         Err(e) => return Committed::Failed(e.to_string()),
     }
-    let meta = pending.meta.clone();
-    let body = &pending.body;
-    let database = app.serve_state.in_database();
-    let records_in_database = records::in_database(&app.home);
-    let decided = decide_submit(inner, app.me, &pending.request, |home, turn| {
-        let path = home.turn_dir(&turn.key).join(PAYLOAD_FILE);
-        if database {
-            // Durable with the batch's commit, and the only copy the batch writes: the file is
-            // made by the turn's runner from this row before the command starts
-            // ([`crate::runner::payload::localised`]; spec/ingress.md "Group commit"), so an
-            // accept makes no inode.
-            records::with_db(home, Access::Write, None, |db| {
-                crate::queue::serve_tables::put_payload(
-                    db,
-                    &meta.id,
-                    &turn.key.task,
-                    turn.key.turn,
-                    body,
-                )
-                .map_err(|e| records::db_error(&records::database_name(home), e))
-            })?;
-        }
-        if !database || !records_in_database {
-            // Records in files: the turn's folder was made by its claim, and the runner reads the
-            // file as it is (no row to write it from).
-            crate::fsutil::publish_bytes(&path, body)?;
-        }
-        turn.env.insert(
-            crate::runner::payload::PAYLOAD_VAR.into(),
-            path.display().to_string(),
-        );
-        turn.delivery = Some(meta);
-        Ok(())
-    });
-    match decided {
-        Ok(decided) => Committed::Queued(Box::new(decided)),
+    let decided = match decide_submit(inner, app.me, &pending.request, &Sequencing::default()) {
+        Ok(decided) => decided,
+        Err(e) => return Committed::Failed(e.to_string()),
+    };
+    match keep_payload(app, &decided.key, &pending.meta, &pending.body) {
+        Ok(()) => Committed::Queued(Box::new(decided)),
         Err(e) => Committed::Failed(e.to_string()),
     }
+}
+
+/// The delivery's body, in the same transaction as its turn: a row of the home's database (its
+/// only durable copy: the turn's runner writes the file from it before the command starts,
+/// [`crate::runner::payload::localised`]; spec/ingress.md "Group commit"), so an accept makes no
+/// inode. A home whose records are files gets the file itself, named in the turn's environment.
+fn keep_payload(
+    app: &App,
+    key: &crate::protocol::slots::TurnKey,
+    meta: &DeliveryMeta,
+    body: &[u8],
+) -> Result<(), crate::fsutil::FileError> {
+    let home = &app.home;
+    if app.serve_state.in_database() {
+        records::with_db(home, Access::Write, None, |db| {
+            crate::queue::serve_tables::put_payload(db, &meta.id, &key.task, key.turn, body)
+                .map_err(|e| records::db_error(&records::database_name(home), e))
+        })?;
+    }
+    if !app.serve_state.in_database() || !records::in_database(home) {
+        let path = home.turn_dir(key).join(PAYLOAD_FILE);
+        crate::fsutil::publish_bytes(&path, body)?;
+        if let Some(mut turn) = crate::tasks::load_turn(home, key)? {
+            turn.env.insert(
+                crate::runner::payload::PAYLOAD_VAR.into(),
+                path.display().to_string(),
+            );
+            crate::tasks::save_turn(home, &turn)?;
+        }
+    }
+    Ok(())
 }
 
 /// Drops the kept payloads of turns that ended or are gone (at most [`PRUNE_MOST`]).
@@ -417,27 +445,19 @@ fn prune_payloads(app: &App) {
 /// waker), as `submit` does after its section.
 fn perform(app: &App, rt: &Runtime, decided: Vec<Decided>) {
     for decided in decided {
-        match decided.decision.effect {
-            SubmitEffect::Spawn(handoff) => {
-                let _spawning = crate::sync::lock(&app.spawn_lock);
-                let spawner = super::handler::AcceptSpawner(
-                    super::runtime_for(&app.home, &app.config).spawner,
+        if let Some(at_millis) = decided.placement.wake_at_millis() {
+            crate::driver::start_waker(rt.spawner.as_ref(), at_millis);
+        }
+        if let Placement::Spawn(handoff) = decided.placement {
+            let _spawning = crate::sync::lock(&app.spawn_lock);
+            let spawner =
+                super::handler::AcceptSpawner(super::runtime_for(&app.home, &app.config).spawner);
+            if let Err(e) = crate::driver::hand_off(rt, &spawner, handoff) {
+                tracing::error!(
+                    "{}: cannot start the runner of an accepted delivery ({e}); its row is parked and starts at the next finish or reconcile",
+                    decided.key
                 );
-                if let Err(e) = crate::driver::hand_off(&rt.store, &spawner, handoff) {
-                    tracing::error!(
-                        "{}: cannot start the runner of an accepted delivery ({e}); its row is parked and starts at the next finish or reconcile",
-                        decided.key
-                    );
-                }
             }
-            SubmitEffect::Wait {
-                wake_at_millis: Some(at_millis),
-                ..
-            } => crate::driver::start_waker(rt.spawner.as_ref(), at_millis),
-            SubmitEffect::Wait { .. }
-            | SubmitEffect::Park
-            | SubmitEffect::Pending
-            | SubmitEffect::Dropped { .. } => {}
         }
     }
 }
@@ -515,6 +535,7 @@ mod tests {
             loaded,
             rows_at_load,
             needs_everything: Cell::new(false),
+            fleet: RefCell::new(None),
         }
     }
 
@@ -620,6 +641,7 @@ mod tests {
                 labels: Vec::new(),
                 timeout_millis: None,
                 schedule: Default::default(),
+                delivery: None,
             },
             body: Vec::new(),
             identity: EventIdentity(task.into()),

@@ -16,7 +16,7 @@ use crate::home::Home;
 use crate::protocol::admission::{
     delivery_outcome, Deadline, Dispatch, EventIdentity, RejectReason, Tenant, TurnEnd,
 };
-use crate::protocol::slots::steps::SubmitEffect;
+use crate::protocol::slots::sections::Placement;
 use crate::protocol::slots::ProcessIdentity;
 use crate::tasks::{self, DeliveryMeta};
 use axum::body::Body;
@@ -512,7 +512,7 @@ async fn accepted(
         "identity": meta.identity,
         "task": key.task,
         "turn": key.turn,
-        "placement": placement_name(&decided.decision.effect),
+        "placement": placement_name(&decided.placement),
     });
     let watched = |reply| Watched {
         permit,
@@ -523,7 +523,7 @@ async fn accepted(
         readopted: false,
         reply,
     };
-    if let SubmitEffect::Dropped { .. } = decided.decision.effect {
+    if let Placement::Dropped { .. } = decided.placement {
         // The task's `drop` strategy ended the turn at once: so does the delivery (the core's
         // turn-outcome rule names its outcome).
         let outcome = delivery_outcome(TurnEnd::Dropped, false);
@@ -538,10 +538,10 @@ async fn accepted(
     }
     match route.dispatch() {
         DispatchMode::Deferred => {
-            match decided.decision.effect {
+            match decided.placement {
                 // Live and waiting in the queue as the batch left it: no need to read its record
                 // again right after the answer.
-                SubmitEffect::Park | SubmitEffect::Wait { .. } => {
+                Placement::Park | Placement::Wait { .. } | Placement::Held { .. } => {
                     app.watcher.watch_queued(watched(None))
                 }
                 _ => app.watcher.watch(watched(None)),
@@ -567,14 +567,16 @@ async fn accepted(
     }
 }
 
-fn placement_name(effect: &SubmitEffect) -> &'static str {
-    match effect {
+fn placement_name(placement: &Placement) -> &'static str {
+    match placement {
         // The slot is reserved; the runner is spawned right after this answer.
-        SubmitEffect::Spawn(_) => "starting",
-        SubmitEffect::Park => "parked",
-        SubmitEffect::Pending => "pending",
-        SubmitEffect::Wait { .. } => "waiting",
-        SubmitEffect::Dropped { .. } => "dropped",
+        Placement::Spawn(_) => "starting",
+        Placement::Park => "parked",
+        Placement::Pending => "pending",
+        Placement::Wait { .. } => "waiting",
+        Placement::Held { .. } => "held",
+        Placement::Dropped { .. } => "dropped",
+        Placement::DependencyFailed { .. } => "dependency_failed",
     }
 }
 

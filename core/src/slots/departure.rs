@@ -113,7 +113,10 @@ pub fn leave(
         ..Need::default()
     })?;
     for (dependent, cause) in &departure.dependency_failed {
-        debug_assert!(state.row(dependent).is_none(), "a settled dependent kept its row");
+        debug_assert!(
+            state.row(dependent).is_none(),
+            "a settled dependent kept its row"
+        );
         end_dependency_failed(draft, dependent, cause, input.now_millis)?;
     }
     Ok(Left {

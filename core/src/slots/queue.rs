@@ -359,6 +359,21 @@ impl EnqueueOutcome {
 ///
 /// FIFO is `queue_id`; the row's time is `max(now_millis, last row's time)`, so a caller whose clock
 /// runs behind cannot make the times fall. A second enqueue of the same turn changes nothing.
+/// The id the next enqueue hands out, of a queue whose counter is `next_queue_id` and whose
+/// highest row id is `last_queue_id`: never below an existing row's (a document whose counter is
+/// behind its rows), never 0. A store's unlocked hint computes it from those two values alone.
+pub fn next_queue_id(next_queue_id: u64, last_queue_id: Option<u64>) -> u64 {
+    let floor = last_queue_id.map_or(0, |id| id.saturating_add(1));
+    next_queue_id.max(floor).max(1)
+}
+
+impl QueueState {
+    /// The id the next [`enqueue`] hands out ([`next_queue_id`]).
+    pub fn id_of_next_enqueue(&self) -> u64 {
+        next_queue_id(self.next_queue_id, self.entries.last().map(|e| e.queue_id))
+    }
+}
+
 pub fn enqueue(
     state: &mut QueueState,
     key: &TurnKey,
@@ -377,12 +392,7 @@ pub fn enqueue(
         });
     }
     let last_millis = state.entries.last().map_or(0, |e| e.enqueued_at_millis);
-    // Ids below an existing row's are never handed out, even from a document whose counter is off.
-    let floor = state
-        .entries
-        .last()
-        .map_or(0, |e| e.queue_id.saturating_add(1));
-    let queue_id = state.next_queue_id.max(floor).max(1);
+    let queue_id = state.id_of_next_enqueue();
     // Ids are never reused, so a counter at its end refuses instead of wrapping.
     state.next_queue_id = queue_id
         .checked_add(1)

@@ -5,13 +5,27 @@
 //! changes), and returns a [`Step`](crate::section::Step): the record writes and the effect. The
 //! shell runs every one of them through its one section runner, and the models call them too.
 
+mod attached;
 mod cancel;
 mod finish;
+mod handoff;
+mod pause;
+mod reconcile;
+mod submit;
 mod take_over;
+mod unrun;
+mod work;
 
+pub use attached::{attached, Attached, AttachedSection, AttachedStart};
 pub use cancel::{cancel, CancelSection};
 pub use finish::{finish, FinishEffect, FinishSection};
+pub use handoff::{PublishFirst, PublishSecond, SpawnFailed};
+pub use pause::{PauseSection, Paused, ResumeSection};
+pub use reconcile::{on_disk, reconcile, ReconcileSection, Reconciled};
+pub use submit::{submit, Placement, SubmitSection, Submitted, GENERATED_NAME_TRIES};
 pub use take_over::{take_over, TakeOverSection};
+pub use unrun::EndUnrun;
+pub use work::WorkStarted;
 
 use crate::admission::Strategy;
 use crate::section::{Draft, Need, Unread};

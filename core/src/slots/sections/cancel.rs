@@ -59,7 +59,7 @@ pub fn cancel<L: Liveness>(
     input: CancelSection<'_>,
 ) -> Result<Step<CancelEffect>, Halt> {
     if !steps::cancel_covers(view.loaded, input.task()) {
-        return Err(Unread::Queue.into());
+        return Err(Unread::Queue(Reads::Everything).into());
     }
     let loaded_rows: Vec<TurnKey> = state.entries.iter().map(|e| e.key.clone()).collect();
     let effect = steps::cancel(state, input.selection, &view.liveness());
@@ -83,7 +83,7 @@ pub fn cancel<L: Liveness>(
         debug_assert_eq!(left.retried_as, None, "a cancelled turn is never retried");
     }
     if !steps::cancel_stayed_inside(view.loaded, &loaded_rows, state, &effect.removed) {
-        return Err(Unread::Queue.into());
+        return Err(Unread::Queue(Reads::Everything).into());
     }
     Ok(draft.finish(effect))
 }

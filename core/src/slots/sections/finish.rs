@@ -69,7 +69,7 @@ pub fn finish<L: Liveness>(
 ) -> Result<Step<FinishEffect>, Halt> {
     let key = input.key;
     if !finish_covers(view.loaded, key) {
-        return Err(Unread::Queue.into());
+        return Err(Unread::Queue(Reads::Everything).into());
     }
     if let Some(result) = input.result {
         debug_assert_eq!(&result.key, key, "a result of another turn");
@@ -113,7 +113,7 @@ pub fn finish<L: Liveness>(
     if let Some(before) = &before {
         let started = next.as_ref().map(|h| h.key());
         if !finish_sufficed(view.loaded, key, before, state, started) {
-            return Err(Unread::Queue.into());
+            return Err(Unread::Queue(Reads::Everything).into());
         }
     }
     debug_assert!(state.row(key).is_none(), "a finished turn kept its row");

@@ -83,7 +83,10 @@ pub fn take_over<L: Liveness>(
     }
     debug_assert!(
         !matches!(effect, TakeOverEffect::Run { .. })
-            || state.works.iter().any(|w| &w.key == input.key && w.runner == input.me),
+            || state
+                .works
+                .iter()
+                .any(|w| &w.key == input.key && w.runner == input.me),
         "a take-over that runs has recorded its work"
     );
     Ok(draft.finish((effect, turn)))

@@ -9,6 +9,7 @@
 pub mod conn;
 pub mod edit;
 pub mod env;
+pub mod fleet;
 pub mod hooks;
 pub mod limits;
 pub mod serve;

@@ -3,10 +3,31 @@
 
 use crate::fsutil::FileError;
 use crate::process::SpawnError;
-use crate::protocol::slots::SlotError;
+use crate::protocol::slots::{ProcessIdentity, SlotError};
 use crate::queue::StoreError;
 
-pub use crate::driver::HandoffOutcome as Handoff;
+pub use HandoffOutcome as Handoff;
+
+/// How a handoff ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HandoffOutcome {
+    /// Both publishes landed: the child is the recorded runner and the token is cleared.
+    Completed { child: ProcessIdentity },
+    /// The row moved on after the spawn (stolen, cancelled, or completed by the child itself);
+    /// the token-fenced core refused to touch it. The child's own take-over decides what happens.
+    Fenced {
+        child: ProcessIdentity,
+        reason: SlotError,
+    },
+}
+
+impl HandoffOutcome {
+    pub fn child(&self) -> ProcessIdentity {
+        match self {
+            HandoffOutcome::Completed { child } | HandoffOutcome::Fenced { child, .. } => *child,
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum DispatchError {

@@ -16,30 +16,11 @@ use crate::process::work::WorkKill;
 use crate::process::RunnerSpawner;
 use crate::protocol::slots::sections::{PublishFirst, PublishSecond, SpawnFailed};
 use crate::protocol::slots::steps::Handoff;
-use crate::protocol::slots::{Liveness, ProcessIdentity, SlotError, WorkRecord};
+use crate::protocol::slots::{Liveness, ProcessIdentity, WorkRecord};
 use crate::queue::Store;
 use crate::runtime::Runtime;
 
-/// How a handoff ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum HandoffOutcome {
-    /// Both publishes landed: the child is the recorded runner and the token is cleared.
-    Completed { child: ProcessIdentity },
-    /// The row moved on after the spawn (stolen, cancelled, or completed by the child itself);
-    /// the token-fenced core refused to touch it. The child's own take-over decides what happens.
-    Fenced {
-        child: ProcessIdentity,
-        reason: SlotError,
-    },
-}
-
-impl HandoffOutcome {
-    pub fn child(&self) -> ProcessIdentity {
-        match self {
-            HandoffOutcome::Completed { child } | HandoffOutcome::Fenced { child, .. } => *child,
-        }
-    }
-}
+pub use crate::dispatch::HandoffOutcome;
 
 /// Spawns the runner for `handoff` with `spawner` and completes it: the first publish, then the
 /// second, each its own section ([`PublishFirst`], [`PublishSecond`]) on the row's part of the

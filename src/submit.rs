@@ -235,7 +235,7 @@ pub fn submit_attached<L: Liveness, S: Store>(
     request: SubmitRequest,
 ) -> Result<Attached, DispatchError> {
     let task = check_request(&request)?;
-    runner::signals::install()
+    crate::process::signals::install()
         .map_err(|e| DispatchError::io("installing signal handlers", e.into()))?;
     let new = request.new_turn(true, &Sequencing::default());
     let fallback = fresh_task_name();
@@ -278,7 +278,7 @@ pub fn submit_attached<L: Liveness, S: Store>(
             );
             told = true;
         }
-        if let Some(signal) = runner::signals::requested() {
+        if let Some(signal) = crate::process::signals::requested() {
             cancel_waiting(rt, key)?;
             return Err(DispatchError::io(
                 "waiting for the task's strategy",

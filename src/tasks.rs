@@ -36,6 +36,7 @@ pub use crate::protocol::records::{
     check_task, check_turn, first_generated_name, readable_base, DeliveryMeta, TaskRecord,
     TurnOutcome, TurnRecord, MAX_ARGV, TASK_FORMAT_VERSION,
 };
+pub use crate::queue::records::{parse_task, parse_turn};
 
 /// What a new turn's record carries besides its command: its short id and labels.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -63,28 +64,6 @@ pub fn predicted_turn_id(state: &crate::protocol::slots::QueueState) -> u64 {
 /// hint computes from the counter and the highest row id alone.
 pub fn predicted_id(next_queue_id: u64, last_queue_id: Option<u64>) -> u64 {
     crate::protocol::slots::next_queue_id(next_queue_id, last_queue_id)
-}
-
-fn corrupt(path: &Path, format: &'static str, detail: String) -> FileError {
-    FileError::Corrupt {
-        path: path.to_path_buf(),
-        format,
-        detail,
-    }
-}
-
-/// Parses and checks a `task.json` read from `path` (named in errors).
-pub fn parse_task(path: &Path, bytes: &[u8]) -> Result<TaskRecord, FileError> {
-    let record: TaskRecord = fsutil::parse_json(path, bytes)?;
-    check_task(&record).map_err(|detail| corrupt(path, "tollgate task record", detail))?;
-    Ok(record)
-}
-
-/// Parses and checks a `turn.json` read from `path`, the record of `expected`.
-pub fn parse_turn(path: &Path, bytes: &[u8], expected: &TurnKey) -> Result<TurnRecord, FileError> {
-    let turn: TurnRecord = fsutil::parse_json(path, bytes)?;
-    check_turn(&turn, expected).map_err(|detail| corrupt(path, "tollgate turn record", detail))?;
-    Ok(turn)
 }
 
 /// Where a record in the database is named in errors: the database and the record's place.

@@ -39,7 +39,7 @@ pub fn effective(config: &Config) -> Value {
             .or_insert_with(|| Value::Array(Vec::new()));
         // The host name a fleet sees (derived from the machine and boot ids when unset).
         map.entry("host").or_insert_with(|| {
-            crate::fleet::host_for(config).map_or(Value::Null, |h| Value::String(h.to_string()))
+            super::fleet::host_for(config).map_or(Value::Null, |h| Value::String(h.to_string()))
         });
     }
     value

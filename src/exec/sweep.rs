@@ -56,22 +56,6 @@ pub const MAX_SWEEP_RUNS: usize = 1_000;
 /// The longest SIGTERM-to-SIGKILL grace a sweep grants a dead run's unit, whatever its pack said.
 pub const MAX_SWEEP_GRACE_MILLIS: u64 = 30_000;
 
-/// The sweep tables: schema version 6 of `tollgate.db`, and the whole schema of `sweep.db`
-/// (`IF NOT EXISTS` so one text serves both). A row's body is its JSON document (the serde types
-/// below stay the one definition); the key columns make additions idempotent. Rowid order is
-/// insertion order, the order the file kept.
-pub(crate) const SCHEMA_V6: &str = "
-CREATE TABLE IF NOT EXISTS sweep_runs (
-    run_id TEXT NOT NULL UNIQUE,
-    body TEXT NOT NULL
-) STRICT;
-CREATE TABLE IF NOT EXISTS sweep_entries (
-    path TEXT NOT NULL UNIQUE,
-    run_id TEXT NOT NULL,
-    body TEXT NOT NULL
-) STRICT;
-";
-
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
     #[error("SWEEP_IO: {path}: {source}")]
@@ -326,7 +310,8 @@ fn open_local(path: &Path, timeout: Duration) -> Result<Connection, SweepError> 
             detail: format!("cannot switch to WAL mode (journal_mode is {mode:?})"),
         });
     }
-    conn.execute_batch(SCHEMA_V6).map_err(err)?;
+    conn.execute_batch(crate::queue::SWEEP_SCHEMA_V6)
+        .map_err(err)?;
     Ok(conn)
 }
 

@@ -7,6 +7,7 @@ mod identity;
 pub mod pidns;
 pub mod procfs;
 pub mod settle;
+pub mod signals;
 mod spawn;
 pub mod work;
 

@@ -251,7 +251,7 @@ fn spawn_runner(
                 super::settle::install_in_child(BorrowedFd::borrow_raw(fd))?;
             }
             // A cancel may signal the runner before it can handle the signal: keep it pending.
-            crate::runner::signals::block_in_child().map_err(std::io::Error::from)
+            crate::process::signals::block_in_child().map_err(std::io::Error::from)
         });
     }
     let child = command.spawn().map_err(|source| SpawnError::Spawn {

@@ -77,7 +77,7 @@ impl HomeStore {
                         PostgresStore::new(url, queue, config.lock_timeout(), config.durability)
                             .for_home(home.clone());
                     // Every section sees the fleet's leases (spec/fleet.md).
-                    match crate::fleet::context_for(config) {
+                    match context_for(config) {
                         Ok(fleet) => HomeStore::Postgres(Box::new(store.with_fleet(fleet))),
                         Err(detail) => HomeStore::Misconfigured { setting, detail },
                     }
@@ -220,4 +220,12 @@ fn misconfigured(setting: &str, detail: &str) -> StoreError {
         path: setting.into(),
         detail: detail.to_string(),
     }
+}
+
+/// A PostgreSQL home's fleet context: its host ([`crate::config::fleet::host_for`]) and the lease numbers
+/// ([`crate::config::fleet::lease_timing`]); the error names what is at fault.
+fn context_for(config: &Config) -> Result<super::FleetContext, String> {
+    let host = crate::config::fleet::host_for(config).map_err(|e| e.to_string())?;
+    let timing = crate::config::fleet::lease_timing().map_err(|e| e.to_string())?;
+    Ok(super::FleetContext { host, timing })
 }

@@ -652,7 +652,7 @@ impl Store for PostgresStore {
         let next: i64 = row.get(0)?.parse().ok()?;
         // NULL (no row in the queue) reads as `None`.
         let last: Option<i64> = row.get(1).map(str::parse).transpose().ok()?;
-        Some(crate::tasks::predicted_id(
+        Some(crate::protocol::slots::next_queue_id(
             next as u64,
             last.map(|v| v as u64),
         ))

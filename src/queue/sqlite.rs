@@ -46,7 +46,7 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "serve: dedupe marks, refused and handed-off deliveries",
         super::serve_tables::SCHEMA_V5,
     ),
-    (6, "the sweep list", crate::exec::sweep::SCHEMA_V6),
+    (6, "the sweep list", SWEEP_SCHEMA_V6),
     (7, "an index of the reserved rows", SCHEMA_V7),
     (
         8,
@@ -184,6 +184,22 @@ ALTER TABLE queue_meta ADD COLUMN paused_home INTEGER NOT NULL DEFAULT 0
 CREATE TABLE paused_tasks (task TEXT PRIMARY KEY) STRICT;
 ";
 
+/// The sweep tables: schema version 6 of `tollgate.db`, and the whole schema of `sweep.db`
+/// (`IF NOT EXISTS` so one text serves both). A row's body is its JSON document (the serde types
+/// below stay the one definition); the key columns make additions idempotent. Rowid order is
+/// insertion order, the order the file kept.
+pub(crate) const SWEEP_SCHEMA_V6: &str = "
+CREATE TABLE IF NOT EXISTS sweep_runs (
+    run_id TEXT NOT NULL UNIQUE,
+    body TEXT NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS sweep_entries (
+    path TEXT NOT NULL UNIQUE,
+    run_id TEXT NOT NULL,
+    body TEXT NOT NULL
+) STRICT;
+";
+
 /// The queue in `tollgate.db`. Building one does no IO (serve builds one per request); the
 /// database is opened, checked and migrated on first use, and the connection kept.
 pub struct SqliteStore {
@@ -307,7 +323,10 @@ impl Store for SqliteStore {
             )
             .map_err(|e| sql_error(&path, e));
         match read {
-            Ok((next, last)) => Some(crate::tasks::predicted_id(next, last.map(|v| v as u64))),
+            Ok((next, last)) => Some(crate::protocol::slots::next_queue_id(
+                next,
+                last.map(|v| v as u64),
+            )),
             Err(e) => {
                 tracing::debug!("no hint of the next turn id: {e}");
                 None
@@ -704,8 +723,8 @@ pub(crate) fn open_for_records(
 /// strictly as the file loader checks them. The first file that would not load is an error
 /// naming it (nothing is imported).
 pub(super) struct OldRecords {
-    pub(super) tasks: Vec<crate::tasks::TaskRecord>,
-    pub(super) turns: Vec<crate::tasks::TurnRecord>,
+    pub(super) tasks: Vec<crate::protocol::records::TaskRecord>,
+    pub(super) turns: Vec<crate::protocol::records::TurnRecord>,
 }
 
 pub(super) fn read_old_records(home: &Home) -> Result<OldRecords, StoreError> {
@@ -720,7 +739,7 @@ pub(super) fn read_old_records(home: &Home) -> Result<OldRecords, StoreError> {
             fsutil::read_state_file(&task_file, "task record", fsutil::limits::TASK_BYTES)?
         {
             old.tasks
-                .push(crate::tasks::parse_task(&task_file, &bytes)?);
+                .push(super::records::parse_task(&task_file, &bytes)?);
         }
         let turns_dir = home.task_dir(&task).join("turns");
         for name in sorted_names(&turns_dir)? {
@@ -733,7 +752,7 @@ pub(super) fn read_old_records(home: &Home) -> Result<OldRecords, StoreError> {
                 fsutil::read_state_file(&file, "turn record", fsutil::limits::TURN_BYTES)?
             {
                 old.turns
-                    .push(crate::tasks::parse_turn(&file, &bytes, &key)?);
+                    .push(super::records::parse_turn(&file, &bytes, &key)?);
             }
         }
     }
@@ -1722,7 +1741,7 @@ fn check_records(
         let next_turn: i64 = row.get(1).map_err(sql)?;
         let body: String = row.get(2).map_err(sql)?;
         let place = PathBuf::from(format!("tasks/{name}"));
-        match crate::tasks::parse_task(&place, body.as_bytes()) {
+        match super::records::parse_task(&place, body.as_bytes()) {
             Ok(task) if task.name != name || i64::from(task.next_turn) != next_turn => problems
                 .push(format!(
                     "task record {name:?}: its columns (name, next_turn {next_turn}) disagree with its body"
@@ -1750,7 +1769,7 @@ fn check_records(
         let ended: Option<u64> = row.get::<_, Option<i64>>(4).map_err(sql)?.map(|v| v as u64);
         let body: String = row.get(5).map_err(sql)?;
         let place = PathBuf::from(format!("turns/{}/{}", key.task, key.turn));
-        match crate::tasks::parse_turn(&place, body.as_bytes(), &key) {
+        match super::records::parse_turn(&place, body.as_bytes(), &key) {
             Ok(turn)
                 if turn.id != short_id
                     || turn.is_settled() != settled

@@ -11,10 +11,10 @@
 //! passed since its spawn gets the same kill of its whole unit, and ends `timed_out` however the
 //! command then exits (it was cut off); its exit code or signal are kept in the record.
 
-use super::signals;
 use crate::home::Home;
 use crate::process::containment::{cgroup, Marker, UnitIdentity};
 use crate::process::pidns;
+use crate::process::signals;
 use crate::protocol::slots::ProcessIdentity;
 use crate::tasks::{TurnOutcome, TurnRecord};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};

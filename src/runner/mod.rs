@@ -15,7 +15,6 @@ pub mod log;
 pub mod output_pg;
 pub mod payload;
 pub mod repair;
-pub mod signals;
 
 pub use execute::{execute_turn, truncation_line, Execution, LogDrains, TIMED_OUT_EXIT_CODE};
 
@@ -54,7 +53,8 @@ pub fn run_worker<L: Liveness, S: Store>(
     startup_gate();
     let me = crate::process::self_identity()
         .map_err(|e| DispatchError::io("reading this runner's identity", e))?;
-    signals::install().map_err(|e| DispatchError::io("installing signal handlers", e.into()))?;
+    crate::process::signals::install()
+        .map_err(|e| DispatchError::io("installing signal handlers", e.into()))?;
     // On a fleet, before this process becomes a subreaper (spec/fleet.md, "The guard").
     let mut guard = start_guard_if_fleet(rt);
     // Subreaper on both paths; the cgroup path where this runner can delegate a group.

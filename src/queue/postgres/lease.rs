@@ -9,7 +9,7 @@
 //! ever compared with another's: every expiry is the database clock plus a lease duration.
 
 use super::{batch, PostgresStore};
-use crate::fleet::FleetView;
+use crate::protocol::fleet::FleetView;
 use crate::protocol::fleet::{
     self, FleetError, FleetIdentity, HostId, Lease, LeaseTable, LeaseTiming, RenewOutcome,
 };
@@ -64,7 +64,7 @@ pub(super) struct FleetSection {
 
 impl PostgresStore {
     /// The same store on a fleet: each section takes the lease lock after the queue's and sees
-    /// the leases ([`crate::fleet::FleetView`]).
+    /// the leases ([`FleetView`]).
     pub fn with_fleet(mut self, fleet: FleetContext) -> Self {
         self.fleet = Some(fleet);
         self

@@ -1,0 +1,169 @@
+//! The shell's layout shows its architecture (DESIGN.md, "Where things live"): no import cycle
+//! among the top-level modules of `src/`. A module's dependencies are the top-level modules it
+//! names as `crate::<module>` (in `use` lines and in paths) anywhere in its files; a cycle means
+//! two modules cannot be read, tested or changed apart, and the test names it with the files and
+//! lines that tie it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Every `.rs` file under `dir`, sorted.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read src") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The top-level module a file of `src/` belongs to (`src/queue/sqlite.rs` → `queue`), `None` for
+/// the crate's root files.
+fn module_of(src: &Path, file: &Path) -> Option<String> {
+    let relative = file.strip_prefix(src).ok()?;
+    let first = relative.components().next()?.as_os_str().to_str()?;
+    let name = first.strip_suffix(".rs").unwrap_or(first);
+    (name != "lib" && name != "main").then(|| name.to_string())
+}
+
+/// The top-level modules `line` names through `crate::`, besides comments.
+fn named_modules(line: &str) -> Vec<String> {
+    let code = line.split("//").next().unwrap_or("");
+    let mut names = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        rest = &rest[at + "crate::".len()..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if !name.is_empty() {
+            names.push(name);
+        }
+    }
+    // `use crate::{a, b::c}` names several.
+    if let Some(group) = code.trim_start().strip_prefix("use crate::{") {
+        for part in group.split(',') {
+            let name: String = part
+                .trim()
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                names.push(name);
+            }
+        }
+    }
+    names
+}
+
+/// The cycles of `edges` (module → modules), each as the strongly connected set of its modules.
+fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<BTreeSet<String>> {
+    let reaches = |from: &str| {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![from.to_string()];
+        while let Some(m) = stack.pop() {
+            for next in edges.get(&m).into_iter().flatten() {
+                if seen.insert(next.clone()) {
+                    stack.push(next.clone());
+                }
+            }
+        }
+        seen
+    };
+    let mut found: Vec<BTreeSet<String>> = Vec::new();
+    for module in edges.keys() {
+        if found.iter().any(|c| c.contains(module)) {
+            continue;
+        }
+        let forward = reaches(module);
+        if !forward.contains(module) {
+            continue;
+        }
+        let component: BTreeSet<String> = forward
+            .into_iter()
+            .filter(|other| reaches(other).contains(module))
+            .collect();
+        found.push(component);
+    }
+    found
+}
+
+#[test]
+fn the_top_level_modules_of_the_shell_form_no_import_cycle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut modules = BTreeSet::new();
+    for file in rust_files(&src) {
+        if let Some(module) = module_of(&src, &file) {
+            modules.insert(module);
+        }
+    }
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut why: BTreeMap<(String, String), String> = BTreeMap::new();
+    for file in rust_files(&src) {
+        let Some(module) = module_of(&src, &file) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&file).expect("read a source file");
+        for (n, line) in text.lines().enumerate() {
+            for named in named_modules(line) {
+                if named != module && modules.contains(&named) {
+                    edges
+                        .entry(module.clone())
+                        .or_default()
+                        .insert(named.clone());
+                    why.entry((module.clone(), named))
+                        .or_insert_with(|| format!("{}:{}", file.display(), n + 1));
+                }
+            }
+        }
+    }
+    let found = cycles(&edges);
+    let explain: Vec<String> = found
+        .iter()
+        .map(|cycle| {
+            let ties: Vec<String> = why
+                .iter()
+                .filter(|((from, to), _)| cycle.contains(from) && cycle.contains(to))
+                .map(|((from, to), at)| format!("  {from} -> {to} ({at})"))
+                .collect();
+            format!("{cycle:?}:\n{}", ties.join("\n"))
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "import cycles among src/'s top-level modules:\n{}",
+        explain.join("\n")
+    );
+}
+
+/// The check finds a cycle when there is one (its teeth), and none in a chain.
+#[test]
+fn the_cycle_check_finds_a_cycle_and_passes_a_chain() {
+    let edges = |pairs: &[(&str, &str)]| {
+        let mut map: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (a, b) in pairs {
+            map.entry(a.to_string()).or_default().insert(b.to_string());
+        }
+        map
+    };
+    assert!(cycles(&edges(&[("a", "b"), ("b", "c")])).is_empty());
+    let found = cycles(&edges(&[("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")]));
+    assert_eq!(found.len(), 1);
+    assert_eq!(
+        found[0],
+        ["a", "b", "c"].iter().map(|s| s.to_string()).collect()
+    );
+    assert_eq!(
+        named_modules("use crate::{tasks, queue::Store}; // crate::home"),
+        vec!["tasks", "queue"]
+    );
+}

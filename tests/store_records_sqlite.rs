@@ -104,8 +104,8 @@ fn a_committed_record_wakes_the_folders_watch_and_makes_no_file() {
     let mut turn = made_turn(&store, &home);
     let folder = home.turn_dir(&turn.key);
     // Made lazily, by the first writer into it (spec/turns.md, "The turn folder"): a runner.
-    crate::fsutil::create_private_dir(&folder).expect("the turn's folder");
-    let mut watch = crate::watch::TurnWatch::new(std::slice::from_ref(&folder), false);
+    tollgate::fsutil::create_private_dir(&folder).expect("the turn's folder");
+    let mut watch = tollgate::watch::TurnWatch::new(std::slice::from_ref(&folder), false);
     if !watch.has_events() {
         return; // inotify refused on this machine: only the fallback exists.
     }
@@ -113,7 +113,7 @@ fn a_committed_record_wakes_the_folders_watch_and_makes_no_file() {
     tasks::save_turn(&home, &turn).expect("save outside a section");
     assert_eq!(
         watch.wait(),
-        crate::watch::Wake::Changed,
+        tollgate::watch::Wake::Changed,
         "outside a section"
     );
     store
@@ -122,7 +122,7 @@ fn a_committed_record_wakes_the_folders_watch_and_makes_no_file() {
             Ok::<_, StoreError>(())
         })
         .expect("internal section");
-    assert_eq!(watch.wait(), crate::watch::Wake::Changed, "in a section");
+    assert_eq!(watch.wait(), tollgate::watch::Wake::Changed, "in a section");
     let entries: Vec<_> = std::fs::read_dir(&folder)
         .expect("read the folder")
         .filter_map(|e| e.ok().map(|e| e.file_name()))

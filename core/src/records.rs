@@ -4,7 +4,7 @@
 //! so that the steps which create and end turns, and the models that check those steps, work on
 //! the very records production persists.
 
-use crate::admission::Strategy;
+use crate::admission::{Strategy, TurnEnd};
 use crate::fleet::HostId;
 use crate::slots::{Dependency, Ended, ProcessIdentity, RetryPlan, TurnKey};
 use serde::{Deserialize, Serialize};
@@ -171,6 +171,34 @@ impl TurnOutcome {
         }
     }
 
+    /// How a command that ended is recorded: `completed` for exit 0, else `failed`, unless its
+    /// runner stopped it for a cancel: then `cancelled`, except for an exit 0 (the command ran
+    /// to its end before the signal reached it). A command killed by a signal has no exit code.
+    pub fn of_command(exit_code: Option<i32>, stopped_for_cancel: bool) -> TurnOutcome {
+        match exit_code {
+            Some(0) => TurnOutcome::Completed,
+            _ if stopped_for_cancel => TurnOutcome::Cancelled,
+            _ => TurnOutcome::Failed,
+        }
+    }
+
+    /// How a turn's end counts for the delivery it serves (the delivery-outcome rule,
+    /// [`crate::admission::delivery_outcome`], takes it from here).
+    pub fn delivery_end(self) -> TurnEnd {
+        match self {
+            TurnOutcome::Completed => TurnEnd::Completed,
+            TurnOutcome::Failed => TurnEnd::Failed,
+            TurnOutcome::Unstartable => TurnEnd::Unstartable,
+            TurnOutcome::Cancelled => TurnEnd::Cancelled,
+            TurnOutcome::Dropped => TurnEnd::Dropped,
+            TurnOutcome::Superseded => TurnEnd::Superseded,
+            // For a delivery, a turn cut off at its timeout failed.
+            TurnOutcome::TimedOut => TurnEnd::Failed,
+            // Serve never submits with dependencies; were it to, the turn did not run.
+            TurnOutcome::DependencyFailed => TurnEnd::Cancelled,
+        }
+    }
+
     /// How a turn that ended with `outcome` counts for the turns that wait for it (`--after`,
     /// `--after-success`) and for its retry plan (`--retry`): only a command that ran and did not
     /// succeed is retried; a turn stopped by a decision (cancelled, dropped, superseded, or never
@@ -302,6 +330,35 @@ mod name_tests {
 #[cfg(test)]
 mod word_tests {
     use super::TurnOutcome;
+    use crate::slots::Ended;
+
+    /// What a command's end is recorded as: its own result, unless its runner stopped it for a
+    /// cancel, which wins over everything but an exit 0; and which of those a retry repeats.
+    #[test]
+    fn a_cancel_wins_over_a_failure_but_not_over_a_success() {
+        use TurnOutcome::*;
+        assert_eq!(TurnOutcome::of_command(Some(0), false), Completed);
+        assert_eq!(TurnOutcome::of_command(Some(0), true), Completed);
+        assert_eq!(TurnOutcome::of_command(Some(1), false), Failed);
+        assert_eq!(TurnOutcome::of_command(Some(143), true), Cancelled);
+        assert_eq!(TurnOutcome::of_command(None, false), Failed);
+        assert_eq!(TurnOutcome::of_command(None, true), Cancelled);
+        let retried: Vec<TurnOutcome> = [
+            Completed,
+            Failed,
+            Cancelled,
+            Unstartable,
+            Dropped,
+            Superseded,
+            TimedOut,
+            DependencyFailed,
+        ]
+        .into_iter()
+        .filter(|o| TurnOutcome::ended(Some(*o)) == Ended::Failed)
+        .collect();
+        assert_eq!(retried, [Failed, Unstartable, TimedOut]);
+        assert_eq!(TurnOutcome::ended(None), Ended::Stopped);
+    }
 
     /// The word is the serialised name, so a record's text and a message agree.
     #[test]

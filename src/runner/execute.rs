@@ -438,28 +438,19 @@ fn child_pid(pid: Pid) -> u32 {
     pid.as_raw().unsigned_abs()
 }
 
-/// The outcome of a command that ended: its own (`completed` for 0, else `failed`), unless this
-/// runner stopped it for a cancel (`signalled`): then `cancelled`, except for an exit 0 — the
-/// command ran to its end before the signal reached it.
+/// The outcome of a command that ended, by the core's rule ([`TurnOutcome::of_command`]):
+/// `signalled` says whether this runner stopped it for a cancel.
 fn exited(status: WaitStatus, signalled: bool) -> Option<Execution> {
-    let outcome = |ok: bool| {
-        if ok {
-            TurnOutcome::Completed
-        } else if signalled {
-            TurnOutcome::Cancelled
-        } else {
-            TurnOutcome::Failed
-        }
-    };
+    let outcome = |code: Option<i32>| TurnOutcome::of_command(code, signalled);
     match status {
         WaitStatus::Exited(_, code) => Some(Execution {
-            outcome: outcome(code == 0),
+            outcome: outcome(Some(code)),
             exit_code: Some(code),
             signal: None,
             error: None,
         }),
         WaitStatus::Signaled(_, signal, _) => Some(Execution {
-            outcome: outcome(false),
+            outcome: outcome(None),
             exit_code: None,
             signal: Some(signal as i32),
             error: None,
@@ -470,11 +461,8 @@ fn exited(status: WaitStatus, signalled: bool) -> Option<Execution> {
 
 fn wait_failed(e: nix::errno::Errno, signalled: bool) -> Execution {
     Execution {
-        outcome: if signalled {
-            TurnOutcome::Cancelled
-        } else {
-            TurnOutcome::Failed
-        },
+        // No exit status was seen: the core's rule without an exit code.
+        outcome: TurnOutcome::of_command(None, signalled),
         exit_code: None,
         signal: None,
         error: Some(format!("waiting for the command failed: {e}")),

@@ -6,7 +6,7 @@ use super::handler::{self, dedupe_key_of, App};
 use super::metrics::Counters;
 use super::settings::{ServeError, ServePaths, Settings};
 use super::state::ServeState;
-use super::watcher::{turn_end, Watched, Watcher, WATCH_POLL_MILLIS};
+use super::watcher::{Watched, Watcher, WATCH_POLL_MILLIS};
 use crate::flock::{self, TryLock};
 use crate::fsutil;
 use crate::gate::Gate;
@@ -234,7 +234,11 @@ fn readopt(app: &Arc<App>) -> Result<usize, ServeError> {
             identity: dedupe_key_of(&meta),
             admitted_at_millis: meta.admitted_at_millis,
             handed_off: handed.iter().any(|h| h.delivery.id == meta.id),
-            turn: turn_at_start(turn.outcome.map(turn_end), state.row(&key), &rt.liveness),
+            turn: turn_at_start(
+                turn.outcome.map(crate::tasks::TurnOutcome::delivery_end),
+                state.row(&key),
+                &rt.liveness,
+            ),
         };
         let readopted = app
             .gate

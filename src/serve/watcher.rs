@@ -16,9 +16,9 @@
 use super::events::{Event, EventLog};
 use crate::gate::Permit;
 use crate::home::Home;
-use crate::protocol::admission::{watch_turn, Deadline, Outcome, TurnEnd, TurnNow, WatchEffect};
+use crate::protocol::admission::{watch_turn, Deadline, Outcome, TurnNow, WatchEffect};
 use crate::protocol::slots::TurnKey;
-use crate::tasks::{self, DeliveryMeta, TurnOutcome};
+use crate::tasks::{self, DeliveryMeta};
 use nix::sys::inotify::{AddWatchFlags, Inotify, WatchDescriptor};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::fd::{AsFd, OwnedFd};
@@ -100,22 +100,6 @@ impl Watched {
             readopted: self.readopted,
             ..Event::default()
         }
-    }
-}
-
-/// A turn record's outcome in the core's terms (the delivery-outcome rule is the core's).
-pub fn turn_end(turn: TurnOutcome) -> TurnEnd {
-    match turn {
-        TurnOutcome::Completed => TurnEnd::Completed,
-        TurnOutcome::Failed => TurnEnd::Failed,
-        TurnOutcome::Unstartable => TurnEnd::Unstartable,
-        TurnOutcome::Cancelled => TurnEnd::Cancelled,
-        TurnOutcome::Dropped => TurnEnd::Dropped,
-        TurnOutcome::Superseded => TurnEnd::Superseded,
-        // For a delivery, a turn cut off at its timeout failed.
-        TurnOutcome::TimedOut => TurnEnd::Failed,
-        // Serve never submits with dependencies; were it to, the turn did not run.
-        TurnOutcome::DependencyFailed => TurnEnd::Cancelled,
     }
 }
 
@@ -479,7 +463,7 @@ impl Watcher {
                 _ if live => TurnNow::Live,
                 Some(turn) => turn
                     .outcome
-                    .map_or(TurnNow::Live, |o| TurnNow::Ended(turn_end(o))),
+                    .map_or(TurnNow::Live, |o| TurnNow::Ended(o.delivery_end())),
                 None => TurnNow::Missing,
             };
             let now = tasks::now_millis();

@@ -124,3 +124,183 @@ pub fn leave(
         retried_as,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::{TaskRecord, TurnRecord, TASK_FORMAT_VERSION};
+    use crate::section::{Records, TurnSlot, Unread, Writes};
+    use crate::slots::reserve::park;
+    use crate::slots::{enqueue, AfterRule, Dependency, RetryPlan};
+    use crate::turns::{create_turn, NewTurn};
+
+    fn me() -> ProcessIdentity {
+        ProcessIdentity {
+            pid: 7,
+            start_time_micros: 7,
+        }
+    }
+
+    /// A queue with `key` enqueued and a record of it ended `outcome` under `retry`.
+    fn leaving(
+        key: &TurnKey,
+        outcome: TurnOutcome,
+        retry: Option<RetryPlan>,
+    ) -> (QueueState, Records) {
+        let mut state = QueueState::default();
+        enqueue(&mut state, key, me(), 0).expect("enqueue");
+        let mut records = Records::default();
+        let mut draft = Draft::new(&records);
+        let new = NewTurn {
+            argv: vec!["false".into()],
+            retry,
+            ..NewTurn::default()
+        };
+        let mut turn = draft_turn(&mut draft, key, new);
+        turn.outcome = Some(outcome);
+        records.put_turn(key.clone(), TurnSlot::Record(Box::new(turn)));
+        records.put_task(
+            key.task.clone(),
+            Some(TaskRecord {
+                version: TASK_FORMAT_VERSION,
+                name: key.task.clone(),
+                created_at_millis: 0,
+                next_turn: key.turn + 1,
+                strategy: Default::default(),
+            }),
+            true,
+        );
+        (state, records)
+    }
+
+    fn draft_turn(draft: &mut Draft<'_>, key: &TurnKey, new: NewTurn) -> TurnRecord {
+        create_turn(draft, key.clone(), new, Some(1), 0).expect("a record")
+    }
+
+    /// Runs [`leave`] the way the section runner does: reading what it asks for (the slots it
+    /// names are free unless `records` has them) until it decides.
+    fn run(state: &mut QueueState, records: &mut Records, key: &TurnKey) -> (Left, Writes) {
+        for _ in 0..crate::section::MAX_READ_ROUNDS {
+            let mut attempt = state.clone();
+            let mut draft = Draft::new(records);
+            let input = Leave {
+                key,
+                me: me(),
+                now_millis: 1_000,
+            };
+            match leave(&mut attempt, &mut draft, input) {
+                Ok(left) => {
+                    *state = attempt;
+                    return (left, draft.into_writes());
+                }
+                Err(Halt::Unread(Unread::Records(need))) => {
+                    for turn in need.turns {
+                        records.put_turn(turn, TurnSlot::Free);
+                    }
+                    for task in need.tasks {
+                        records.put_task(task, None, false);
+                    }
+                    for task in need.numbers {
+                        records.put_numbers(task, Vec::new());
+                    }
+                }
+                Err(other) => panic!("leave halted: {other:?}"),
+            }
+        }
+        panic!("leave kept asking for records")
+    }
+
+    /// A failed turn with attempts left: its retry is enqueued and parked until its backoff
+    /// passed, numbered by the task's counter, recorded with the row's id and the next plan;
+    /// the leaving record names it (R3).
+    #[test]
+    fn a_failed_turn_with_attempts_left_is_requeued_with_its_record() {
+        let key = TurnKey::new("a", 1);
+        let plan = RetryPlan::first(2, 500);
+        let (mut state, mut records) = leaving(&key, TurnOutcome::Failed, Some(plan));
+        let (left, writes) = run(&mut state, &mut records, &key);
+        let retry = TurnKey::new("a", 2);
+        assert_eq!(left.retried_as, Some(2));
+        assert_eq!(left.wake_at_millis, Some(1_500));
+        let row = state.row(&retry).expect("the retry's row");
+        let record = &writes.turns[&retry];
+        assert!(record.create);
+        assert_eq!(record.record.id, Some(row.queue_id));
+        assert_eq!(record.record.retry_of, Some(1));
+        assert_eq!(record.record.retry.map(|p| p.attempt), Some(2));
+        assert_eq!(writes.turns[&key].record.retried_as, Some(2));
+        assert_eq!(writes.tasks["a"].next_turn, 3);
+    }
+
+    /// A cancelled row is never retried, whatever its command did; its `--after-success`
+    /// dependents end dependency-failed naming it, its `--after` ones stay (R2).
+    #[test]
+    fn a_cancelled_row_is_not_retried_and_settles_its_after_success_dependents() {
+        let key = TurnKey::new("a", 1);
+        let (mut state, mut records) =
+            leaving(&key, TurnOutcome::Failed, Some(RetryPlan::first(3, 0)));
+        state.row_mut(&key).expect("row").cancel_requested = true;
+        let strict = TurnKey::new("b", 1);
+        let loose = TurnKey::new("c", 1);
+        for (dependent, rule) in [(&strict, AfterRule::Succeeded), (&loose, AfterRule::Ended)] {
+            enqueue(&mut state, dependent, me(), 0).expect("enqueue");
+            park(&mut state, dependent).expect("park");
+            state.row_mut(dependent).expect("row").after = vec![Dependency {
+                key: key.clone(),
+                rule,
+            }];
+            let mut draft = Draft::new(&records);
+            let turn = draft_turn(&mut draft, dependent, NewTurn::default());
+            records.put_turn(dependent.clone(), TurnSlot::Record(Box::new(turn)));
+        }
+        let (left, writes) = run(&mut state, &mut records, &key);
+        assert_eq!(left, Left::default());
+        assert!(state.row(&TurnKey::new("a", 2)).is_none(), "no retry");
+        assert!(state.row(&strict).is_none());
+        assert!(state.row(&loose).is_some());
+        let ended = &writes.turns[&strict].record;
+        assert_eq!(ended.outcome, Some(TurnOutcome::DependencyFailed));
+        assert_eq!(ended.failed_dependency.as_ref(), Some(&key));
+        assert!(ended
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("ended failed")));
+        assert!(!writes.turns.contains_key(&loose));
+    }
+
+    /// A departure repeated on a record that names its retry already makes no second one.
+    #[test]
+    fn a_repeated_departure_reuses_the_retry_its_record_names() {
+        let key = TurnKey::new("a", 1);
+        let (mut state, mut records) =
+            leaving(&key, TurnOutcome::Failed, Some(RetryPlan::first(2, 0)));
+        let mut named = records.turn(&key).expect("read").cloned().expect("record");
+        named.retried_as = Some(2);
+        records.put_turn(key.clone(), TurnSlot::Record(Box::new(named)));
+        let (left, writes) = run(&mut state, &mut records, &key);
+        assert_eq!(left.retried_as, Some(2));
+        assert!(writes.turns.is_empty(), "{writes:?}");
+        assert!(writes.tasks.is_empty());
+    }
+
+    /// The first call asks for the leaving turn's record, and for nothing it has read.
+    #[test]
+    fn a_departure_asks_for_the_leaving_record_first() {
+        let key = TurnKey::new("a", 1);
+        let mut state = QueueState::default();
+        enqueue(&mut state, &key, me(), 0).expect("enqueue");
+        let records = Records::default();
+        let mut draft = Draft::new(&records);
+        let input = Leave {
+            key: &key,
+            me: me(),
+            now_millis: 0,
+        };
+        match leave(&mut state.clone(), &mut draft, input) {
+            Err(Halt::Unread(Unread::Records(need))) => {
+                assert_eq!(need.turns.into_iter().collect::<Vec<_>>(), vec![key]);
+            }
+            other => panic!("expected a read, got {other:?}"),
+        }
+    }
+}

@@ -406,9 +406,12 @@ fn submit_section<L: Liveness, S: Store>(
                             waiting_on: waiting_on.into_iter().map(|d| d.key).collect(),
                         }),
                     ),
-                    AfterSubmit::DependencyFailed { cause } => {
+                    AfterSubmit::DependencyFailed { cause, queue_id } => {
                         crate::deps::end_dependency_failed(&rt.home, &key, &cause, now)?;
-                        (unperformed(0), Some(Placement::DependencyFailed { cause }))
+                        (
+                            unperformed(queue_id),
+                            Some(Placement::DependencyFailed { cause }),
+                        )
                     }
                 };
             for old in &decision.superseded {

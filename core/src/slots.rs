@@ -27,11 +27,13 @@ pub use identity::{Liveness, Observation, ProcessIdentity};
 pub use occupancy::{
     acting_queue_holder, counted_identities, live_runner_for_turn, occupied_runner_slots, Reserving,
 };
-pub use order::{held_back, start_candidates, HeldBack, PauseScope, PauseSet, MAX_PAUSED_TASKS};
+pub use order::{
+    held_back, start_candidates, waker_needed, HeldBack, PauseScope, PauseSet, MAX_PAUSED_TASKS,
+};
 pub use queue::{
-    enqueue, validate_task_name, EnqueueOutcome, QueueEntry, QueueLookup, QueueState, RowState,
-    RunnerRecord, RunnerSlotReservation, TurnKey, MAX_QUEUE_ROWS, MAX_TASK_NAME_BYTES,
-    QUEUE_FORMAT_VERSION,
+    enqueue, spend_queue_id, validate_task_name, EnqueueOutcome, QueueEntry, QueueLookup,
+    QueueState, RowState, RunnerRecord, RunnerSlotReservation, TurnKey, MAX_QUEUE_ROWS,
+    MAX_TASK_NAME_BYTES, QUEUE_FORMAT_VERSION,
 };
 pub use reconcile::{reconcile_step, reconcile_step_with, ReconcileStep};
 pub use reserve::{

@@ -17,7 +17,9 @@ pub mod payload;
 pub mod repair;
 pub mod signals;
 
-pub use execute::{execute_turn, truncation_line, Execution, LogDrains, TIMED_OUT_EXIT_CODE};
+pub use execute::{
+    execute_turn, truncation_line, Execution, LogDrains, RERUN_MARK, TIMED_OUT_EXIT_CODE,
+};
 
 use crate::dispatch::{DispatchError, Handoff, SectionError};
 use crate::driver;

@@ -355,6 +355,24 @@ impl EnqueueOutcome {
     }
 }
 
+/// Hands out the next id (`next_queue_id`, never below an existing row's) and moves the counter
+/// past it: the id of a new row, or of a new turn that gets none (an `--after-success` turn whose
+/// dependency had already failed), so that the id its record and its generated task name carry
+/// is never handed to another turn. Ids are never reused: a counter at its end refuses instead of
+/// wrapping.
+pub fn spend_queue_id(state: &mut QueueState) -> Result<u64, SlotError> {
+    // Ids below an existing row's are never handed out, even from a document whose counter is off.
+    let floor = state
+        .entries
+        .last()
+        .map_or(0, |e| e.queue_id.saturating_add(1));
+    let queue_id = state.next_queue_id.max(floor).max(1);
+    state.next_queue_id = queue_id
+        .checked_add(1)
+        .ok_or(SlotError::QueueIdsExhausted)?;
+    Ok(queue_id)
+}
+
 /// Appends a waiting row for `key`, owned by `owner`.
 ///
 /// FIFO is `queue_id`; the row's time is `max(now_millis, last row's time)`, so a caller whose clock
@@ -377,16 +395,7 @@ pub fn enqueue(
         });
     }
     let last_millis = state.entries.last().map_or(0, |e| e.enqueued_at_millis);
-    // Ids below an existing row's are never handed out, even from a document whose counter is off.
-    let floor = state
-        .entries
-        .last()
-        .map_or(0, |e| e.queue_id.saturating_add(1));
-    let queue_id = state.next_queue_id.max(floor).max(1);
-    // Ids are never reused, so a counter at its end refuses instead of wrapping.
-    state.next_queue_id = queue_id
-        .checked_add(1)
-        .ok_or(SlotError::QueueIdsExhausted)?;
+    let queue_id = spend_queue_id(state)?;
     state.entries.push(QueueEntry {
         queue_id,
         key: key.clone(),

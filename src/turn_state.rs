@@ -79,7 +79,9 @@ impl TurnState {
         match self {
             TurnState::Queued => "waits for a free worker slot or its task's running limit",
             TurnState::Paused => "queued, held by `tollgate pause` (with its time if also delayed)",
-            TurnState::Delayed => "queued until its --delay/--at time",
+            TurnState::Delayed => {
+                "queued until its time (--delay/--at, a debounce, a retry's backoff)"
+            }
             TurnState::Held => "waits for the turns of its --after/--after-success",
             TurnState::Waiting => "waits in its task's line or debounce (its strategy)",
             TurnState::Starting => "a runner is being started for it",

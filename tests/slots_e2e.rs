@@ -62,7 +62,8 @@ fn init_home(home: &Path) {
 }
 
 fn status_json(home: &Path) -> Value {
-    let out = tollgate(home, &["status", "--json"]);
+    // Every turn, not only the newest ended ones the home's view shows.
+    let out = tollgate(home, &["status", "--json", "--all"]);
     assert!(out.status.success(), "status failed: {}", describe(&out));
     serde_json::from_slice(&out.stdout).expect("status --json is JSON")
 }

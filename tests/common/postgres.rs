@@ -203,10 +203,21 @@ fn start_cluster() -> Result<String, String> {
         .arg(&dir)
         .args(["-U", &user, "tollgate_test"]);
     run(createdb, "createdb", None)?;
-    Ok(format!(
+    let url = format!(
         "postgresql://{user}@localhost/tollgate_test?host={}",
         dir.display()
-    ))
+    );
+    // The schema is made once here: a fresh database's first migration holds the migration lock
+    // longer than the short lock timeouts some tests give their stores.
+    let setup = tollgate::queue::PostgresStore::new(
+        tollgate::queue::PostgresUrl::parse(&url)?,
+        "tollgate-test-setup".to_string(),
+        std::time::Duration::from_secs(60),
+        tollgate::config::Durability::Fsync,
+    );
+    tollgate::queue::Store::load(&setup)
+        .map_err(|e| format!("cannot create tollgate's tables in the test cluster: {e}"))?;
+    Ok(url)
 }
 
 /// A name no other test (nor an earlier run) uses: queues and hosts are shared by the database,

@@ -292,7 +292,7 @@ fn man_page_shows_option_values_and_each_section_once() {
     for option in [
         "--timeout DUR",
         "--task TASK",
-        "--after ID...",
+        "--after TURN...",
         "--keep N",
         "TURN",
     ] {

@@ -85,6 +85,10 @@ fn a_turn_run_again_by_reconcile_marks_the_rerun_in_its_log() {
     let dir = tempfile::tempdir().expect("tempdir");
     let home = common::init_home(dir.path(), 1);
     let gate = common::fifo::gate(dir.path(), "gate");
+    let _cancel = common::CancelOnDrop {
+        home: home.clone(),
+        task: "rerun".to_string(),
+    };
     let script = format!("echo start; cat '{}'", gate.display());
     let out = tollgate(
         &home,

@@ -62,6 +62,10 @@ fn status_shows_every_turn_not_ended_in_id_order_and_hides_only_old_ended_ones()
     text.push_str("status_ended_turns = 3\n");
     std::fs::write(&config, text).expect("config");
     let gate = common::fifo::gate(dir.path(), "gate");
+    let _cancel = common::CancelOnDrop {
+        home: home.clone(),
+        task: "crunch".to_string(),
+    };
     let crunch = |first: bool| {
         let mut args = vec!["submit", "--task", "crunch"];
         if first {

@@ -2,7 +2,7 @@
 //! completions` ask for where the static script cannot know them: task names and turn ids of
 //! the home. The script passes the words typed so far and the index of the one being completed;
 //! which argument that word fills is read from the same clap definitions the parser uses, and an
-//! argument is completed by the name of its values: `TURN`, `ID` and `TASK|TURN` with turns (ids,
+//! argument is completed by the name of its values: `TURN` and `TASK|TURN` with turns (ids,
 //! task names, `TASK:N`, `last`), `TASK` with task names. Anything else (an option's name, a
 //! file) prints nothing and the script falls back to its static completion.
 //!
@@ -42,7 +42,7 @@ enum Kind {
 
 fn kind_of(value_name: &str) -> Option<Kind> {
     match value_name {
-        "TURN" | "ID" | "TASK|TURN" => Some(Kind::Turn),
+        "TURN" | "TASK|TURN" => Some(Kind::Turn),
         "TASK" => Some(Kind::Task),
         _ => None,
     }

@@ -228,15 +228,15 @@ pub struct SubmitArgs {
         conflicts_with = "attach"
     )]
     pub priority: i32,
-    /// Start only once these turns have ended, however they ended (ID as for `logs`: a short
+    /// Start only once these turns have ended, however they ended (TURN as for `logs`: a short
     /// id, TASK for its latest turn, TASK:N or `last`; at most 32 in all with --after-success).
     /// A retried turn is followed to its last attempt. Not with --attach.
-    #[arg(long, value_name = "ID", num_args = 1.., conflicts_with = "attach")]
+    #[arg(long, value_name = "TURN", num_args = 1.., conflicts_with = "attach")]
     pub after: Vec<String>,
     /// Start only once these turns have completed with exit 0. If one ends otherwise (failed,
     /// timed_out, unstartable, cancelled, dependency_failed, after its last retry), this turn
     /// never runs and ends `dependency_failed` naming it (exit code 5 for --wait and `wait`).
-    #[arg(long, value_name = "ID", num_args = 1.., conflicts_with = "attach")]
+    #[arg(long, value_name = "TURN", num_args = 1.., conflicts_with = "attach")]
     pub after_success: Vec<String>,
     /// Re-run a turn that fails (exit code other than 0, killed by a signal, timed out,
     /// unstartable; never a cancelled one) up to N more times, each attempt a new turn of the
@@ -250,8 +250,8 @@ pub struct SubmitArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Print only the turn's id on stdout (for scripts: `id=$(tollgate submit -q -- make)`);
-    /// errors still go to stderr with their exit code.
+    /// Print only the turn's id on stdout (for scripts: `id=$(tollgate submit -q -- make)`;
+    /// with --wait the turn's output follows it); errors still go to stderr with their exit code.
     #[arg(long, short, conflicts_with = "json")]
     pub quiet: bool,
     /// Queue the command without checking that its program can be found (in the turn's

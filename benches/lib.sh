@@ -19,7 +19,7 @@ need_sqlite3() {
 wait_state() {
   local home="$1" task="$2" state="$3" i
   for i in $(seq 1 600); do
-    if "$BIN" --home "$home" status "$task" 2>/dev/null | grep -q " $state "; then return 0; fi
+    if "$BIN" --home "$home" status "$task" 2>/dev/null | grep -qE " ($state) "; then return 0; fi
     sleep 0.05
   done
   echo "timed out waiting for $task to be $state in $home" >&2

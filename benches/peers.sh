@@ -167,7 +167,7 @@ tg_home() {
 wait_state() {
   local i
   for i in $(seq 1 1200); do
-    if "$BIN" --home "$1" status "$2" 2>/dev/null | grep -c " $3 " >/dev/null; then return 0; fi
+    if "$BIN" --home "$1" status "$2" 2>/dev/null | grep -cE " ($3) " >/dev/null; then return 0; fi
     sleep 0.05
   done
   say "timed out waiting for task $2 to be $3 in $1"
@@ -372,7 +372,7 @@ if ! skip SKIP_DEPTH; then
     for d in $DEPTHS; do
       h="$work/depth-$d"
       t0=$(now_us); "$BIN" --home "$h" submit -- true >"$h.out" 2>&1; t1=$(now_us)
-      grep -q ' parked' "$h.out" || { say "a submit at depth $d did not park: $(cat "$h.out")"; exit 1; }
+      grep -qE ' (parked|queued)' "$h.out" || { say "a submit at depth $d did not park: $(cat "$h.out")"; exit 1; }
       add "park_$d" $((t1 - t0))
     done
   done
@@ -397,9 +397,9 @@ if ! skip SKIP_FSYNC && [ "$HAVE_STRACE" = 1 ]; then
     strace -f -c -e trace="$SYNCS" -o "$h.park" "$BIN" --home "$h" submit --task parked -- true >/dev/null 2>&1
     SYNC[park_$dur]=$(awk '$NF ~ /^(fsync|fdatasync|sync_file_range|msync|syncfs)$/ { s += $4 } END { print s + 0 }' "$h.park")
     touch "$h.release"
-    wait_state "$h" parked done
+    wait_state "$h" parked "completed|done"
     strace -f -e trace="$SYNCS,execve" -o "$h.start" "$BIN" --home "$h" submit --task started -- true >/dev/null 2>&1
-    wait_state "$h" started done
+    wait_state "$h" started "completed|done"
     read -r a b <<<"$(awk '
       /execve\("[^"]*\/true"/ { started = 1 }
       /(fsync|fdatasync|sync_file_range|msync|syncfs)\(/ { if (!started) s++; all++ }

@@ -63,12 +63,12 @@ measure() {
   strace -f -c -e trace="$SYNCS" -o "$work/park-$store" "$BIN" --home "$home" submit --task parked -- true >/dev/null 2>&1
   read -r park_syncs park_renames <<<"$(counts "$work/park-$store")"
   touch "$work/release-$store"
-  wait_state "$home" parked done
+  wait_state "$home" parked "completed|done"
 
   # `submit -- true`: strace follows the submit and the runner it spawns, in one time-ordered
   # trace; the calls before the command's exec are those until the runner took its slot over.
   strace -f -e trace="$SYNCS,execve" -o "$work/start-$store" "$BIN" --home "$home" submit --task started -- true >/dev/null 2>&1
-  wait_state "$home" started done
+  wait_state "$home" started "completed|done"
   read -r start_syncs start_renames all_syncs all_renames <<<"$(awk '
     /execve\("[^"]*\/true"/ { started = 1 }
     /(fsync|fdatasync|sync_file_range|msync|syncfs)\(/ { if (!started) s++; as++ }
@@ -95,7 +95,7 @@ depth() {
   # Drop every parked row (the synthetic ones and the timed submits') before the slot frees.
   sqlite3 "$home/tollgate.db" "PRAGMA busy_timeout = 10000; DELETE FROM entries WHERE state = 'parked';" >/dev/null
   touch "$work/release-depth-$depth"
-  wait_state "$home" hold done
+  wait_state "$home" hold "completed|done"
   echo "$syncs $ms"
 }
 

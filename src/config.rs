@@ -93,6 +93,13 @@ pub struct Config {
     /// `[[hook]]`: commands run after a turn ends (spec/turns.md, "Hooks").
     #[serde(default, rename = "hook", skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<hooks::HookTable>,
+    /// How many ended turns `tollgate status` shows for the whole home, the newest ones (every
+    /// turn that has not ended is always shown; `status --all` or `status TASK` shows them all).
+    #[serde(
+        default = "default_status_ended_turns",
+        skip_serializing_if = "is_default_status_ended_turns"
+    )]
+    pub status_ended_turns: usize,
 }
 
 impl Default for Config {
@@ -110,6 +117,7 @@ impl Default for Config {
             log_bytes: default_log_bytes(),
             log_tail_bytes: default_log_tail_bytes(),
             hooks: Vec::new(),
+            status_ended_turns: DEFAULT_STATUS_ENDED_TURNS,
         }
     }
 }
@@ -125,6 +133,19 @@ pub enum Durability {
     /// No commit waits for the disk: a power loss may lose the last acknowledged turns (a crash
     /// of tollgate itself loses nothing; the OS still writes the commits out).
     Os,
+}
+
+/// Ended turns `status` shows by default: a screenful beside the turns that have not ended.
+pub const DEFAULT_STATUS_ENDED_TURNS: usize = 10;
+/// The largest `status_ended_turns`: a table longer than this is what `--all` is for.
+pub const MAX_STATUS_ENDED_TURNS: usize = 10_000;
+
+fn default_status_ended_turns() -> usize {
+    DEFAULT_STATUS_ENDED_TURNS
+}
+
+fn is_default_status_ended_turns(count: &usize) -> bool {
+    *count == DEFAULT_STATUS_ENDED_TURNS
 }
 
 /// 64 MiB per stream: far more than a log anyone reads, far less than a runaway fills.
@@ -216,6 +237,13 @@ impl Config {
                 "key `log_tail_bytes`: {} is more than {MAX_LOG_TAIL_BYTES} (the tail is held in \
                  memory while a turn runs)",
                 self.log_tail_bytes
+            )));
+        }
+        if self.status_ended_turns > MAX_STATUS_ENDED_TURNS {
+            return Err(invalid(format!(
+                "key `status_ended_turns`: {} is more than {MAX_STATUS_ENDED_TURNS} (`tollgate \
+                 status --all` shows every turn)",
+                self.status_ended_turns
             )));
         }
         if let Some(host) = &self.host {

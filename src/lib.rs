@@ -41,6 +41,7 @@ pub mod status;
 pub mod submit;
 pub mod sync;
 pub mod tasks;
+pub mod turn_state;
 pub mod watch;
 
 /// The sans-IO core (crate `tollgate-core`, in `core/`), under the name the shell has always used.

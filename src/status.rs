@@ -6,11 +6,9 @@ use crate::protocol::slots::{
     QueueState, RowState, RunnerSlotReservation, TurnKey,
 };
 use crate::runtime::Runtime;
-use crate::tasks::{self, TurnOutcome, TurnRecord};
+use crate::tasks::{self, TurnRecord};
+use crate::turn_state::TurnState;
 use serde::Serialize;
-
-/// Turns shown per task when no task is named.
-pub const RECENT_TURNS: usize = 5;
 
 #[derive(Debug, Serialize)]
 pub struct StatusView {
@@ -24,6 +22,14 @@ pub struct StatusView {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub works: Vec<WorkView>,
     pub tasks: Vec<TaskView>,
+    /// Ended turns left out of the tasks' `turns` (the home's view shows every turn that has not
+    /// ended and only the newest `ended_turns_shown` ended ones); 0 with a task, `--all` or
+    /// `--label`.
+    pub hidden_turns: usize,
+    /// The home's limit on ended turns shown (`status_ended_turns` in tollgate.toml); absent when
+    /// every turn is shown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_turns_shown: Option<usize>,
     /// What `tollgate pause` holds: `{"home": true}` and/or `{"tasks": [...]}`; absent when
     /// nothing is paused.
     #[serde(skip_serializing_if = "PauseSet::is_empty")]
@@ -95,8 +101,7 @@ pub struct TaskView {
     /// The task is paused (`tollgate pause TASK`; the home's pause is [`StatusView::paused`]).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
-    /// Older turns of this task left out of `turns` (only the most recent are shown unless the
-    /// caller asked for all).
+    /// Ended turns of this task left out of `turns` (see [`StatusView::hidden_turns`]).
     pub hidden_turns: usize,
 }
 
@@ -109,11 +114,11 @@ pub struct TurnView {
     /// Labels given at submit (`--label`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub labels: Vec<String>,
-    /// parked, waiting, starting, running, recording (the command ended; its result waits for disk
-    /// space), orphaned (dispatched, but its runner and dispatcher are dead: reconcile repairs it),
-    /// completed, failed, cancelled, unstartable, dropped, superseded, unqueued; held (parked until
-    /// the turns of its `--after` left the queue), dependency_failed.
-    pub state: String,
+    /// Where the turn stands, one word of [`TurnState`] (the table's word too).
+    pub state: TurnState,
+    /// The word earlier versions gave [`TurnView::state`] ([`TurnState::legacy_word`]: `parked`
+    /// for a queued, paused or delayed turn), kept for one version for scripts that read it.
+    pub legacy_state: &'static str,
     pub argv: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
@@ -124,8 +129,8 @@ pub struct TurnView {
     pub started_at_millis: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ended_at_millis: Option<u64>,
-    /// Why a queued (`parked`) turn does not start although a slot may be free: `paused` (the
-    /// home or its task is paused) or `delayed` (until `not_before_millis`).
+    /// Why a queued turn does not start although a slot may be free: `paused` (the home or its
+    /// task is paused) or `delayed` (until `not_before_millis`); the same as its state says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -178,41 +183,41 @@ fn observed(o: Observation) -> &'static str {
     }
 }
 
-/// The state word of a turn (as in [`TurnView::state`]), from its record and the queue.
-pub fn turn_state(queue: &QueueState, turn: &TurnRecord, liveness: &impl Liveness) -> String {
+/// Where a turn stands (as in [`TurnView::state`]), from its record and the queue at
+/// `now_millis`. A turn whose result waits for disk space is `running` here; [`state_of`] tells
+/// it apart.
+pub fn turn_state(
+    queue: &QueueState,
+    turn: &TurnRecord,
+    liveness: &impl Liveness,
+    now_millis: u64,
+) -> TurnState {
     if let Some(outcome) = turn.outcome {
-        return match outcome {
-            TurnOutcome::Completed => "completed",
-            TurnOutcome::Failed => "failed",
-            TurnOutcome::Cancelled => "cancelled",
-            TurnOutcome::Unstartable => "unstartable",
-            TurnOutcome::Dropped => "dropped",
-            TurnOutcome::Superseded => "superseded",
-            TurnOutcome::TimedOut => "timed_out",
-            TurnOutcome::DependencyFailed => "dependency_failed",
-        }
-        .to_string();
+        return TurnState::of_outcome(outcome);
     }
-    match queue.row(&turn.key).map(|r| &r.state) {
+    let Some(row) = queue.row(&turn.key) else {
+        // A record without an outcome and without a row: its submitter died before queueing it.
+        return TurnState::Orphaned;
+    };
+    match &row.state {
         // Parked until the turns it waits for (`--after`) have left the queue.
-        Some(RowState::Parked)
-            if queue
-                .row(&turn.key)
-                .is_some_and(|r| !crate::protocol::slots::dependencies_met(queue, r)) =>
-        {
-            "held"
+        RowState::Parked if !crate::protocol::slots::dependencies_met(queue, row) => {
+            TurnState::Held
         }
-        Some(RowState::Parked) => "parked",
-        Some(RowState::Waiting { .. }) => "waiting",
-        Some(RowState::Dispatching { dispatch_owner }) => {
-            let row = queue.row(&turn.key);
+        RowState::Parked => match held_of(queue, &turn.key, now_millis).0 {
+            Some("paused") => TurnState::Paused,
+            Some(_) => TurnState::Delayed,
+            None => TurnState::Queued,
+        },
+        RowState::Waiting { .. } => TurnState::Waiting,
+        RowState::Dispatching { dispatch_owner } => {
             match queue.runner(&turn.key) {
-                Some(r) if liveness.is_live(&r.identity) => "running",
+                Some(r) if liveness.is_live(&r.identity) => TurnState::Running,
                 // Its runner died: nobody will record its end until reconcile repairs it.
-                Some(_) => "orphaned",
+                Some(_) => TurnState::Orphaned,
                 None => {
                     // Not taken over yet: starting while whoever dispatches it is alive.
-                    let reservation = row.and_then(|r| r.slot_reservation.as_ref());
+                    let reservation = row.slot_reservation.as_ref();
                     let holders = [
                         Some(*dispatch_owner),
                         reservation.map(|r| r.reserver),
@@ -226,16 +231,29 @@ pub fn turn_state(queue: &QueueState, turn: &TurnRecord, liveness: &impl Livenes
                         })
                     };
                     if holders.iter().flatten().any(|h| liveness.is_live(h)) || unrecorded_child() {
-                        "starting"
+                        TurnState::Starting
                     } else {
-                        "orphaned"
+                        TurnState::Orphaned
                     }
                 }
             }
         }
-        None => "unqueued",
     }
-    .to_string()
+}
+
+/// [`turn_state`], with a running turn whose result waits for disk space (`result.pending` in
+/// its folder) told apart as `recording`.
+pub fn state_of(
+    home: &crate::home::Home,
+    queue: &QueueState,
+    turn: &TurnRecord,
+    liveness: &impl Liveness,
+    now_millis: u64,
+) -> TurnState {
+    match turn_state(queue, turn, liveness, now_millis) {
+        TurnState::Running if tasks::result_pending(home, &turn.key) => TurnState::Recording,
+        state => state,
+    }
 }
 
 /// Builds the status of the whole home, or of one task (all its turns). An unknown task is an
@@ -315,43 +333,43 @@ fn status_of<L: Liveness>(
             names
         }
     };
+    // The home's view (no task named, not `--all`) shows every turn that has not ended and the
+    // newest `status_ended_turns` ended ones of the whole home; the rest is counted as hidden.
+    let ended_limit = (only.is_none() && !all).then_some(rt.config.status_ended_turns);
     let mut task_views = Vec::with_capacity(names.len());
+    // (id order, task index, turn) of every ended turn loaded, to keep the newest of the home.
+    let mut ended: Vec<((u64, u64), usize, u32)> = Vec::new();
     for name in names {
-        let mut numbers = tasks::list_turns(&rt.home, &name)?;
-        let mut hidden_turns = 0;
-        if only.is_none() && !all && numbers.len() > RECENT_TURNS {
-            hidden_turns = numbers.len() - RECENT_TURNS;
-            numbers.drain(..hidden_turns);
-        }
-        let mut turns = Vec::with_capacity(numbers.len());
-        for n in numbers {
-            if let Some(turn) = tasks::load_turn(&rt.home, &TurnKey::new(name.clone(), n))? {
-                let (held, not_before_millis) = held_of(&queue, &turn.key, now_millis);
-                turns.push(TurnView {
-                    held,
-                    not_before_millis,
-                    priority: queue.row(&turn.key).map_or(0, |r| r.priority),
-                    turn: n,
-                    id: turn.id,
-                    labels: turn.labels.clone(),
-                    state: tasks::recording_or(
-                        &rt.home,
-                        &turn.key,
-                        turn_state(&queue, &turn, live),
-                    ),
-                    argv: turn.argv.clone(),
-                    exit_code: turn.exit_code,
-                    signal: turn.signal,
-                    submitted_at_millis: turn.submitted_at_millis,
-                    started_at_millis: turn.started_at_millis,
-                    ended_at_millis: turn.ended_at_millis,
-                    retry: turn.retry,
-                    after: turn.after.clone(),
-                    failed_dependency: turn.failed_dependency.clone(),
-                    host: turn.host.as_ref().map(ToString::to_string),
-                });
+        let numbers = tasks::list_turns(&rt.home, &name)?;
+        let count = numbers.len();
+        let mut turns = Vec::new();
+        let mut ended_here = 0;
+        // Newest first: a task can add at most `ended_limit` turns to the home's newest ended
+        // ones, so older turns are read only when they have a queue row (not ended).
+        for n in numbers.into_iter().rev() {
+            let key = TurnKey::new(name.clone(), n);
+            let past_limit = ended_limit.is_some_and(|limit| ended_here >= limit);
+            if past_limit && queue.row(&key).is_none() {
+                continue;
             }
+            let Some(turn) = tasks::load_turn(&rt.home, &key)? else {
+                continue;
+            };
+            let view = turn_view(rt, live, &queue, &turn, now_millis);
+            if view.state.ended() {
+                if past_limit {
+                    continue;
+                }
+                ended_here += 1;
+                ended.push((
+                    (turn.id.unwrap_or(0), turn.submitted_at_millis),
+                    task_views.len(),
+                    n,
+                ));
+            }
+            turns.push(view);
         }
+        turns.reverse();
         let strategy = tasks::load_task(&rt.home, &name)?
             .map(|t| t.strategy)
             .unwrap_or_default()
@@ -360,9 +378,23 @@ fn status_of<L: Liveness>(
             paused: queue.paused.tasks.contains(&name),
             name,
             strategy,
+            hidden_turns: count,
             turns,
-            hidden_turns,
         });
+    }
+    if let Some(limit) = ended_limit {
+        // The newest ended turns of the home stay; older ones are dropped from their task.
+        ended.sort_by(|a, b| b.cmp(a));
+        for &(_, task, turn) in ended.iter().skip(limit) {
+            task_views[task]
+                .turns
+                .retain(|t| t.turn != turn || !t.state.ended());
+        }
+    }
+    let mut hidden_turns = 0;
+    for task in &mut task_views {
+        task.hidden_turns = task.hidden_turns.saturating_sub(task.turns.len());
+        hidden_turns += task.hidden_turns;
     }
     let rows = queue
         .entries
@@ -427,10 +459,44 @@ fn status_of<L: Liveness>(
         runners,
         works,
         tasks: task_views,
+        hidden_turns,
+        ended_turns_shown: ended_limit,
         paused: queue.paused.clone(),
         this_host,
         this_host_drained,
     })
+}
+
+/// One turn as `status` shows it.
+fn turn_view<L: Liveness>(
+    rt: &Runtime<L>,
+    live: &impl Liveness,
+    queue: &QueueState,
+    turn: &TurnRecord,
+    now_millis: u64,
+) -> TurnView {
+    let (held, not_before_millis) = held_of(queue, &turn.key, now_millis);
+    let state = state_of(&rt.home, queue, turn, live, now_millis);
+    TurnView {
+        held,
+        not_before_millis,
+        priority: queue.row(&turn.key).map_or(0, |r| r.priority),
+        turn: turn.key.turn,
+        id: turn.id,
+        labels: turn.labels.clone(),
+        state,
+        legacy_state: state.legacy_word(),
+        argv: turn.argv.clone(),
+        exit_code: turn.exit_code,
+        signal: turn.signal,
+        submitted_at_millis: turn.submitted_at_millis,
+        started_at_millis: turn.started_at_millis,
+        ended_at_millis: turn.ended_at_millis,
+        retry: turn.retry,
+        after: turn.after.clone(),
+        failed_dependency: turn.failed_dependency.clone(),
+        host: turn.host.as_ref().map(ToString::to_string),
+    }
 }
 
 /// On a fleet: this host's name and whether it is drained (its own read, beside the queue's

@@ -377,16 +377,6 @@ pub fn result_pending(home: &Home, key: &TurnKey) -> bool {
     home.result_pending_marker(key).is_file()
 }
 
-/// `state` (a turn's state word in `status`), or `recording` when the turn shows as running but
-/// its command has ended and its runner waits for disk space to record the result.
-pub fn recording_or(home: &Home, key: &TurnKey, state: String) -> String {
-    if state == "running" && result_pending(home, key) {
-        "recording".to_string()
-    } else {
-        state
-    }
-}
-
 /// Ends a turn that never ran with `outcome` (dropped, superseded, cancelled), outside any
 /// section (tests, fixtures): the core's [`turns::end_unrun`].
 pub fn end_unrun(
@@ -517,6 +507,20 @@ pub fn remove_turn(home: &Home, key: &TurnKey) -> Result<(), FileError> {
         })?;
     }
     let dir = home.turn_dir(key);
+    match std::fs::remove_dir_all(&dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(FileError::io(&dir, e)),
+    }
+}
+
+/// Removes a task that has no turns left: its record and its folder. Call under the queue lock,
+/// after its last turn was removed and with no queue row of it.
+pub fn remove_task(home: &Home, name: &str) -> Result<(), FileError> {
+    if records::in_database(home) {
+        db(home, records::Access::Write, None, |c| c.delete_task(name))?;
+    }
+    let dir = home.task_dir(name);
     match std::fs::remove_dir_all(&dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),

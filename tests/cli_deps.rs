@@ -177,11 +177,11 @@ fn a_failed_dependency_settles_its_after_success_chain_and_wait_exits_5() {
     let logs = tollgate(&home, &["logs", "b"]);
     let text = String::from_utf8_lossy(&logs.stderr);
     assert!(
-        text.contains("dependency-failed") && text.contains("a turn 1"),
+        text.contains("dependency_failed") && text.contains("a turn 1"),
         "{text}"
     );
     let table = ok(&home, &["status"]);
-    assert!(table.contains("dep-failed"), "{table}");
+    assert!(table.contains("dependency_failed"), "{table}");
 }
 
 /// A dependency that has already ended is decided at submit: the turn starts at once, or (an
@@ -370,7 +370,7 @@ fn a_failing_turn_is_retried_as_new_turns_after_a_doubling_backoff() {
     assert_eq!(record["retry_of"], 1, "{record}");
     assert_eq!(record["retried_as"], 3, "{record}");
     let table = ok(&home, &["status"]);
-    assert!(table.contains("done 3/3"), "{table}");
+    assert!(table.contains("completed 3/3"), "{table}");
     // `wait` on the first attempt follows the chain too.
     let waited = tollgate(&home, &["wait", "flaky:1"]);
     assert_eq!(waited.status.code(), Some(0), "{}", describe(&waited));
@@ -440,7 +440,7 @@ fn cancel_stops_the_retries_of_a_task() {
         ],
     );
     until(&home, "the retry to wait out its backoff", |h| {
-        state_of(h, "slow", 2).as_deref() == Some("parked")
+        state_of(h, "slow", 2).as_deref() == Some("delayed")
     });
     ok(&home, &["cancel", "slow"]);
     assert_eq!(state_of(&home, "slow", 2).as_deref(), Some("cancelled"));
@@ -484,7 +484,7 @@ fn submit_help_explains_dependencies_and_retries() {
         "--after-success",
         "--retry",
         "--backoff",
-        "dependency-failed",
+        "dependency_failed",
     ] {
         assert!(out.contains(word), "{word}: {out}");
     }
@@ -570,6 +570,8 @@ fn unstartable_and_timed_out_turns_are_retried() {
             "--retry",
             "1",
             "--wait",
+            // Past submit's own check, to see the runner's spawn fail.
+            "--no-check",
             "--",
             "/nonexistent/program",
         ],

@@ -341,3 +341,56 @@ fn labels_are_stored_on_the_turn_shown_by_status_and_filtered_on() {
         "{view}"
     );
 }
+
+/// An auto-named turn's name carries its own id and no other turn's: an `--after-success`
+/// turn whose dependency had already failed gets no queue row but keeps the id its name was
+/// made with, so the next submit gets the next id and a name of its own (issue: `deploy.sh-14`
+/// then `deploy.sh-14-2` with id 14, and `logs 14` showed the other task's output).
+#[test]
+fn a_generated_name_never_carries_another_turns_id() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = common::init_home(dir.path(), 2);
+    let failed = tollgate(&home, &["submit", "--wait", "--", "false"]);
+    assert_eq!(failed.status.code(), Some(1), "{}", describe(&failed));
+    let never = tollgate(
+        &home,
+        &[
+            "submit",
+            "--after-success",
+            "1",
+            "--json",
+            "--",
+            "echo",
+            "never",
+        ],
+    );
+    assert_eq!(never.status.code(), Some(5), "{}", describe(&never));
+    let never: Value = serde_json::from_slice(&never.stdout).expect("json");
+    assert_eq!(
+        (never["task"].as_str(), never["id"].as_u64()),
+        (Some("echo-2"), Some(2)),
+        "{never}"
+    );
+    let next = json_of(&home, &["submit", "--json", "--", "echo", "next"]);
+    assert_eq!(
+        (next["task"].as_str(), id_of(&next)),
+        (Some("echo-3"), 3),
+        "{next}"
+    );
+    let waited = tollgate(&home, &["wait", "3"]);
+    assert!(waited.status.success(), "{}", describe(&waited));
+    // Each id names the turn whose name carries it.
+    let logs = tollgate(&home, &["logs", "3"]);
+    assert_eq!(
+        String::from_utf8_lossy(&logs.stdout),
+        "next\n",
+        "{}",
+        describe(&logs)
+    );
+    let two = json_of(&home, &["logs", "2", "--json"]);
+    assert_eq!(
+        (two["task"].as_str(), two["state"].as_str()),
+        (Some("echo-2"), Some("dependency_failed")),
+        "{two}"
+    );
+}

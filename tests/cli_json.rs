@@ -54,6 +54,8 @@ fn logs_json_carries_the_turn_and_both_streams() {
             "--task",
             "missing",
             "--wait",
+            // Past submit's own check, to the runner's spawn.
+            "--no-check",
             "--",
             "/nonexistent/program",
         ],

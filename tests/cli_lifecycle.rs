@@ -112,7 +112,7 @@ fn clean_removes_only_ended_turns_and_honours_keep() {
     ok(home, &["submit", "--task", "live", "--", "sleep", "30"]);
     ok(home, &["submit", "--task", "live", "--", "true"]);
     let dry = ok(home, &["clean", "--keep", "1", "--dry-run"]);
-    assert!(dry.contains("3 ended turn(s) would remove"), "{dry}");
+    assert!(dry.contains("would remove 3 ended turn(s)"), "{dry}");
     assert!(
         home.join("tasks/old/turns/1").exists(),
         "dry run removes nothing"
@@ -147,9 +147,88 @@ fn clean_removes_only_ended_turns_and_honours_keep() {
     );
     // --older-than: nothing ended a day ago.
     let none = ok(home, &["clean", "--older-than", "1d"]);
-    assert!(none.contains("0 ended turn(s) removed"), "{none}");
+    assert!(none.contains("removed 0 ended turn(s)"), "{none}");
     // The task keeps its numbering: a new turn is 5, not 1 (once the slot is free again).
     ok(home, &["cancel", "live"]);
     ok(home, &["submit", "--task", "old", "--wait", "--", "true"]);
     assert!(home.join("tasks/old/turns/5").exists());
+}
+
+/// `--keep N` counts the ended turns of the whole home, so one-off submits (each a task of its
+/// own) are cleaned too; a task left without turns goes with its record and folder, unless it
+/// holds a setting (a strategy, a pause); one line says what was removed.
+#[test]
+fn clean_keeps_the_newest_ended_turns_of_the_home_and_removes_emptied_tasks() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let home = home.path();
+    ok(home, &["init", "--workers", "2"]);
+    for _ in 0..6 {
+        ok(home, &["submit", "--wait", "--", "true"]);
+    }
+    ok(
+        home,
+        &[
+            "submit",
+            "--task",
+            "deploy",
+            "--strategy",
+            "drop",
+            "--wait",
+            "--",
+            "true",
+        ],
+    );
+    ok(
+        home,
+        &["submit", "--task", "nightly", "--wait", "--", "true"],
+    );
+    ok(home, &["pause", "nightly"]);
+    ok(home, &["submit", "--task", "kept", "--wait", "--", "true"]);
+    let out = ok(home, &["clean", "--keep", "2"]);
+    assert_eq!(
+        out,
+        "removed 7 ended turn(s) with their logs and 6 task(s) left without turns (kept the 2 \
+         newest ended)\n",
+        "one summary line"
+    );
+    let view: serde_json::Value =
+        serde_json::from_str(&ok(home, &["status", "--json", "--all"])).expect("json");
+    let names: Vec<&str> = view["tasks"]
+        .as_array()
+        .expect("tasks")
+        .iter()
+        .map(|t| t["name"].as_str().expect("name"))
+        .collect();
+    // The 2 newest ended turns (nightly's and kept's) stay; deploy keeps its strategy although
+    // its turn went; the one-off tasks are gone, records and folders.
+    assert_eq!(names, ["deploy", "kept", "nightly"], "{view}");
+    let folders: Vec<String> = std::fs::read_dir(home.join("tasks"))
+        .expect("tasks/")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        folders.iter().all(|f| !f.starts_with("true-")),
+        "no folder of a removed task is left: {folders:?}"
+    );
+    // A removed task's name is free again; a kept task keeps its numbering and strategy.
+    ok(
+        home,
+        &["submit", "--task", "deploy", "--wait", "--", "true"],
+    );
+    let deploy: serde_json::Value =
+        serde_json::from_str(&ok(home, &["status", "deploy", "--json"])).expect("json");
+    assert_eq!(deploy["tasks"][0]["strategy"], "drop", "{deploy}");
+    assert_eq!(deploy["tasks"][0]["turns"][0]["turn"], 2, "{deploy}");
+    let json = ok(home, &["clean", "--json"]);
+    let value: serde_json::Value = serde_json::from_str(&json).expect("json");
+    assert_eq!(
+        value["removed"].as_array().expect("removed").len(),
+        3,
+        "{json}"
+    );
+    assert_eq!(
+        value["removed_tasks"],
+        serde_json::json!(["kept"]),
+        "{json}"
+    );
 }

@@ -15,6 +15,8 @@ fn submit_wait_of_a_missing_program_names_the_reason() {
             "--task",
             "t",
             "--wait",
+            // Past submit's own check (tests/cli_submit_check.rs), to the runner's spawn.
+            "--no-check",
             "--",
             "/nonexistent/program-xyz",
         ],
@@ -48,7 +50,7 @@ fn logs_of_a_queued_turn_says_it_waits_for_a_slot() {
     // The first turn holds the only slot from the moment its submit returns.
     let second = tollgate(home.path(), &["submit", "--task", "later", "--", "true"]);
     assert!(
-        String::from_utf8_lossy(&second.stdout).contains("parked"),
+        String::from_utf8_lossy(&second.stdout).contains("queued"),
         "{}",
         describe(&second)
     );

@@ -73,8 +73,10 @@ fn q1_pause_holds_queued_turns_running_ones_go_on_and_resume_starts_up_to_the_fr
     let a = turn(home, "a");
     assert_eq!(
         (a["state"].as_str(), a["held"].as_str()),
-        (Some("parked"), Some("paused"))
+        (Some("paused"), Some("paused"))
     );
+    // The word of earlier versions stays readable for one version.
+    assert_eq!(a["legacy_state"], "parked", "{a}");
     let table = ok(home, &["status"]);
     assert!(table.contains("the home is paused"), "{table}");
     assert!(table.contains("paused"), "{table}");
@@ -86,7 +88,7 @@ fn q1_pause_holds_queued_turns_running_ones_go_on_and_resume_starts_up_to_the_fr
     assert_eq!(waited.status.code(), Some(0), "{}", describe(&waited));
     ok(home, &["reconcile"]);
     for task in ["a", "b", "c"] {
-        assert_eq!(turn(home, task)["state"], "parked", "{task} stays queued");
+        assert_eq!(turn(home, task)["state"], "paused", "{task} stays queued");
     }
 
     // Resume starts what may start now, up to the two free slots, in one section.
@@ -141,7 +143,7 @@ fn q1_pausing_one_task_holds_only_its_turns() {
     assert!(out.contains("the home is still paused"), "{out}");
     assert_eq!(
         json(home, &["status", "--json", "held"])["tasks"][0]["turns"][1]["state"],
-        "parked"
+        "paused"
     );
     let out = ok(home, &["resume"]);
     assert!(out.contains("held turn 2 started"), "{out}");
@@ -269,7 +271,20 @@ fn q2_a_delayed_turn_is_not_started_early_by_reconcile_or_resume() {
     );
     ok(home, &["reconcile"]);
     ok(home, &["resume"]);
-    assert_eq!(turn(home, "later")["state"], "parked");
+    assert_eq!(turn(home, "later")["state"], "delayed");
+    // Paused, the delayed turn still shows its time beside the pause.
+    ok(home, &["pause"]);
+    let later = turn(home, "later");
+    assert_eq!(later["state"], "paused", "{later}");
+    assert!(later["not_before_millis"].as_u64().is_some(), "{later}");
+    let table = ok(home, &["status"]);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains(" later ") && l.contains("paused, delayed until ")),
+        "{table}"
+    );
+    ok(home, &["resume"]);
     ok(home, &["cancel", "later"]);
 }
 

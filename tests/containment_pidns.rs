@@ -248,6 +248,8 @@ fn exit_status_and_outputs_are_those_of_the_command() {
             "--wait",
             "--task",
             "missing",
+            // Past submit's own check, to the init's exec.
+            "--no-check",
             "--",
             "no-such-program-xyz",
         ],

@@ -39,7 +39,13 @@ fn state_word(home: &Path, key: &TurnKey) -> String {
     let turn = tasks::load_turn(&view, key)
         .expect("turn record")
         .expect("the turn has a record");
-    tollgate::status::turn_state(&queue, &turn, &tollgate::process::ProcLiveness)
+    tollgate::status::turn_state(
+        &queue,
+        &turn,
+        &tollgate::process::ProcLiveness,
+        tollgate::clock::now_millis(),
+    )
+    .to_string()
 }
 
 #[test]

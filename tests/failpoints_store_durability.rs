@@ -242,7 +242,7 @@ fn a_power_loss_right_after_a_parking_submit_loses_nothing_and_the_turn_runs() {
     let out = tollgate(&home, None, &["reconcile"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     wait_for(&home, "first to run again", |v| {
-        state_of(v, "first") == "running" && state_of(v, "parked") == "parked"
+        state_of(v, "first") == "running" && state_of(v, "parked") == "queued"
     });
     std::fs::write(&release, b"").expect("release");
     wait_for(&home, "the acknowledged turn to run", |v| {

@@ -242,7 +242,8 @@ fn fleet_homes(dir: &Path, url: &str) -> Vec<PathBuf> {
 
 /// `status --json` of `home`: the queue's rows, and each task's turns' states.
 fn status(home: &Path) -> (usize, BTreeMap<String, Vec<String>>) {
-    let out = run_ok(home, &["status", "--json"]);
+    // Every turn, not only the newest ended ones the home's view shows.
+    let out = run_ok(home, &["status", "--json", "--all"]);
     let view: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status json");
     let rows = view["rows"].as_array().map_or(0, Vec::len);
     let mut tasks = BTreeMap::new();

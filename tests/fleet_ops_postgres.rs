@@ -292,7 +292,7 @@ fn a_drained_host_queues_its_submits_and_finishes_its_running_turn_while_another
     );
     ok(&a, &["reconcile"]);
     let turn = turn_view(&a, "later", 1);
-    assert_eq!(turn["state"], "parked", "{turn}");
+    assert_eq!(turn["state"], "queued", "{turn}");
     assert!(turn.get("started_at_millis").is_none(), "{turn}");
 
     // The running turn finishes (draining kills nothing); its finish on a starts nothing.
@@ -300,7 +300,7 @@ fn a_drained_host_queues_its_submits_and_finishes_its_running_turn_while_another
     let long_turn = wait_state(&a, "long", 1, "completed");
     assert_eq!(long_turn["host"], host_a.as_str(), "{long_turn}");
     let turn = turn_view(&a, "later", 1);
-    assert_eq!(turn["state"], "parked", "a's finish left it queued: {turn}");
+    assert_eq!(turn["state"], "queued", "a's finish left it queued: {turn}");
 
     // b's reconcile starts it, on b.
     ok(&b, &["reconcile"]);

@@ -22,7 +22,7 @@ use tollgate::protocol::slots::{Liveness, Observation, ProcessIdentity};
 use tollgate::queue::{redact, PostgresStore, PostgresUrl};
 use tollgate::runner::lease::{FenceReason, LeaseKeeper};
 
-use common::postgres::{server, unique};
+use common::postgres::{server, unique, with_queue};
 
 fn store(url: &str, queue: &str) -> PostgresStore {
     PostgresStore::new(
@@ -390,17 +390,55 @@ fn a_runner_cut_off_from_the_database_kills_its_work_before_its_lease_expires() 
     assert!(b.release_lease(&successor).unwrap());
 }
 
+/// A home of a fleet (one with a `host` setting) whose store URL names no queue would get a
+/// queue of its own and split the fleet silently: every command that uses the store refuses it,
+/// naming the setting and the fix, and changes nothing. Decided before any connection, so it
+/// needs no server.
 #[test]
-fn two_homes_with_distinct_host_settings_share_one_database_and_a_bad_host_is_refused() {
+fn a_fleet_home_without_a_queue_in_its_store_url_is_refused_naming_the_fix() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = common::init_home(tmp.path(), 1);
+    let config = home.join("tollgate.toml");
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str("store = \"postgres://tg:secret@127.0.0.1:1/fleet\"\nhost = \"copied\"\n");
+    std::fs::write(&config, text).expect("write config");
+    for args in [vec!["submit", "--", "true"], vec!["status"]] {
+        let out = common::tollgate(&home, &args);
+        assert_eq!(
+            out.status.code(),
+            Some(3),
+            "{args:?}: {}",
+            common::describe(&out)
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&config.display().to_string())
+                && stderr.contains("`host`")
+                && stderr.contains("?queue=NAME")
+                && stderr.contains("postgres://tg:***@127.0.0.1:1/fleet?queue=fleet")
+                && !stderr.contains("secret"),
+            "{args:?}: {}",
+            common::describe(&out)
+        );
+    }
+    assert!(!home.join("tollgate.db").exists(), "nothing was made");
+    // The config stays readable, so the fix can be made with tollgate itself.
+    let out = common::tollgate(&home, &["config", "get", "host"]);
+    assert!(out.status.success(), "{}", common::describe(&out));
+}
+
+#[test]
+fn two_homes_with_distinct_host_settings_share_one_named_queue_and_a_bad_host_is_refused() {
     let Some(url) = server() else { return };
     let tmp = tempfile::tempdir().expect("tempdir");
+    let store = with_queue(&url, &unique("fleet"));
     let mut homes = Vec::new();
     for name in ["one", "two"] {
         let dir = tmp.path().join(name);
         let home = common::init_home(&dir, 1);
         let config = home.join("tollgate.toml");
         let mut text = std::fs::read_to_string(&config).expect("config");
-        text.push_str(&format!("store = {url:?}\nhost = \"fleet-{name}\"\n"));
+        text.push_str(&format!("store = {store:?}\nhost = \"fleet-{name}\"\n"));
         std::fs::write(&config, text).expect("write config");
         homes.push(home);
     }
@@ -408,6 +446,16 @@ fn two_homes_with_distinct_host_settings_share_one_database_and_a_bad_host_is_re
         let out = common::tollgate(home, &["submit", "--wait", "--task", "fleet", "--", "true"]);
         assert!(out.status.success(), "{}", common::describe(&out));
     }
+    // One queue: both turns are one task's, seen from either home, each run by its own host.
+    let out = common::tollgate(&homes[1], &["status", "fleet", "--json"]);
+    let view: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let hosts: Vec<&str> = view["tasks"][0]["turns"]
+        .as_array()
+        .expect("turns")
+        .iter()
+        .filter_map(|t| t["host"].as_str())
+        .collect();
+    assert_eq!(hosts, ["fleet-one", "fleet-two"], "{view}");
     // `hosts` is a fleet's: on a SQLite home it is refused naming the setting.
     let sqlite = common::init_home(&tmp.path().join("sqlite"), 1);
     let out = common::tollgate(&sqlite, &["hosts"]);
@@ -649,7 +697,7 @@ fn a_runner_cut_off_from_the_database_kills_its_work_and_exits_before_another_ho
         &["submit", "--task", "other", "--", "true"],
     ));
     run_ok(as_host(&home, &b, None, &["reconcile"]));
-    assert_eq!(turn_of(&home, &b, "other").0, "parked");
+    assert_eq!(turn_of(&home, &b, "other").0, "queued");
     let (lease, now_db) = runner_lease(&direct, &a, runner);
     assert!(
         lease.is_some_and(|e| now_db <= e),
@@ -711,7 +759,7 @@ fn another_host_steals_a_killed_runners_slot_only_after_its_lease_expired() {
         &["submit", "--task", "other", "--", "true"],
     ));
     run_ok(as_host(&home, &b, None, &["reconcile"]));
-    assert_eq!(turn_of(&home, &b, "other").0, "parked");
+    assert_eq!(turn_of(&home, &b, "other").0, "queued");
     assert!(running(work));
     // `tollgate hosts` on b lists host a with its one live executor, on the database clock.
     let out = run_ok(as_host(&home, &b, None, &["hosts", "--json"]));
@@ -747,7 +795,7 @@ fn another_host_steals_a_killed_runners_slot_only_after_its_lease_expired() {
     // Dead in this machine's /proc, but b is another host: only the lease speaks for a's
     // runner, and it has not expired, so b does not steal.
     run_ok(as_host(&home, &b, None, &["reconcile"]));
-    assert_eq!(turn_of(&home, &b, "other").0, "parked");
+    assert_eq!(turn_of(&home, &b, "other").0, "queued");
     // b's `status` judges a's runner as b's reconcile does, by its lease: running, not orphaned
     // (b cannot see a's processes; only a's own /proc could tell it died).
     assert_eq!(

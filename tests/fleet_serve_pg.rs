@@ -216,7 +216,7 @@ fn queue_supersession_is_decided_across_two_hosts_of_one_queue() {
         "superseded",
         "superseded",
         "superseded",
-        "parked",
+        "queued",
     ];
     assert_eq!(turn_states(&a.home, "q"), expected);
     assert_eq!(
@@ -268,7 +268,7 @@ fn concurrent_two_holds_across_two_hosts_of_one_queue() {
     // Turns 3 (host a) and 4 (host b) wait for one of the two slots of the task, fleet-wide.
     let states = turn_states(&b.home, "c");
     assert_eq!(
-        states.iter().filter(|s| *s == "parked").count(),
+        states.iter().filter(|s| *s == "queued").count(),
         2,
         "two wait: {states:?}"
     );
@@ -305,7 +305,7 @@ fn debounce_supersedes_across_two_hosts_and_starts_only_the_last_turn() {
     }
     assert_eq!(
         turn_states(&a.home, "d"),
-        ["superseded", "superseded", "parked"],
+        ["superseded", "superseded", "delayed"],
         "host a sees host b's submits supersede its own"
     );
     wait_until(60, "the debounced turn completed", || {

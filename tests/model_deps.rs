@@ -65,14 +65,17 @@ fn expect_counterexample(cfg: DepsConfig, property: &'static str) {
     ));
 }
 
+// The counts fell (307 and 2 076 before) when a turn settled dependency-failed at its submit
+// began to spend the id it was created with (`spend_queue_id`): the states where B was decided at
+// once and those where it was held and then settled now agree on the queue's counter.
 #[test]
 fn r_two_attempts_one_crash() {
-    check(cfg(2, 1, DepsVariant::Production), 307);
+    check(cfg(2, 1, DepsVariant::Production), 297);
 }
 
 #[test]
 fn r_three_attempts_two_crashes() {
-    check(cfg(3, 2, DepsVariant::Production), 2_076);
+    check(cfg(3, 2, DepsVariant::Production), 2_040);
 }
 
 #[test]

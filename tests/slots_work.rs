@@ -288,7 +288,10 @@ fn reconcile_after_a_killed_runner(force_subreaper: bool) {
         left.is_empty() && old_left.is_empty(),
         "processes of the old work outlived reconcile: {left:?} {old_left:?}\nreconcile said: {said}"
     );
-    assert!(said.contains("killing its work"), "{said}");
+    assert!(
+        said.contains("killed what was left of its command"),
+        "{said}"
+    );
     // And the turn runs again, as a new work.
     let new = wait_for("the turn to run again", || {
         let found = confirmed(members(mark.as_bytes()));

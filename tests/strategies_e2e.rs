@@ -95,7 +95,7 @@ fn queue_strategy_runs_the_first_and_the_last_and_supersedes_the_rest() {
             "superseded",
             "superseded",
             "superseded",
-            "parked"
+            "queued"
         ]
     );
     release(&hold);
@@ -175,7 +175,7 @@ fn drop_refuses_beside_a_turn_waiting_for_a_slot_and_says_it_waits() {
         &["submit", "--task", "d", "--strategy", "drop", "--", "true"],
     );
     assert!(first.status.success(), "{first:?}");
-    assert_eq!(turn_states(&h.path, "d"), ["parked"]);
+    assert_eq!(turn_states(&h.path, "d"), ["queued"]);
     let second = tollgate(&h.path, &["submit", "--task", "d", "--", "true"]);
     assert_eq!(second.status.code(), Some(4), "{second:?}");
     let stderr = String::from_utf8_lossy(&second.stderr);

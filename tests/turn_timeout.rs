@@ -1,6 +1,6 @@
 //! `submit --timeout DUR` (issue 13, "Submit options"): once a turn's command has run DUR, the
 //! runner kills its whole containment unit (TERM, grace, KILL), a `setsid` grandchild included;
-//! the turn ends `timed_out`, `status` shows `timed-out`, and `submit --wait`/`--attach` exit 124
+//! the turn ends `timed_out`, `status` shows `timed_out`, and `submit --wait`/`--attach` exit 124
 //! saying why. Runs on the subreaper path (`TOLLGATE_NO_CGROUP=1`) and, where this host can
 //! delegate a group, on the cgroup path. A bad DUR is refused (exit 2, naming `--timeout`) and
 //! queues nothing.
@@ -103,7 +103,7 @@ fn timed_out_on(path: &str, force_subreaper: bool, mode: &str) {
     assert_eq!(record["timeout_millis"], 1000, "{record}");
     let table = tollgate(&home, true, &["status"]);
     assert!(
-        String::from_utf8_lossy(&table.stdout).contains("timed-out"),
+        String::from_utf8_lossy(&table.stdout).contains("timed_out"),
         "{}",
         describe(&table)
     );

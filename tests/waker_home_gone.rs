@@ -71,3 +71,71 @@ fn a_waker_whose_home_is_deleted_exits_instead_of_sleeping_on() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Waits (bounded) until no process of `pids` is alive.
+fn await_gone(pids: &[u32], what: &str) {
+    let until = Instant::now() + Duration::from_secs(20);
+    while pids
+        .iter()
+        .any(|p| common::containment::is_alive(*p as i32))
+    {
+        assert!(Instant::now() < until, "{what}: {pids:?} still alive");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The waker started for the only `--at` turn has nothing left to wake once that turn is
+/// cancelled: `cancel` stops it (Q4) instead of leaving it asleep until then; a waker another
+/// turn still needs is left alone.
+#[test]
+fn cancelling_the_only_delayed_turn_stops_its_waker_and_spares_the_others() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = init_home(dir.path(), 1);
+    let wakers_for = |count: usize| {
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            let found = wakers_of(&home);
+            if found.len() >= count {
+                break found;
+            }
+            assert!(
+                Instant::now() < until,
+                "{count} waker(s) never started: {found:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let at = humantime::format_rfc3339_seconds(
+        std::time::SystemTime::now() + Duration::from_secs(2 * 3600),
+    )
+    .to_string();
+    let out = tollgate(
+        &home,
+        &["submit", "--task", "nightly", "--at", &at, "--", "true"],
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    let first = wakers_for(1);
+    let out = tollgate(
+        &home,
+        &["submit", "--task", "report", "--delay", "3h", "--", "true"],
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    let both = wakers_for(2);
+    let second: Vec<u32> = both
+        .iter()
+        .copied()
+        .filter(|p| !first.contains(p))
+        .collect();
+    let out = tollgate(&home, &["cancel", "report"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    await_gone(&second, "the cancelled turn's waker");
+    assert!(
+        first
+            .iter()
+            .all(|p| common::containment::is_alive(*p as i32)),
+        "the waker of the turn still delayed lives on"
+    );
+    let out = tollgate(&home, &["cancel", "nightly"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    await_gone(&first, "the last delayed turn's waker");
+}

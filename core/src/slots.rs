@@ -30,9 +30,12 @@ pub use identity::{Liveness, Observation, ProcessIdentity};
 pub use occupancy::{
     acting_queue_holder, counted_identities, live_runner_for_turn, occupied_runner_slots, Reserving,
 };
-pub use order::{held_back, start_candidates, HeldBack, PauseScope, PauseSet, MAX_PAUSED_TASKS};
+pub use order::{
+    held_back, start_candidates, waker_needed, HeldBack, PauseScope, PauseSet, MAX_PAUSED_TASKS,
+};
 pub use queue::{
-    enqueue, next_queue_id, validate_task_name, EnqueueOutcome, QueueEntry, QueueLookup,
+    enqueue, next_queue_id, spend_queue_id, validate_task_name, EnqueueOutcome, QueueEntry,
+    QueueLookup,
     QueueState, RowState, RunnerRecord, RunnerSlotReservation, TurnKey, MAX_QUEUE_ROWS,
     MAX_TASK_NAME_BYTES, QUEUE_FORMAT_VERSION,
 };

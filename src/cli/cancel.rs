@@ -48,6 +48,13 @@ pub fn cancel(home: Option<PathBuf>, args: CancelArgs) -> Result<i32, CliError> 
             println!("{}: nothing queued or running", args.task);
         }
     }
+    // A waker started for a removed turn's time has nothing left to wake (Q4): stop it rather
+    // than leave it sleeping until then.
+    if !report.removed.is_empty() {
+        if let Ok(queue) = rt.store.load() {
+            crate::process::wakers::stop_unneeded(rt.home.root(), &queue, tasks::now_millis());
+        }
+    }
     crate::runner::repair::after_section(&rt, me()?);
     Ok(exit::OK)
 }

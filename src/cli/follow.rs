@@ -5,6 +5,7 @@ use crate::protocol::slots::TurnKey;
 use crate::runtime::Runtime;
 use crate::status as status_shell;
 use crate::tasks::{self, TurnRecord};
+use crate::turn_state::TurnState;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::time::Duration;
 
@@ -106,15 +107,16 @@ pub(super) fn runner_alive(
     let queue = rt.store.load()?;
     let state = |queue: &crate::protocol::slots::QueueState| {
         crate::fleet::observing(&rt.store, &rt.liveness, |live| {
-            status_shell::turn_state(queue, turn, live)
+            status_shell::turn_state(queue, turn, live, tasks::now_millis())
         })
     };
-    if state(&queue)? == "orphaned" {
+    if state(&queue)? == TurnState::Orphaned {
         // The row was read before the liveness check: a runner that recorded the turn's end
         // and exited in between looks orphaned. Read both again now that it was seen dead: a
         // commit it made before dying is visible.
         let again = tasks::load_turn(&rt.home, key)?;
-        if again.as_ref().is_none_or(|t| t.is_settled()) || state(&rt.store.load()?)? != "orphaned"
+        if again.as_ref().is_none_or(|t| t.is_settled())
+            || state(&rt.store.load()?)? != TurnState::Orphaned
         {
             return Ok(());
         }

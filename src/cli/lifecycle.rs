@@ -8,6 +8,7 @@ use crate::protocol::slots::TurnKey;
 use crate::runtime::Runtime;
 use crate::submit::SubmitRequest;
 use crate::tasks::{self, TurnOutcome, TurnRecord};
+use crate::turn_state::TurnState;
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -58,24 +59,28 @@ pub struct RestartArgs {
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Only ended turns are removed (done, failed, cancelled, spawn-failed, \
-dropped, superseded), never a queued, waiting or running one. Each task keeps its strategy and \
-its turn numbering.
+    after_help = "Only ended turns are removed (completed, failed, timed_out, cancelled, \
+unstartable, dropped, superseded, dependency_failed), never a queued, waiting or running one. \
+--keep counts the ended turns of the whole home (of TASK with --task), newest by id, so one-off \
+submits (each a task of its own) are cleaned like the turns of a long-lived task. A task left \
+with no turns is removed too (its record and folder), unless it holds a setting: a strategy other \
+than concurrent=1, or a pause. One line says what was removed; --json lists it.
 
 Examples:
   tollgate clean                       remove every ended turn
-  tollgate clean --keep 3              keep the 3 newest ended turns of each task
+  tollgate clean --keep 3              keep the 3 newest ended turns of the home
+  tollgate clean --task build --keep 3 keep the 3 newest ended turns of task build
   tollgate clean --older-than 7d       remove ended turns that ended over a week ago"
 )]
 pub struct CleanArgs {
-    /// Keep this many of the newest ended turns of each task.
+    /// Keep this many of the newest ended turns of the home (of the task with --task).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub keep: usize,
     /// Remove only turns that ended longer ago than this (e.g. 2h, 7d).
     #[arg(long, value_name = "DUR", value_parser = humantime::parse_duration)]
     pub older_than: Option<Duration>,
     /// Only this task.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "TASK")]
     pub task: Option<String>,
     /// Print what would be removed, remove nothing.
     #[arg(long)]
@@ -158,9 +163,7 @@ pub fn wait(home: Option<PathBuf>, args: WaitArgs) -> Result<i32, CliError> {
                         eprintln!(
                             "{key}: {} (exit {}){why}",
                             turn.outcome
-                                .and_then(|o| serde_json::to_value(o).ok())
-                                .and_then(|v| v.as_str().map(str::to_string))
-                                .unwrap_or_else(|| "ended".into()),
+                                .map_or("ended", |o| TurnState::of_outcome(o).word()),
                             exit_code_of(&turn)
                         );
                     }
@@ -227,6 +230,7 @@ pub fn restart(home: Option<PathBuf>, args: RestartArgs) -> Result<i32, CliError
             attach: false,
             wait: args.wait,
             json: args.json,
+            quiet: false,
         },
     )
 }
@@ -251,11 +255,12 @@ pub fn clean(home: Option<PathBuf>, args: CleanArgs) -> Result<i32, CliError> {
     };
     // Under the queue lock: a turn with a queue row is never removed, even if its record already
     // holds an outcome (its runner has not left the queue yet).
-    let removed = rt.store.transact(|queue| {
-        let mut removed = Vec::new();
+    let (removed, removed_tasks) = rt.store.transact(|queue| {
+        let mut ended = Vec::new();
+        let mut turns_of = std::collections::BTreeMap::new();
         for task in &names {
-            let mut ended = Vec::new();
-            for n in tasks::list_turns(&rt.home, task)? {
+            let numbers = tasks::list_turns(&rt.home, task)?;
+            for &n in &numbers {
                 let key = TurnKey::new(task.clone(), n);
                 if queue.row(&key).is_some() {
                     continue;
@@ -266,29 +271,50 @@ pub fn clean(home: Option<PathBuf>, args: CleanArgs) -> Result<i32, CliError> {
                     }
                 }
             }
-            // Newest first; keep the first `keep`.
-            ended.sort_by_key(|t| std::cmp::Reverse(t.key.turn));
-            for turn in ended.into_iter().skip(args.keep) {
-                let old_enough =
-                    cutoff.is_none_or(|c| turn.ended_at_millis.is_some_and(|e| e <= c));
-                if !old_enough {
-                    continue;
-                }
-                if !args.dry_run {
-                    tasks::remove_turn(&rt.home, &turn.key)?;
-                }
-                removed.push(turn.key);
-            }
+            turns_of.insert(task.clone(), numbers.len());
         }
-        Ok::<_, CliError>(removed)
+        // Newest first across the tasks (by id; turns from before ids by their submit time);
+        // keep the first `keep`.
+        ended.sort_by_key(|t| {
+            std::cmp::Reverse((t.id.unwrap_or(0), t.submitted_at_millis, t.key.clone()))
+        });
+        let mut removed = Vec::new();
+        for turn in ended.into_iter().skip(args.keep) {
+            let old_enough = cutoff.is_none_or(|c| turn.ended_at_millis.is_some_and(|e| e <= c));
+            if !old_enough {
+                continue;
+            }
+            if !args.dry_run {
+                tasks::remove_turn(&rt.home, &turn.key)?;
+            }
+            removed.push(turn.key);
+        }
+        // A task left with no turn and no row goes too, unless it holds a setting.
+        let mut removed_tasks = Vec::new();
+        for (task, count) in turns_of {
+            let left = count - removed.iter().filter(|k| k.task == task).count();
+            let settings = queue.paused.tasks.contains(&task)
+                || tasks::load_task(&rt.home, &task)?
+                    .is_some_and(|t| t.strategy != Default::default());
+            if left > 0 || settings || queue.entries.iter().any(|e| e.key.task == task) {
+                continue;
+            }
+            if !args.dry_run {
+                tasks::remove_task(&rt.home, &task)?;
+            }
+            removed_tasks.push(task);
+        }
+        Ok::<_, CliError>((removed, removed_tasks))
     })?;
     if args.json {
         let list: Vec<_> = removed
             .iter()
             .map(|k| json!({"task": k.task, "turn": k.turn}))
             .collect();
-        let text = serde_json::to_string_pretty(&json!({"removed": list, "dry_run": args.dry_run}))
-            .map_err(|e| CliError::Environment(format!("cannot render JSON: {e}")))?;
+        let text = serde_json::to_string_pretty(&json!({
+            "removed": list, "removed_tasks": removed_tasks, "dry_run": args.dry_run,
+        }))
+        .map_err(|e| CliError::Environment(format!("cannot render JSON: {e}")))?;
         println!("{text}");
     } else {
         let verb = if args.dry_run {
@@ -296,10 +322,19 @@ pub fn clean(home: Option<PathBuf>, args: CleanArgs) -> Result<i32, CliError> {
         } else {
             "removed"
         };
-        for key in &removed {
-            println!("{verb} {key}");
-        }
-        println!("{} ended turn(s) {verb}", removed.len());
+        let tasks_part = match removed_tasks.len() {
+            0 => String::new(),
+            n => format!(" and {n} task(s) left without turns"),
+        };
+        println!(
+            "{verb} {} ended turn(s) with their logs{tasks_part}{}",
+            removed.len(),
+            if args.keep > 0 {
+                format!(" (kept the {} newest ended)", args.keep)
+            } else {
+                String::new()
+            }
+        );
     }
     Ok(exit::OK)
 }

@@ -7,6 +7,7 @@ use crate::protocol::slots::TurnKey;
 use crate::runtime::Runtime;
 use crate::status as status_shell;
 use crate::tasks::{self, TurnRecord};
+use crate::turn_state::TurnState;
 use serde_json::json;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
@@ -239,13 +240,9 @@ fn logs_json_from(
         ))
     })?;
     let queue = rt.store.load()?;
-    let state = tasks::recording_or(
-        &rt.home,
-        key,
-        crate::fleet::observing(&rt.store, &rt.liveness, |live| {
-            status_shell::turn_state(&queue, &turn, live)
-        })?,
-    );
+    let state = crate::fleet::observing(&rt.store, &rt.liveness, |live| {
+        status_shell::state_of(&rt.home, &queue, &turn, live, tasks::now_millis())
+    })?;
     let ((stdout, stdout_skipped), (stderr, stderr_skipped)) = match remote {
         None => (
             log_tail(&rt.home.stdout_log(key))?,
@@ -270,6 +267,7 @@ fn logs_json_from(
     };
     print_json(&json!({
         "task": key.task, "turn": key.turn, "id": turn.id, "state": state,
+        "legacy_state": state.legacy_word(),
         "outcome": turn.outcome, "exit_code": turn.exit_code, "signal": turn.signal,
         "error": turn.error, "host": turn.host,
         "stdout": stdout, "stderr": stderr,
@@ -287,17 +285,23 @@ fn log_bytes(rt: &Runtime, key: &TurnKey) -> u64 {
         .sum()
 }
 
-/// Why a turn has no output, in the words of `status`.
+/// Why a turn has no output, in the words of `status` (its state's word).
 fn why_no_output(rt: &Runtime, turn: &TurnRecord) -> Result<String, CliError> {
     if turn.outcome == Some(tasks::TurnOutcome::DependencyFailed) {
         let why = turn
             .error
             .clone()
             .unwrap_or_else(|| "a dependency failed".into());
-        return Ok(format!("it never ran (dependency-failed): {why}"));
+        return Ok(format!(
+            "it never ran ({}): {why}",
+            TurnState::DependencyFailed
+        ));
     }
     if let Some(error) = &turn.error {
-        return Ok(format!("it could not start: {error}"));
+        return Ok(format!(
+            "it could not start ({}): {error}",
+            TurnState::Unstartable
+        ));
     }
     if turn.attached {
         return Ok(
@@ -306,11 +310,13 @@ fn why_no_output(rt: &Runtime, turn: &TurnRecord) -> Result<String, CliError> {
     }
     let queue = rt.store.load()?;
     let state = crate::fleet::observing(&rt.store, &rt.liveness, |live| {
-        status_shell::turn_state(&queue, turn, live)
+        status_shell::turn_state(&queue, turn, live, tasks::now_millis())
     })?;
-    Ok(match state.as_str() {
-        "parked" => "it is queued: it waits for a free worker slot".to_string(),
-        "held" => {
+    Ok(match state {
+        TurnState::Queued => "it is queued: it waits for a free worker slot".to_string(),
+        TurnState::Paused => "it is paused: it stays queued until `tollgate resume`".to_string(),
+        TurnState::Delayed => "it is delayed: it waits for its --delay/--at time".to_string(),
+        TurnState::Held => {
             let waiting: Vec<TurnKey> = queue
                 .row(&turn.key)
                 .map(|r| r.after.iter().map(|d| d.key.clone()).collect())
@@ -320,13 +326,16 @@ fn why_no_output(rt: &Runtime, turn: &TurnRecord) -> Result<String, CliError> {
                 super::deps::waiting_on(rt, &waiting)
             )
         }
-        "waiting" => "it waits its turn in its task's line (strategy)".to_string(),
-        "starting" | "running" => format!("it is {state} and has printed nothing yet"),
-        "unqueued" => {
-            "it is orphaned (its submitter died before queueing it): `tollgate reconcile` starts it"
-                .to_string()
+        TurnState::Waiting => "it is waiting its turn in its task's line (strategy)".to_string(),
+        TurnState::Starting | TurnState::Running | TurnState::Recording => {
+            format!("it is {state} and has printed nothing yet (`tollgate logs -f` follows it)")
         }
-        "dropped" | "superseded" | "cancelled" => format!("it never ran ({state})"),
+        TurnState::Orphaned => {
+            format!("it is {state} (its submitter or runner died): `tollgate reconcile` repairs it")
+        }
+        TurnState::Dropped | TurnState::Superseded | TurnState::Cancelled => {
+            format!("it never ran ({state})")
+        }
         _ => format!("it ended ({state}) without printing anything"),
     })
 }

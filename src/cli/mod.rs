@@ -2,6 +2,7 @@
 
 mod cancel;
 mod common;
+mod complete;
 mod config;
 mod deps;
 pub mod docs;
@@ -13,6 +14,7 @@ mod hosts;
 mod init;
 mod lifecycle;
 mod logs;
+mod program;
 mod reconcile;
 mod sched;
 #[cfg(feature = "serve")]
@@ -55,16 +57,21 @@ const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0  success
   1  the work ran and failed (submit --wait passes the turn's own exit code through instead)
-  2  bad usage or bad input (argument, config, state file, unknown task); nothing was changed
-  3  environment failure (IO error, queue lock wait timed out, spawn failed)
+  2  bad usage or bad input (argument, config, state file, unknown task, a program submit
+     cannot find); nothing was changed
+  3  environment failure (IO error, queue lock wait timed out, spawn failed, a store that
+     cannot be used, the runner of a turn waited on died)
   4  submit refused by the task's `drop` strategy (a turn of the task is running or waiting)
   5  the turn never ran: a turn it waited for with --after-success did not succeed
-  124 submit --wait/--attach: the turn ran longer than its --timeout and was killed
+  124  submit --wait/--attach: the turn ran longer than its --timeout and was killed
+  127  submit --wait, wait: the turn's command could not be started (unstartable)
+Otherwise submit --wait, --attach and wait exit with the turn's own exit code (128+N: signal N).
 
 Quick start:
+  tollgate --home /tmp/tg init       a throwaway home to try things in (or TOLLGATE_HOME=/tmp/tg)
   tollgate submit -- echo hello      run a command on a detached runner (home created on first use)
-  tollgate status                    slots, queue rows and recent turns
-  tollgate logs <ID|TASK>            the output of a turn (ID: the short id submit prints)";
+  tollgate status                    worker slots, and every turn not ended and the newest ended
+  tollgate logs <TURN>               the output of a turn (TURN: the id submit prints, or TASK)";
 
 #[derive(Debug, Parser)]
 #[command(name = "tollgate", version, about, long_about = None, after_help = EXIT_CODES_HELP)]
@@ -139,6 +146,9 @@ pub enum Command {
     /// Internal commands run by tollgate itself.
     #[command(subcommand, hide = true)]
     Worker(WorkerCommand),
+    /// Completion candidates (task names, turn ids) for the scripts `completions` prints.
+    #[command(name = "__complete", hide = true)]
+    Complete(complete::CompleteArgs),
 }
 
 #[derive(Debug, Args)]
@@ -165,7 +175,7 @@ pub struct SubmitArgs {
     /// The task this turn belongs to (letters, digits, '.', '_', '-'). If omitted, a new task
     /// named after the program and the turn's id, e.g. `make-17` (for `sh -c SCRIPT`, the
     /// script's first word).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "TASK")]
     pub task: Option<String>,
     /// Set the task's strategy, kept for later submits: what a new turn does while the task is
     /// busy. `drop`: refuse it (exit code 4). `queue`: most recent wins, one waiter; an older
@@ -197,7 +207,7 @@ pub struct SubmitArgs {
     #[arg(long)]
     pub env_all: bool,
     /// Kill the turn's whole process tree (TERM, a grace, KILL) once it has run DUR (e.g. 30s,
-    /// 5m, 1h30m; at most 30 days). The turn ends `timed-out`; `--wait`/`--attach` exit 124.
+    /// 5m, 1h30m; at most 30 days). The turn ends `timed_out`; `--wait`/`--attach` exit 124.
     #[arg(long, value_name = "DUR")]
     pub timeout: Option<String>,
     /// Start no earlier than DUR from now (e.g. 90s, 10m, 2h; at most 7 days). The turn waits
@@ -218,15 +228,15 @@ pub struct SubmitArgs {
         conflicts_with = "attach"
     )]
     pub priority: i32,
-    /// Start only once these turns have ended, however they ended (ID as for `logs`: a short
+    /// Start only once these turns have ended, however they ended (TURN as for `logs`: a short
     /// id, TASK for its latest turn, TASK:N or `last`; at most 32 in all with --after-success).
     /// A retried turn is followed to its last attempt. Not with --attach.
-    #[arg(long, value_name = "ID", num_args = 1.., conflicts_with = "attach")]
+    #[arg(long, value_name = "TURN", num_args = 1.., conflicts_with = "attach")]
     pub after: Vec<String>,
     /// Start only once these turns have completed with exit 0. If one ends otherwise (failed,
-    /// timed out, unstartable, cancelled, dependency-failed, after its last retry), this turn
-    /// never runs and ends `dependency-failed` naming it (exit code 5 for --wait and `wait`).
-    #[arg(long, value_name = "ID", num_args = 1.., conflicts_with = "attach")]
+    /// timed_out, unstartable, cancelled, dependency_failed, after its last retry), this turn
+    /// never runs and ends `dependency_failed` naming it (exit code 5 for --wait and `wait`).
+    #[arg(long, value_name = "TURN", num_args = 1.., conflicts_with = "attach")]
     pub after_success: Vec<String>,
     /// Re-run a turn that fails (exit code other than 0, killed by a signal, timed out,
     /// unstartable; never a cancelled one) up to N more times, each attempt a new turn of the
@@ -240,22 +250,27 @@ pub struct SubmitArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Print only the turn's id on stdout (for scripts: `id=$(tollgate submit -q -- make)`;
+    /// with --wait the turn's output follows it); errors still go to stderr with their exit code.
+    #[arg(long, short, conflicts_with = "json")]
+    pub quiet: bool,
+    /// Queue the command without checking that its program can be found (in the turn's
+    /// directory for a path, else on the PATH of its stored environment).
+    #[arg(long)]
+    pub no_check: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
 #[derive(Debug, Args)]
-#[command(
-    after_help = "States: queued (waits for a slot), waiting (waits in its task's line or \
-debounce), held (waits for the turns of its --after), starting, running, done, failed, cancelled, \
-spawn-failed, dropped, superseded, dep-failed (never ran: an --after-success turn did not succeed), \
-orphaned (its submitter or runner died: `tollgate reconcile` repairs it)."
-)]
+#[command(after_help = crate::turn_state::states_help())]
 pub struct StatusArgs {
     /// Show only this task, with all its turns.
+    #[arg(value_name = "TASK")]
     pub task: Option<String>,
-    /// Show every turn of every task (default: the 5 most recent per task).
+    /// Show every turn of every task (default: every turn that has not ended, sorted by id, and
+    /// the newest `status_ended_turns` ended ones of the home, 10 unless tollgate.toml says).
     #[arg(long)]
     pub all: bool,
     /// Show only turns carrying this label (`submit --label`), of every age.
@@ -267,7 +282,9 @@ pub struct StatusArgs {
     /// Redraw period of `--watch` (e.g. 500ms, 2s).
     #[arg(long, value_name = "DUR", default_value = "1s", requires = "watch")]
     pub interval: String,
-    /// Print JSON (the shape of earlier versions, plus `hidden_turns` per task).
+    /// Print JSON: the queue's rows, runners and every task with its shown turns (`state` in the
+    /// words above; `legacy_state` the word of earlier versions, for one version more), and
+    /// `hidden_turns` per task and for the home.
     #[arg(long)]
     pub json: bool,
 }
@@ -365,6 +382,23 @@ fn usage_error(error: clap::Error) -> i32 {
     code
 }
 
+/// A usage error's "Usage:" line names every argument clap saw given, and a home taken from
+/// `TOLLGATE_HOME` counts as given: `Usage: tollgate submit --home <DIR> -- <CMD>...` reads as
+/// if `--home` were required. The same command line parsed again without the variable fails the
+/// same way (the home is optional and only fills in a value), with the usage as the user typed it.
+fn without_env_home(error: clap::Error) -> clap::Error {
+    use clap::CommandFactory;
+    if !error.use_stderr() || std::env::var_os("TOLLGATE_HOME").is_none() {
+        return error;
+    }
+    Cli::command()
+        .mut_arg("home", |arg| arg.env(None))
+        .try_get_matches()
+        .err()
+        .filter(|again| again.kind() == error.kind())
+        .unwrap_or(error)
+}
+
 /// `tollgate submit echo hi` fails with "unexpected argument 'echo'": say where the `--` goes.
 pub fn missing_separator_hint(kind: clap::error::ErrorKind, args: &[String]) -> Option<String> {
     use clap::error::ErrorKind;
@@ -433,6 +467,7 @@ fn may_create_home(command: &Command) -> bool {
         | Command::Completions(_)
         | Command::Man(_)
         | Command::Worker(_)
+        | Command::Complete(_)
         | Command::Run(_) => true,
         #[cfg(feature = "model-check")]
         Command::Model(_) => true,
@@ -465,7 +500,7 @@ fn refuse_missing_home(cli: &Cli, from_env: bool) -> Option<String> {
 fn reads_only(command: &Command) -> bool {
     match command {
         Command::Status(_) | Command::Logs(_) | Command::Doctor(_) | Command::Hosts(_) => true,
-        Command::Completions(_) | Command::Man(_) => true,
+        Command::Completions(_) | Command::Man(_) | Command::Complete(_) => true,
         #[cfg(feature = "serve")]
         Command::Deliveries(_) => true,
         _ => false,
@@ -503,7 +538,7 @@ pub fn main() -> i32 {
             }
             cli
         }
-        Err(error) => return usage_error(error),
+        Err(error) => return usage_error(without_env_home(error)),
     };
     if reads_only(&cli.command) {
         die_of_sigpipe();
@@ -547,6 +582,7 @@ pub fn main() -> i32 {
         Command::Run(args) => Ok(run::run(args, home.as_deref())),
         Command::Config(args) => config::config(home, args),
         Command::Completions(args) => Ok(docs::completions(args)),
+        Command::Complete(args) => Ok(complete::complete(home, args)),
         Command::Man(args) => Ok(docs::man(args)),
         Command::Sweep(args) => Ok(sweep::run(args, home.as_deref())),
         #[cfg(feature = "model-check")]

@@ -10,9 +10,11 @@ use std::path::PathBuf;
 fn describe(step: &ReconcileStep) -> String {
     match step {
         ReconcileStep::CompletedHandoff { key } => {
-            format!("{key}: finished a dead submitter's handoff")
+            format!("{key}: finished the handoff its dead submitter left half done")
         }
-        ReconcileStep::Parked { key } => format!("{key}: owner gone, parked"),
+        ReconcileStep::Parked { key } => {
+            format!("{key}: whoever was starting it died; queued again")
+        }
         ReconcileStep::Removed { key } => {
             format!("{key}: had already ended, removed from the queue")
         }
@@ -22,7 +24,8 @@ fn describe(step: &ReconcileStep) -> String {
             ..
         } => {
             format!(
-                "{key}: runner pid {} is gone, started a replacement",
+                "{key}: its runner (pid {}) died before the turn ended: runs it again on a new \
+                 runner (its logs get a line marking the new run)",
                 dead.pid
             )
         }
@@ -30,10 +33,10 @@ fn describe(step: &ReconcileStep) -> String {
             key,
             replaced: None,
             ..
-        } => format!("{key}: started on a free slot"),
+        } => format!("{key}: started on a free worker slot"),
         ReconcileStep::Kill { key, work } => {
             format!(
-                "{key}: runner pid {} is gone, killing its work {}",
+                "{key}: its runner (pid {}) died: killed what was left of its command (work {})",
                 work.runner.pid, work.id
             )
         }
@@ -41,11 +44,23 @@ fn describe(step: &ReconcileStep) -> String {
             format!("{key}: no turn record, removed its queue row")
         }
         ReconcileStep::Requeued { key } => {
-            format!("{key}: owner gone, parked (its row was never queued)")
+            format!("{key}: its submitter died before queueing it; queued now")
         }
-        ReconcileStep::Saturated => "every worker slot is busy; parked rows wait".to_string(),
-        ReconcileStep::Idle => "nothing left to repair".to_string(),
+        ReconcileStep::Saturated => {
+            "every worker slot is busy: queued turns start as slots free".to_string()
+        }
+        ReconcileStep::Idle => "nothing to repair".to_string(),
     }
+}
+
+/// The last line of a reconcile that did something: how many repairs, and that the rest is in
+/// order (a bare "nothing to repair" after them read as if they had not happened).
+fn summary(steps: &[ReconcileStep]) -> Option<String> {
+    let repairs = steps
+        .iter()
+        .filter(|s| !matches!(s, ReconcileStep::Idle | ReconcileStep::Saturated))
+        .count();
+    (repairs > 0).then(|| format!("done: {repairs} repair(s); nothing else needs repair"))
 }
 
 pub fn reconcile(home: Option<PathBuf>, args: ReconcileArgs) -> Result<i32, CliError> {
@@ -93,8 +108,16 @@ pub fn reconcile(home: Option<PathBuf>, args: ReconcileArgs) -> Result<i32, CliE
         for line in &runs {
             println!("{line}");
         }
+        let summary = summary(&report.steps);
         for step in &report.steps {
+            // After repairs, the closing "nothing to repair" is the summary's to say.
+            if summary.is_some() && matches!(step, ReconcileStep::Idle) {
+                continue;
+            }
             println!("{}", describe(step));
+        }
+        if let Some(summary) = summary {
+            println!("{summary}");
         }
         for failure in &failed {
             eprintln!("tollgate: could not start {failure}");

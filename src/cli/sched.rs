@@ -34,6 +34,7 @@ Examples:
 #[command(after_help = PAUSE_HELP)]
 pub struct PauseArgs {
     /// The task to pause (default: the whole home). It must exist in the home.
+    #[arg(value_name = "TASK")]
     pub task: Option<String>,
     /// Print JSON.
     #[arg(long)]
@@ -44,6 +45,7 @@ pub struct PauseArgs {
 #[command(after_help = PAUSE_HELP)]
 pub struct ResumeArgs {
     /// The task to resume (default: the whole home and every paused task).
+    #[arg(value_name = "TASK")]
     pub task: Option<String>,
     /// Print JSON.
     #[arg(long)]

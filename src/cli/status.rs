@@ -78,6 +78,8 @@ pub fn status(home: Option<PathBuf>, args: StatusArgs) -> Result<i32, CliError> 
     let mut stdout = std::io::stdout();
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         let view = view_of(&rt, &args)?;
+        // The width again for every frame: a resized terminal gets a table that fits it.
+        let style = super::status_table::TableStyle::detect();
         let table = super::status_table::render(&view, tasks::now_millis(), &style);
         // Home the cursor and clear the screen, then draw: the table refreshes in place.
         let _ = write!(stdout, "\x1b[H\x1b[2J{table}");

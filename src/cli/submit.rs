@@ -129,10 +129,14 @@ pub fn submit(home: Option<PathBuf>, mut args: SubmitArgs) -> Result<i32, CliErr
         schedule: schedule_of(args.delay.as_deref(), args.at.as_deref(), args.priority)?,
         delivery: None,
     };
+    if let (false, Some(cwd)) = (args.no_check, &request.cwd) {
+        super::program::check(&request.argv, cwd, &request.env)?;
+    }
     let how = How {
         attach: args.attach,
         wait: args.wait,
         json: args.json,
+        quiet: args.quiet,
     };
     submit_request_with(home, request, how, sequencing)
 }
@@ -161,6 +165,8 @@ pub(super) struct How {
     pub attach: bool,
     pub wait: bool,
     pub json: bool,
+    /// `submit -q`: print the turn's id alone on stdout (for scripts), nothing else of our own.
+    pub quiet: bool,
 }
 
 /// Queues `request` (or runs it attached) and reports it: what `submit` and `restart` share.
@@ -198,7 +204,11 @@ fn submit_request_with(
                 return dropped(&key, &running, busy, how.json)
             }
         };
-        if how.json {
+        if how.quiet {
+            if let Some(id) = tasks::load_turn(&rt.home, &key)?.and_then(|t| t.id) {
+                println!("{id}");
+            }
+        } else if how.json {
             let id = tasks::load_turn(&rt.home, &key)?.and_then(|t| t.id);
             print_json(&json!({
                 "task": key.task, "turn": key.turn, "id": id, "placement": "attached",
@@ -261,7 +271,9 @@ fn submit_request_with(
         Some(HeldBack::NotBefore { ready_at_millis }) => Some(ready_at_millis),
         _ => None,
     };
-    if how.json && !how.wait {
+    if how.quiet {
+        println!("{}", submitted.queue_id);
+    } else if how.json && !how.wait {
         print_json(&json!({
             "task": key.task, "turn": key.turn, "id": submitted.queue_id,
             "queue_id": submitted.queue_id,
@@ -309,7 +321,7 @@ fn submit_request_with(
                     drained.as_deref().unwrap_or_default()
                 ),
                 None if placement == "parked" => format!(
-                    "{named} parked: all {} worker slot(s) are busy; it starts when one frees",
+                    "{named} queued: all {} worker slot(s) are busy; it starts when one frees",
                     rt.cap()
                 ),
                 None if placement == "waiting" => {
@@ -328,7 +340,7 @@ fn submit_request_with(
     if !how.wait {
         return Ok(exit::OK);
     }
-    if interactive() && !how.json {
+    if interactive() && !how.json && !how.quiet {
         eprintln!("following {key} until it ends (Ctrl-C stops following; the turn keeps running)");
     }
     let turn = follow_attempts(&rt, key, !how.json)?;

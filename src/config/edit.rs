@@ -37,6 +37,8 @@ pub fn effective(config: &Config) -> Value {
             .or_insert_with(|| Value::from(defaults.log_tail_bytes));
         map.entry("hook")
             .or_insert_with(|| Value::Array(Vec::new()));
+        map.entry("status_ended_turns")
+            .or_insert_with(|| Value::from(defaults.status_ended_turns));
         // The host name a fleet sees (derived from the machine and boot ids when unset).
         map.entry("host").or_insert_with(|| {
             super::fleet::host_for(config).map_or(Value::Null, |h| Value::String(h.to_string()))

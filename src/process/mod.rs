@@ -3,12 +3,14 @@
 //! Every read of `/proc/<pid>/…` goes through [`procfs`].
 
 pub mod containment;
+pub mod exec_search;
 mod identity;
 pub mod pidns;
 pub mod procfs;
 pub mod settle;
 pub mod signals;
 mod spawn;
+pub mod wakers;
 pub mod work;
 
 pub(crate) use identity::identity_including_zombie;

@@ -92,27 +92,17 @@ impl InitSpec {
         let program = argv.first().ok_or_else(|| {
             PidnsError::Start(std::io::Error::other("the turn has an empty command"))
         })?;
-        let candidates = if program.contains('/') {
-            vec![c(program.as_bytes())?]
-        } else {
-            let path = env
-                .iter()
-                .rev()
-                .find(|(k, _)| k == "PATH")
-                .map(|(_, v)| v.clone().into())
-                .or_else(|| std::env::var_os("PATH"))
-                .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-            let mut list = Vec::new();
-            for dir in std::env::split_paths(&path) {
-                let dir = if dir.as_os_str().is_empty() {
-                    Path::new(".").to_path_buf()
-                } else {
-                    dir
-                };
-                list.push(c(dir.join(program).as_os_str().as_bytes())?);
-            }
-            list
-        };
+        let path: std::ffi::OsString = env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.clone().into())
+            .or_else(|| std::env::var_os("PATH"))
+            .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+        let candidates = super::exec_search::candidates(program, &path)
+            .iter()
+            .map(|candidate| c(candidate.as_os_str().as_bytes()))
+            .collect::<Result<Vec<_>, _>>()?;
         let argv = argv
             .iter()
             .map(|a| c(a.as_bytes()))

@@ -53,6 +53,22 @@ impl HomeStore {
         super::records::register(home, records, config.lock_timeout());
         if let Some(url) = store.filter(|s| s != "sqlite") {
             return match PostgresUrl::parse(&url) {
+                // A `host` setting says this home is one of a fleet, whose homes must name one
+                // queue: without `?queue=` each would get its own (named by its path) and the
+                // fleet would split silently (spec/fleet.md, "One queue per fleet").
+                Ok(url) if url.queue.is_none() && config.host.is_some() => {
+                    HomeStore::Misconfigured {
+                        setting,
+                        detail: format!(
+                            "`host` names this machine in a fleet, but the store URL names no \
+                             queue, so this home would get a queue of its own (named by its \
+                             path) instead of sharing the fleet's; add `?queue=NAME` (the same \
+                             on every host of the fleet) to it, e.g. `{}?queue=fleet`, or remove \
+                             `host` for a home of its own",
+                            url.redacted
+                        ),
+                    }
+                }
                 Ok(url) => {
                     // Each home its own queue unless the URL names one (the records are in the
                     // queue's tables, so homes naming one queue share them). The canonical path, so `--home h`, `--home ./h` and `--home /abs/h` are

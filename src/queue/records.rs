@@ -598,6 +598,12 @@ pub(crate) fn turns_with_short_id(
         .collect()
 }
 
+pub(crate) fn delete_task(conn: &Connection, name: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("DELETE FROM tasks WHERE name = ?1")?
+        .execute(rusqlite::params![name])?;
+    Ok(())
+}
+
 pub(crate) fn delete_turn(conn: &Connection, task: &str, turn: u32) -> rusqlite::Result<()> {
     conn.prepare_cached("DELETE FROM turns WHERE task = ?1 AND turn = ?2")?
         .execute(rusqlite::params![task, turn])?;
@@ -972,6 +978,28 @@ impl Db<'_> {
                     .iter()
                     .map(|row| Ok((row.try_get(0)?, pg_turn(row.try_get(1)?)?)))
                     .collect()
+            }
+        }
+    }
+
+    /// Deletes a task's record (the caller has removed its turns: `tollgate clean`).
+    pub(crate) fn delete_task(&mut self, name: &str) -> Result<(), DbError> {
+        match self {
+            Db::Sqlite(c) => Ok(delete_task(c, name)?),
+            Db::Postgres(c, queue) => {
+                c.room()?;
+                c.tasks.insert(name.to_string(), None);
+                let (q, n) = (lit(queue), lit(name));
+                if c.keep(format_args!(
+                    "DELETE FROM tasks WHERE queue = {q} AND name = {n}"
+                )) {
+                    return Ok(());
+                }
+                c.client.execute_typed(
+                    "DELETE FROM tasks WHERE queue = $1 AND name = $2",
+                    &[(queue, TEXT), (&name, TEXT)],
+                )?;
+                Ok(())
             }
         }
     }

@@ -88,6 +88,26 @@ impl Execution {
     }
 }
 
+/// The line a turn's log gets when the turn runs again and the log holds an earlier run's
+/// output: its runner died before the turn ended and `tollgate reconcile` started it anew, so
+/// the log shows where one run ends and the next begins.
+pub const RERUN_MARK: &str = "[tollgate: the turn runs again (its runner died before the turn \
+ended; reconcile started it anew): the output above is from the earlier run]";
+
+/// Writes [`RERUN_MARK`] on a line of its own into `log` if it already holds output.
+fn mark_rerun(log: &mut std::fs::File) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::FileExt;
+    let len = log.metadata()?.len();
+    if len == 0 {
+        return Ok(());
+    }
+    let mut last = [0u8];
+    log.read_exact_at(&mut last, len - 1)?;
+    let newline = if last[0] == b'\n' { "" } else { "\n" };
+    writeln!(log, "{newline}{RERUN_MARK}")
+}
+
 /// Runs `turn`'s command to its end as the containment unit `unit` (its marker, and its cgroup if
 /// it has one: created here, right before the spawn, the take-over having recorded its path). Its
 /// environment carries the unit's marker (`TOLLGATE_WORK=<work>`), which every process it starts
@@ -126,9 +146,11 @@ pub fn execute_turn(
         let open = |path: std::path::PathBuf| {
             OpenOptions::new()
                 .create(true)
+                .read(true)
                 .append(true)
                 .mode(0o600)
                 .open(&path)
+                .and_then(|mut file| mark_rerun(&mut file).map(|()| file))
                 .map_err(|e| format!("cannot open {}: {e}", path.display()))
         };
         let (stdout, stderr) = match (

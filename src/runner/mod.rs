@@ -16,7 +16,9 @@ pub mod output_pg;
 pub mod payload;
 pub mod repair;
 
-pub use execute::{execute_turn, truncation_line, Execution, LogDrains, TIMED_OUT_EXIT_CODE};
+pub use execute::{
+    execute_turn, truncation_line, Execution, LogDrains, RERUN_MARK, TIMED_OUT_EXIT_CODE,
+};
 
 use crate::dispatch::{DispatchError, Handoff};
 use crate::driver;

@@ -103,3 +103,17 @@ pub fn init_home(dir: &Path, workers: usize) -> std::path::PathBuf {
     assert!(out.status.success(), "init: {}", describe(&out));
     home
 }
+
+/// Cancels a task of a home when dropped, so that a test whose turns wait on a gate leaves
+/// nothing running when it fails before it releases them (declare it after the home's temporary
+/// directory: it is dropped first, while the home is still there).
+pub struct CancelOnDrop {
+    pub home: std::path::PathBuf,
+    pub task: String,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let _ = tollgate(&self.home, &["cancel", &self.task]);
+    }
+}

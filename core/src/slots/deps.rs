@@ -11,8 +11,8 @@
 use super::reserve::{park, set_ready_at};
 use super::steps::{self, SubmitDecision, SubmitInput};
 use super::{
-    enqueue, validate_task_name, EnqueueOutcome, Liveness, ProcessIdentity, QueueState, RowState,
-    SlotError, TurnKey,
+    enqueue, spend_queue_id, validate_task_name, EnqueueOutcome, Liveness, ProcessIdentity,
+    QueueState, RowState, SlotError, TurnKey,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -159,8 +159,9 @@ pub enum AfterSubmit {
         wake_at_millis: Option<u64>,
     },
     /// An `--after-success` dependency had ended other than succeeded: nothing was enqueued; the
-    /// shell ends the new turn dependency-failed naming `cause`.
-    DependencyFailed { cause: TurnKey },
+    /// shell ends the new turn dependency-failed naming `cause`. The turn keeps the id it was
+    /// created with (`queue_id`, spent: no later turn gets it).
+    DependencyFailed { cause: TurnKey, queue_id: u64 },
 }
 
 /// The detached submit section of a turn with dependencies (`after` empty: [`steps::submit`]
@@ -176,7 +177,11 @@ pub fn submit_after<L: Liveness>(
     match check_dependencies(state, after, ended) {
         DependencyCheck::Met => steps::submit_scheduled(state, input, schedule)
             .map(|d| AfterSubmit::Submitted(Box::new(d))),
-        DependencyCheck::Failed { cause } => Ok(AfterSubmit::DependencyFailed { cause }),
+        DependencyCheck::Failed { cause } => {
+            validate_task_name(&input.key.task)?;
+            let queue_id = spend_queue_id(state)?;
+            Ok(AfterSubmit::DependencyFailed { cause, queue_id })
+        }
         DependencyCheck::Pending(waiting_on) => {
             validate_task_name(&input.key.task)?;
             if waiting_on.len() > MAX_DEPENDENCIES {

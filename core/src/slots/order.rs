@@ -61,6 +61,21 @@ pub fn held_back(
     }
 }
 
+/// Whether a waker set for `at_millis` still has something to wake at `now_millis` (Q4): its time
+/// has come (it reconciles now), or a row not started yet waits for exactly that time. Every
+/// waker is started for one row's not-before time (`--delay`/`--at`, a debounce deadline, a
+/// retry's backoff, the first time a resume leaves), and every such row gets its own; so once no
+/// row waits for a waker's time (its turn was cancelled, started by a resume or a finishing
+/// runner, or superseded), the waker would only wake to find nothing, possibly days later, and
+/// may be stopped. A row whose own waker is gone still starts at the next finish or reconcile,
+/// as before.
+pub fn waker_needed(state: &QueueState, at_millis: u64, now_millis: u64) -> bool {
+    at_millis <= now_millis
+        || state.entries.iter().any(|e| {
+            !matches!(e.state, RowState::Dispatching { .. }) && e.ready_at_millis == at_millis
+        })
+}
+
 /// The one order of scheduling (Q3): the parked rows a start-next may try, not paused and
 /// accepted by `eligible` (the task's strategy, the time), highest `priority` first and FIFO
 /// (`queue_id`) among equal priorities. A row that holds a slot is never among them, so a
@@ -182,6 +197,32 @@ mod tests {
         assert!(unpause(&mut state, PauseScope::Home));
         assert!(state.paused.is_empty());
         assert_eq!(start_candidates(&state, &every).len(), 2);
+    }
+
+    #[test]
+    fn q4_a_waker_is_needed_while_a_row_waits_for_its_time() {
+        let mut state = queue(&[("a", 0), ("b", 0)]);
+        state
+            .row_mut(&TurnKey::new("a", 1))
+            .unwrap()
+            .ready_at_millis = 5_000;
+        state
+            .row_mut(&TurnKey::new("b", 2))
+            .unwrap()
+            .ready_at_millis = 9_000;
+        // At 1 000: the waker for 5 000 wakes `a`, the one for 9 000 wakes `b`; one for 3 000
+        // (whose row went) has nothing to wake.
+        assert!(waker_needed(&state, 5_000, 1_000));
+        assert!(waker_needed(&state, 9_000, 1_000));
+        assert!(!waker_needed(&state, 3_000, 1_000));
+        // A waker whose time has come reconciles whatever is there.
+        assert!(waker_needed(&state, 3_000, 3_000));
+        // `b` cancelled: its waker has nothing left to wake, though `a` still waits (for its own).
+        state.entries.retain(|e| e.key.task != "b");
+        assert!(!waker_needed(&state, 9_000, 1_000));
+        assert!(waker_needed(&state, 5_000, 1_000));
+        state.entries.clear();
+        assert!(!waker_needed(&state, 5_000, 1_000));
     }
 
     #[test]

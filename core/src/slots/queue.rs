@@ -355,10 +355,6 @@ impl EnqueueOutcome {
     }
 }
 
-/// Appends a waiting row for `key`, owned by `owner`.
-///
-/// FIFO is `queue_id`; the row's time is `max(now_millis, last row's time)`, so a caller whose clock
-/// runs behind cannot make the times fall. A second enqueue of the same turn changes nothing.
 /// The id the next enqueue hands out, of a queue whose counter is `next_queue_id` and whose
 /// highest row id is `last_queue_id`: never below an existing row's (a document whose counter is
 /// behind its rows), never 0. A store's unlocked hint computes it from those two values alone.
@@ -374,6 +370,23 @@ impl QueueState {
     }
 }
 
+/// Hands out the next id (`next_queue_id`, never below an existing row's) and moves the counter
+/// past it: the id of a new row, or of a new turn that gets none (an `--after-success` turn whose
+/// dependency had already failed), so that the id its record and its generated task name carry
+/// is never handed to another turn. Ids are never reused: a counter at its end refuses instead of
+/// wrapping.
+pub fn spend_queue_id(state: &mut QueueState) -> Result<u64, SlotError> {
+    let queue_id = state.id_of_next_enqueue();
+    state.next_queue_id = queue_id
+        .checked_add(1)
+        .ok_or(SlotError::QueueIdsExhausted)?;
+    Ok(queue_id)
+}
+
+/// Appends a waiting row for `key`, owned by `owner`.
+///
+/// FIFO is `queue_id`; the row's time is `max(now_millis, last row's time)`, so a caller whose clock
+/// runs behind cannot make the times fall. A second enqueue of the same turn changes nothing.
 pub fn enqueue(
     state: &mut QueueState,
     key: &TurnKey,
@@ -392,11 +405,7 @@ pub fn enqueue(
         });
     }
     let last_millis = state.entries.last().map_or(0, |e| e.enqueued_at_millis);
-    let queue_id = state.id_of_next_enqueue();
-    // Ids are never reused, so a counter at its end refuses instead of wrapping.
-    state.next_queue_id = queue_id
-        .checked_add(1)
-        .ok_or(SlotError::QueueIdsExhausted)?;
+    let queue_id = spend_queue_id(state)?;
     state.entries.push(QueueEntry {
         queue_id,
         key: key.clone(),

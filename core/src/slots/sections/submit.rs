@@ -235,7 +235,12 @@ pub fn submit<L: Liveness>(
         &ended,
         input.schedule,
     )?;
-    let id = state.row(&key).map(|r| r.queue_id);
+    // A turn that never gets a row may still spend an id (one settled dependency-failed at
+    // submit), so that its id is never another turn's.
+    let id = match &decided {
+        AfterSubmit::DependencyFailed { queue_id, .. } => Some(*queue_id),
+        _ => state.row(&key).map(|r| r.queue_id),
+    };
     create_turn(&mut draft, key.clone(), input.new.clone(), id, now)?;
     let (placement, superseded, held) = match decided {
         AfterSubmit::Submitted(decision) => {
@@ -269,7 +274,7 @@ pub fn submit<L: Liveness>(
             Vec::new(),
             None,
         ),
-        AfterSubmit::DependencyFailed { cause } => {
+        AfterSubmit::DependencyFailed { cause, .. } => {
             end_dependency_failed(&mut draft, &key, &cause, now)?;
             (Placement::DependencyFailed { cause }, Vec::new(), None)
         }
@@ -278,15 +283,15 @@ pub fn submit<L: Liveness>(
     if !steps::submit_stayed_inside(view.loaded, &loaded_rows, state, &superseded) {
         return Err(Unread::Queue(Reads::Everything).into());
     }
-    debug_assert_eq!(id.is_some(), state.row(&key).is_some());
     debug_assert!(
-        id.is_some()
+        state.row(&key).is_some()
             || matches!(
                 placement,
                 Placement::Dropped { .. } | Placement::DependencyFailed { .. }
             ),
         "a submit that enqueued nothing ended its turn"
     );
+    debug_assert!(state.row(&key).is_none_or(|r| Some(r.queue_id) == id));
     Ok(draft.finish(Submitted {
         key,
         queue_id: id.unwrap_or(0),

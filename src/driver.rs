@@ -61,7 +61,10 @@ pub fn hand_off<S: Store>(
             return Err(spawn_error.into());
         }
     };
-    fail::fail_point!("dispatch::after_spawn");
+    // Between the spawn and the first publish: a test holds a dispatcher here (`return(GATE)`,
+    // tests/failpoints_cancel_dispatcher.rs) or kills it (`panic`).
+    #[cfg(feature = "failpoints")]
+    crate::failgate::hold("dispatch::after_spawn");
     // On a fleet the same section takes the child's lease (F4, `crate::fleet::publish_first`).
     let bound = match store.transact_reading(Commit::Internal, &reads, |state, _| {
         crate::fleet::publish_first(state, handoff, child).map_err(DispatchError::from)

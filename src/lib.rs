@@ -22,6 +22,8 @@ pub mod deps;
 pub mod dispatch;
 pub mod driver;
 pub mod exec;
+#[cfg(feature = "failpoints")]
+pub mod failgate;
 pub mod fleet;
 pub mod flock;
 pub mod fsutil;

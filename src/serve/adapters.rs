@@ -329,7 +329,12 @@ fn github(secret: &[u8], headers: &HeaderMap, body: &[u8]) -> Result<Verified, R
     verify_sha256_header(headers, "x-hub-signature-256", secret, body)?;
     let id = header(headers, "x-github-delivery")
         .ok_or(Refusal::MissingIdentity("X-GitHub-Delivery"))?;
-    let payload: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    // GitHub sends a JSON object: anything else is an unreadable body (400), never a turn.
+    let payload: Value =
+        serde_json::from_slice(body).map_err(|e| Refusal::BadBody(e.to_string()))?;
+    if !payload.is_object() {
+        return Err(Refusal::BadBody("the body is not a JSON object".into()));
+    }
     let installation = header(headers, "x-github-hook-installation-target-id")
         .map(str::to_string)
         .or_else(|| {
@@ -715,9 +720,33 @@ mod tests {
         assert_eq!(v.challenge.as_deref(), Some("abc"));
     }
 
+    /// Issue 31, point 9: a GitHub delivery with a valid signature over a body that is not a
+    /// JSON object is an unreadable body (400), not a turn of the default scope.
+    #[test]
+    fn a_signed_github_body_that_is_not_a_json_object_is_refused_400() {
+        for body in [&b"not json"[..], b"", b"[1,2]", b"\"text\"", b"{\"a\":"] {
+            let h = headers(&[
+                (
+                    "x-hub-signature-256",
+                    format!("sha256={}", sign(b"k", &[body])),
+                ),
+                ("x-github-delivery", "gh-1".into()),
+                ("x-github-event", "push".into()),
+            ]);
+            let answer = verify(AdapterKind::Github, b"k", &Policy::default(), &h, body, 0);
+            assert_eq!(
+                answer.as_ref().map_err(Refusal::status),
+                Err(400),
+                "{:?}: {answer:?}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
     mod fuzz {
         //! Arbitrary headers and bodies never panic any adapter; a validly signed request always
-        //! verifies and gives back what was signed.
+        //! verifies and gives back what was signed; a signed request of arbitrary headers (any
+        //! bytes HTTP allows in a value) and body gets a well-formed answer from every adapter.
         use super::*;
         use proptest::prelude::*;
 

@@ -32,6 +32,7 @@ fn file_error(error: &FileError) -> CliError {
         FileError::Corrupt { .. }
         | FileError::NotRegular { .. }
         | FileError::TooLarge { .. }
+        | FileError::Missing { .. }
         | FileError::Refused { .. } => CliError::Usage(error.to_string()),
         FileError::Io { .. } => CliError::Environment(error.to_string()),
     }

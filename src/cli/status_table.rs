@@ -11,6 +11,7 @@ fn human_state(state: &str) -> (&'static str, Colour) {
         "waiting" => ("waiting", Colour::Plain),
         "starting" => ("starting", Colour::Yellow),
         "running" => ("running", Colour::Yellow),
+        "recording" => ("recording", Colour::Yellow),
         "completed" => ("done", Colour::Green),
         "failed" => ("failed", Colour::Red),
         "cancelled" => ("cancelled", Colour::Red),

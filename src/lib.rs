@@ -14,6 +14,7 @@
 //!   bounded wait), [`clock`] (the millisecond wall clock), `process::procfs` (`/proc` parsing).
 //! - `model/` (feature `model-check`): stateright models that call the same core functions.
 
+pub mod argv;
 pub mod cancel;
 pub mod cli;
 pub mod clock;

@@ -114,7 +114,9 @@ pub struct TurnView {
     /// completed, failed, cancelled, unstartable, dropped, superseded, unqueued; held (parked until
     /// the turns of its `--after` left the queue), dependency_failed.
     pub state: String,
-    pub argv: Vec<String>,
+    /// The command, as its record writes it (UTF-8 words as strings, others as `{"hex"}`).
+    #[serde(with = "crate::argv::words")]
+    pub argv: crate::argv::Argv,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -2,6 +2,7 @@
 //! section is one core step ([`steps::submit`], [`steps::attached_start`]); [`crate::driver`]
 //! performs its effect.
 
+use crate::argv::{Argv, Env};
 use crate::dispatch::SectionError;
 use crate::dispatch::{DispatchError, Handoff};
 use crate::driver;
@@ -19,7 +20,6 @@ use crate::queue::{Commit, Store};
 use crate::runner::{self, Execution};
 use crate::runtime::Runtime;
 use crate::tasks::{self, TurnOutcome, TurnRecord, MAX_ARGV};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 #[derive(Clone, Debug)]
@@ -28,9 +28,9 @@ pub struct SubmitRequest {
     pub task: Option<String>,
     /// Sets the task's strategy (kept with the task) before this turn is decided.
     pub strategy: Option<Strategy>,
-    pub argv: Vec<String>,
+    pub argv: Argv,
     pub cwd: Option<PathBuf>,
-    pub env: BTreeMap<String, String>,
+    pub env: Env,
     /// Labels recorded on the turn (`submit --label`).
     pub labels: Vec<String>,
     /// `submit --timeout`: see [`tasks::TurnRecord::timeout_millis`].

@@ -19,6 +19,7 @@
 //! first number after the highest recorded one instead, with a warning. Counters are checked: a task
 //! whose numbers are used up refuses new turns. Nothing is published that the loader would refuse.
 
+use crate::argv::{Argv, Env};
 use crate::fsutil::{self, FileError};
 use crate::home::Home;
 use crate::protocol::admission::Strategy;
@@ -26,6 +27,7 @@ use crate::protocol::slots::{Dependency, ProcessIdentity, RetryPlan, TurnKey};
 use crate::queue::records;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -86,12 +88,14 @@ pub struct TurnRecord {
     pub version: u32,
     #[serde(flatten)]
     pub key: TurnKey,
-    pub argv: Vec<String>,
+    /// The command and its arguments, as bytes (spec/turns.md: UTF-8 ones as plain strings).
+    #[serde(with = "crate::argv::words")]
+    pub argv: Argv,
     #[serde(default)]
     pub cwd: Option<PathBuf>,
-    /// The environment the command runs with (the submitter's, plus `--env` overrides).
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
+    /// The environment the command runs with (the submitter's, plus `--env` overrides), as bytes.
+    #[serde(default, with = "crate::argv::env")]
+    pub env: Env,
     #[serde(default)]
     pub attached: bool,
     #[serde(default)]
@@ -195,7 +199,7 @@ const GENERATED_NAME_TRIES: u32 = 100;
 pub fn fresh_task_for(
     home: &Home,
     given: Option<&str>,
-    argv: &[String],
+    argv: &[OsString],
     state: &crate::protocol::slots::QueueState,
 ) -> Result<String, FileError> {
     if let Some(task) = given {
@@ -225,21 +229,24 @@ pub fn fresh_task_for(
 /// `<base>-<id>`, which it takes unless that task exists (only after the queue's id counter
 /// started again). A submit guesses its generated name with it before its section, from the
 /// store's hint for `id` ([`crate::queue::Store::next_turn_id_hint`]).
-pub fn first_generated_name(argv: &[String], id: u64) -> String {
+pub fn first_generated_name(argv: &[OsString], id: u64) -> String {
     format!("{}-{id}", readable_base(argv))
 }
 
 /// The program part of a generated task name: letters, digits, '.', '_' and '-' of the program's
 /// basename (or of a shell script's first word), at most [`GENERATED_NAME_BASE_BYTES`], `t` if
 /// nothing is left.
-pub fn readable_base(argv: &[String]) -> String {
-    let program = argv.first().map(String::as_str).unwrap_or("");
+pub fn readable_base(argv: &[OsString]) -> String {
+    let text = |i: usize| argv.get(i).map(|w| w.to_string_lossy());
+    let program = text(0).unwrap_or_default();
     let basename = |word: &str| word.rsplit('/').next().unwrap_or("").to_string();
-    let mut word = basename(program);
+    let mut word = basename(&program);
     let shells = ["sh", "bash", "dash", "zsh", "ksh", "fish"];
-    if shells.contains(&word.as_str()) && argv.get(1).map(String::as_str) == Some("-c") {
-        if let Some(first) = argv.get(2).and_then(|s| s.split_whitespace().next()) {
-            word = basename(first);
+    if shells.contains(&word.as_str()) && text(1).as_deref() == Some("-c") {
+        if let Some(script) = text(2) {
+            if let Some(first) = script.split_whitespace().next() {
+                word = basename(first);
+            }
         }
     }
     let cleaned: String = word
@@ -312,7 +319,12 @@ mod name_tests {
     use super::readable_base;
 
     fn base(argv: &[&str]) -> String {
-        readable_base(&argv.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        readable_base(
+            &argv
+                .iter()
+                .map(std::ffi::OsString::from)
+                .collect::<Vec<_>>(),
+        )
     }
 
     #[test]
@@ -600,9 +612,9 @@ pub fn save_result(home: &Home, turn: &TurnRecord) -> Result<(), FileError> {
 pub fn create_turn(
     home: &Home,
     task: &str,
-    argv: Vec<String>,
+    argv: Argv,
     cwd: Option<PathBuf>,
-    env: BTreeMap<String, String>,
+    env: Env,
     attached: bool,
     now_millis: u64,
 ) -> Result<TurnRecord, FileError> {
@@ -627,9 +639,9 @@ pub fn create_turn_with(
     home: &Home,
     task: &str,
     strategy: Option<Strategy>,
-    argv: Vec<String>,
+    argv: Argv,
     cwd: Option<PathBuf>,
-    env: BTreeMap<String, String>,
+    env: Env,
     attached: bool,
     now_millis: u64,
     meta: TurnMeta,

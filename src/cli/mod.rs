@@ -186,7 +186,7 @@ pub struct SubmitArgs {
     /// Extra environment variable for the command (repeatable, always stored). Of this command's
     /// own environment the turn keeps only what `env_keep` in tollgate.toml names (see --env-all).
     #[arg(long = "env", value_name = "K=V")]
-    pub env: Vec<String>,
+    pub env: Vec<std::ffi::OsString>,
     /// A label for the turn, shown by `status` and matched by `status --label` (repeatable; up
     /// to 16, each 1..=64 characters without spaces or commas).
     #[arg(long = "label", value_name = "LABEL")]
@@ -242,7 +242,7 @@ pub struct SubmitArgs {
     pub json: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    pub command: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, Args)]
@@ -343,8 +343,9 @@ pub enum WorkerCommand {
 }
 
 /// Prints a clap error (or `--help`/`--version`), with a hint for the most common slip: a command
-/// given to `submit` without the `--` that separates it from tollgate's own options.
-fn usage_error(error: clap::Error) -> i32 {
+/// given to `submit` without the `--` that separates it from tollgate's own options. `args` are
+/// this process's arguments as given: any bytes (a non-UTF-8 one is what clap may have refused).
+fn usage_error(error: clap::Error, args: &[std::ffi::OsString]) -> i32 {
     use clap::error::ErrorKind;
     let code = if error.use_stderr() {
         exit::USAGE
@@ -352,7 +353,11 @@ fn usage_error(error: clap::Error) -> i32 {
         exit::OK
     };
     let _ = error.print();
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<String> = args
+        .iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     if let Some(hint) = missing_separator_hint(error.kind(), &args) {
         eprintln!("\n{hint}");
     }
@@ -490,8 +495,9 @@ pub fn main() -> i32 {
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
     use clap::{CommandFactory, FromArgMatches};
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let cli = match Cli::command()
-        .try_get_matches()
+        .try_get_matches_from(&args)
         .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)))
     {
         Ok((cli, matches)) => {
@@ -503,7 +509,7 @@ pub fn main() -> i32 {
             }
             cli
         }
-        Err(error) => return usage_error(error),
+        Err(error) => return usage_error(error, &args),
     };
     if reads_only(&cli.command) {
         die_of_sigpipe();

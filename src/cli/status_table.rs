@@ -161,7 +161,7 @@ pub fn render(view: &StatusView, now_millis: u64, style: &TableStyle) -> String 
                 (None, Some(signal)) => format!("sig{signal}"),
                 _ => "-".to_string(),
             };
-            let mut command = turn.argv.join(" ");
+            let mut command = crate::argv::display(&turn.argv);
             if style.command_width > 0 && command.chars().count() > style.command_width {
                 command = command
                     .chars()

@@ -30,7 +30,7 @@ pub fn localised<'a>(home: &Home, turn: &'a TurnRecord) -> Result<Cow<'a, TurnRe
     if turn.delivery.is_none() || !records::in_database(home) {
         return Ok(Cow::Borrowed(turn));
     }
-    let Some(named) = turn.env.get(PAYLOAD_VAR) else {
+    let Some(named) = turn.env.get(std::ffi::OsStr::new(PAYLOAD_VAR)) else {
         return Ok(Cow::Borrowed(turn));
     };
     let kept = records::with_db(home, Access::Read, None, |db| {
@@ -53,7 +53,6 @@ pub fn localised<'a>(home: &Home, turn: &'a TurnRecord) -> Result<Cow<'a, TurnRe
         return Ok(Cow::Borrowed(turn));
     }
     let mut turn = turn.clone();
-    turn.env
-        .insert(PAYLOAD_VAR.to_string(), local.display().to_string());
+    turn.env.insert(PAYLOAD_VAR.into(), local.into_os_string());
     Ok(Cow::Owned(turn))
 }

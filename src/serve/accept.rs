@@ -26,7 +26,6 @@ use crate::runtime::Runtime;
 use crate::submit::{decide_submit, Decided, SubmitRequest};
 use crate::tasks::DeliveryMeta;
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The most deliveries waiting for a batch (beyond it a handler waits `lock_timeout` for room,
@@ -63,7 +62,7 @@ impl Pending {
         cwd: &std::path::Path,
         meta: DeliveryMeta,
         scope: Option<&str>,
-        env: BTreeMap<String, String>,
+        env: crate::argv::Env,
         body: Vec<u8>,
         identity: EventIdentity,
         now_millis: u64,
@@ -71,7 +70,7 @@ impl Pending {
         let request = SubmitRequest {
             task: Some(route.table.task_for(scope)),
             strategy: route.table.strategy(),
-            argv: route.table.run.clone(),
+            argv: route.table.run.iter().map(Into::into).collect(),
             cwd: Some(route.cwd.clone().unwrap_or_else(|| cwd.to_path_buf())),
             env,
             labels: Vec::new(),
@@ -388,7 +387,7 @@ fn one(
         }
         turn.env.insert(
             crate::runner::payload::PAYLOAD_VAR.into(),
-            path.display().to_string(),
+            path.into_os_string(),
         );
         turn.delivery = Some(meta);
         Ok(())
@@ -616,7 +615,7 @@ mod tests {
                 strategy: None,
                 argv: vec!["true".into()],
                 cwd: None,
-                env: BTreeMap::new(),
+                env: crate::argv::Env::new(),
                 labels: Vec::new(),
                 timeout_millis: None,
                 schedule: Default::default(),

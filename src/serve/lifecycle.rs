@@ -134,7 +134,6 @@ pub fn run(
     })?;
     let secrets = super::secret_variables(&config);
     let base_env = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .filter(|(k, _)| !secrets.contains(k))
         .collect();
     let (accept, accept_worker) = super::accept::channel();

@@ -73,10 +73,7 @@ fn runtime_for(
                 executable: None,
                 settle: None,
             },
-            remove_env: secret_variables(config)
-                .into_iter()
-                .map(std::ffi::OsString::from)
-                .collect(),
+            remove_env: secret_variables(config).into_iter().collect(),
         }),
         liveness: crate::process::ProcLiveness,
     }
@@ -84,13 +81,16 @@ fn runtime_for(
 
 /// The variables no process `serve` starts may inherit: every route's `secret_env`, and any other
 /// variable of this process holding the same (non-empty) value, so a secret exported under two
-/// names does not leak through the second.
+/// names does not leak through the second. Names are bytes, as the environment's are.
 #[cfg(feature = "serve")]
 pub(crate) fn secret_variables(
     config: &crate::config::Config,
-) -> std::collections::BTreeSet<String> {
-    let mut names: std::collections::BTreeSet<String> =
-        config.routes.iter().map(|r| r.secret_env.clone()).collect();
+) -> std::collections::BTreeSet<std::ffi::OsString> {
+    let mut names: std::collections::BTreeSet<std::ffi::OsString> = config
+        .routes
+        .iter()
+        .map(|r| std::ffi::OsString::from(&r.secret_env))
+        .collect();
     let values: Vec<std::ffi::OsString> = names
         .iter()
         .filter_map(std::env::var_os)
@@ -98,7 +98,7 @@ pub(crate) fn secret_variables(
         .collect();
     for (name, value) in std::env::vars_os() {
         if values.contains(&value) {
-            names.insert(name.to_string_lossy().into_owned());
+            names.insert(name);
         }
     }
     names

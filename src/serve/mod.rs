@@ -79,27 +79,38 @@ fn runtime_for(
     }
 }
 
-/// The variables no process `serve` starts may inherit: every route's `secret_env`, and any other
-/// variable of this process holding the same (non-empty) value, so a secret exported under two
-/// names does not leak through the second. Names are bytes, as the environment's are.
+/// The variables no process `serve` starts may inherit, and no turn's stored environment holds:
+/// every route's `secret_env`, and any other variable of this process whose value *contains* one
+/// of their (non-empty) values, so a secret exported under a second name, or inside a longer
+/// value (`AUTH="Bearer <secret>"`), does not leak through it.
 #[cfg(feature = "serve")]
 pub(crate) fn secret_variables(
     config: &crate::config::Config,
 ) -> std::collections::BTreeSet<std::ffi::OsString> {
+    use std::os::unix::ffi::OsStrExt;
     let mut names: std::collections::BTreeSet<std::ffi::OsString> = config
         .routes
         .iter()
         .map(|r| std::ffi::OsString::from(&r.secret_env))
         .collect();
-    let values: Vec<std::ffi::OsString> = names
+    let secrets: Vec<std::ffi::OsString> = names
         .iter()
         .filter_map(std::env::var_os)
         .filter(|v| !v.is_empty())
         .collect();
     for (name, value) in std::env::vars_os() {
-        if values.contains(&value) {
+        if secrets
+            .iter()
+            .any(|secret| contains(value.as_bytes(), secret.as_bytes()))
+        {
             names.insert(name);
         }
     }
     names
+}
+
+/// Whether `needle` (non-empty) occurs in `haystack`.
+#[cfg(feature = "serve")]
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
 }

@@ -16,7 +16,7 @@ use crate::protocol::slots::{
     self, validate_task_name, AfterSubmit, Dependency, HeldBack, Liveness, ProcessIdentity,
     RetryPlan, SlotToken, TurnKey,
 };
-use crate::queue::{Commit, Store};
+use crate::queue::{Commit, Store, StoreError};
 use crate::runner::{self, Execution};
 use crate::runtime::Runtime;
 use crate::tasks::{self, TurnOutcome, TurnRecord, MAX_ARGV};
@@ -224,9 +224,17 @@ pub fn submit_detached_sequenced<L: Liveness, S: Store>(
         });
     }
     let placement = match decided.decision.effect {
-        SubmitEffect::Spawn(handoff) => {
-            Placement::Started(driver::hand_off(&rt.store, rt.spawner.as_ref(), handoff)?)
-        }
+        // The turn is queued: a failed spawn (its row parked again) or a failed publish is no
+        // "nothing was queued" (spec/store.md, "An uncertain commit").
+        SubmitEffect::Spawn(handoff) => Placement::Started(
+            driver::hand_off(&rt.store, rt.spawner.as_ref(), handoff).map_err(|e| {
+                DispatchError::StateUnknown {
+                    key: decided.key.clone(),
+                    id: decided.decision.queue_id,
+                    what: format!("was queued, but starting its runner failed: {e}"),
+                }
+            })?,
+        ),
         SubmitEffect::Park => Placement::Parked,
         SubmitEffect::Pending => Placement::Pending,
         SubmitEffect::Wait {
@@ -355,6 +363,8 @@ fn submit_section<L: Liveness, S: Store>(
     reads: &Reads,
 ) -> Result<(Decided, Option<Placement>), SectionError> {
     let cap = rt.cap();
+    // The turn and id the step decided, for an error whose commit's outcome is unknown.
+    let decided = std::cell::RefCell::new(None);
     rt.store
         .transact_reading(Commit::Promise, reads, |state, loaded| {
             let now = rt.spawner.now_millis();
@@ -440,6 +450,7 @@ fn submit_section<L: Liveness, S: Store>(
             if let SubmitEffect::Dropped { .. } = decision.effect {
                 tasks::end_unrun(&rt.home, &key, TurnOutcome::Dropped, now)?;
             }
+            *decided.borrow_mut() = Some((key.clone(), decision.queue_id));
             Ok((
                 Decided {
                     key,
@@ -449,6 +460,27 @@ fn submit_section<L: Liveness, S: Store>(
                 held,
             ))
         })
+        .map_err(|e| match e {
+            SectionError::Failed(e) => {
+                SectionError::Failed(commit_unknown(e, decided.into_inner()))
+            }
+            unread => unread,
+        })
+}
+
+/// A submit section's error: one whose commit's outcome is unknown ([`StoreError::Uncertain`])
+/// after the step decided `decided` (the turn and its id) names the turn, since it may be queued.
+fn commit_unknown(error: DispatchError, decided: Option<(TurnKey, u64)>) -> DispatchError {
+    match (error, decided) {
+        (DispatchError::Store(e @ StoreError::Uncertain { .. }), Some((key, id))) => {
+            DispatchError::StateUnknown {
+                key,
+                id,
+                what: format!("may or may not be queued: {e}"),
+            }
+        }
+        (error, _) => error,
+    }
 }
 
 /// A decision with nothing left for the driver to perform (a held or dependency-failed turn).
@@ -547,13 +579,20 @@ pub fn submit_attached<L: Liveness, S: Store>(
         }
         AttachedEffect::Wait { .. } => unreachable!("the loop above only ends on Run or Dropped"),
     };
+    // The turn is queued and started from here on: an error is no "nothing was queued".
+    let queued = |e: DispatchError, turn: &TurnRecord| DispatchError::StateUnknown {
+        key: turn.key.clone(),
+        id: turn.id.unwrap_or_default(),
+        what: format!("was queued, but then: {e}"),
+    };
     // On a fleet: its lease (taken by the section) renewed, self-fencing (spec/fleet.md).
-    let lease = runner::lease::start_if_fleet(rt, &turn.key, me, work, None, sent)?;
+    let lease = runner::lease::start_if_fleet(rt, &turn.key, me, work, None, sent)
+        .map_err(|e| queued(e, &turn))?;
     let execution = runner::run_work(rt, &turn, me, work, true);
     drop(lease); // the work is dead: the renewals end, no fence any more
     let mut turn = turn;
     execution.record(&mut turn, tasks::now_millis());
-    runner::record_and_start_next(rt, &turn, me)?;
+    runner::record_and_start_next(rt, &turn, me).map_err(|e| queued(e, &turn))?;
     runner::hooks::run_hooks(&rt.home, &rt.config.hooks, &turn);
     Ok(Attached::Ran {
         key: turn.key,
@@ -573,43 +612,49 @@ fn attached_section<L: Liveness, S: Store>(
     task: &Option<String>,
     created: &Option<(TurnRecord, Strategy)>,
 ) -> Result<(TurnRecord, Strategy, AttachedEffect), DispatchError> {
-    rt.store.transact(|state| {
-        let now = rt.spawner.now_millis();
-        let (mut turn, strategy) = match created {
-            Some((turn, strategy)) => (turn.clone(), *strategy),
-            None => {
-                let task = tasks::fresh_task_for(&rt.home, task.as_deref(), &request.argv, state)?;
-                request.create_turn(&rt.home, &task, true, now, state)?
+    // The turn and its id once the step decided, for an error whose commit's outcome is unknown.
+    let decided = std::cell::RefCell::new(None);
+    rt.store
+        .transact(|state| {
+            let now = rt.spawner.now_millis();
+            let (mut turn, strategy) = match created {
+                Some((turn, strategy)) => (turn.clone(), *strategy),
+                None => {
+                    let task =
+                        tasks::fresh_task_for(&rt.home, task.as_deref(), &request.argv, state)?;
+                    request.create_turn(&rt.home, &task, true, now, state)?
+                }
+            };
+            let effect = steps::attached_start(
+                state,
+                AttachedInput {
+                    key: &turn.key,
+                    me,
+                    fresh_token: rt.spawner.fresh_token(),
+                    now_millis: now,
+                    strategy,
+                    liveness: &rt.liveness,
+                },
+            )?;
+            match &effect {
+                AttachedEffect::Run { .. } => {
+                    crate::runner::lease::acquire_own(me)?;
+                    turn.id = state.row(&turn.key).map(|r| r.queue_id);
+                    turn.started_at_millis = Some(now);
+                    turn.runner = Some(me);
+                    turn.host = crate::fleet::section_host();
+                    tasks::save_turn(&rt.home, &turn)?;
+                }
+                AttachedEffect::Dropped { .. } => {
+                    tasks::settle_turn_id(&rt.home, &turn.key, turn.id, 0)?;
+                    tasks::end_unrun(&rt.home, &turn.key, TurnOutcome::Dropped, now)?;
+                }
+                AttachedEffect::Wait { .. } => {}
             }
-        };
-        let effect = steps::attached_start(
-            state,
-            AttachedInput {
-                key: &turn.key,
-                me,
-                fresh_token: rt.spawner.fresh_token(),
-                now_millis: now,
-                strategy,
-                liveness: &rt.liveness,
-            },
-        )?;
-        match &effect {
-            AttachedEffect::Run { .. } => {
-                crate::runner::lease::acquire_own(me)?;
-                turn.id = state.row(&turn.key).map(|r| r.queue_id);
-                turn.started_at_millis = Some(now);
-                turn.runner = Some(me);
-                turn.host = crate::fleet::section_host();
-                tasks::save_turn(&rt.home, &turn)?;
-            }
-            AttachedEffect::Dropped { .. } => {
-                tasks::settle_turn_id(&rt.home, &turn.key, turn.id, 0)?;
-                tasks::end_unrun(&rt.home, &turn.key, TurnOutcome::Dropped, now)?;
-            }
-            AttachedEffect::Wait { .. } => {}
-        }
-        Ok::<_, DispatchError>((turn, strategy, effect))
-    })
+            *decided.borrow_mut() = Some((turn.key.clone(), turn.id.unwrap_or_default()));
+            Ok::<_, DispatchError>((turn, strategy, effect))
+        })
+        .map_err(|e| commit_unknown(e, decided.into_inner()))
 }
 
 /// How a foreground submit ended.

@@ -49,6 +49,10 @@ pub mod exit {
     /// The turn never ran: a turn it waited for with `--after-success` ended other than
     /// completed with exit 0 (`submit`, `submit --wait`, `wait`).
     pub const DEPENDENCY_FAILED: i32 = 5;
+    /// State unknown: a step failed after (or while) a change was committed, so the command
+    /// cannot say what the home holds. A `submit` names the turn: it is queued, or may be; check
+    /// `tollgate status ID` before submitting it again (exit 3 always means nothing was queued).
+    pub const STATE_UNKNOWN: i32 = 6;
 }
 
 const EXIT_CODES_HELP: &str = "\
@@ -56,9 +60,12 @@ Exit codes:
   0  success
   1  the work ran and failed (submit --wait passes the turn's own exit code through instead)
   2  bad usage or bad input (argument, config, state file, unknown task); nothing was changed
-  3  environment failure (IO error, queue lock wait timed out, spawn failed)
+  3  environment failure (IO error, queue lock wait timed out, spawn failed); a submit that
+     exits 3 queued nothing
   4  submit refused by the task's `drop` strategy (a turn of the task is running or waiting)
   5  the turn never ran: a turn it waited for with --after-success did not succeed
+  6  state unknown: a step failed after a change was committed (submit: the turn, named by
+     its id, is or may be queued; check `tollgate status ID` before submitting it again)
   124 submit --wait/--attach: the turn ran longer than its --timeout and was killed
 
 Quick start:

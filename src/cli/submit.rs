@@ -214,6 +214,23 @@ fn submit_request_with(
         let sequencing = sequencing.resolve(&rt)?;
         crate::submit::submit_detached_sequenced(&rt, me, request, sequencing, |_, _| Ok(()))?
     };
+    // Id 0: never queued (dropped, or dependency-failed at the submit).
+    let (key, id) = (submitted.key.clone(), submitted.queue_id);
+    report_detached(rt, me, submitted, labels, how).map_err(|e| match id {
+        0 => e,
+        id => e.after_queued(&key, id),
+    })
+}
+
+/// Reports a detached submit whose turn is decided (and, unless dropped, queued), and waits for
+/// it with `--wait`: whatever fails from here on is "state unknown" (exit 6), not a failure.
+fn report_detached(
+    rt: Runtime,
+    me: crate::protocol::slots::ProcessIdentity,
+    submitted: crate::submit::Submitted,
+    labels: Vec<String>,
+    how: How,
+) -> Result<i32, CliError> {
     crate::runner::repair::after_section(&rt, me);
     let key = &submitted.key;
     if let Placement::Dropped { running, busy } = &submitted.placement {

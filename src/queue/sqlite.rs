@@ -444,9 +444,11 @@ impl SqliteStore {
                 .map_err(|e| sql_error(&path, e))?;
         }
         let outcome = section.outcome_recorded() && self.durability == Durability::Fsync;
+        // From here on an error may be no "nothing changed" (spec/store.md, "An uncertain
+        // commit").
         section
             .with(|c| c.execute_batch("COMMIT"))
-            .map_err(|e| busy_or(&path, started, e))?;
+            .map_err(|e| commit_error(&path, started, e))?;
         section.committed();
         // A section that recorded a turn's outcome is synced whatever its class (spec/store.md,
         // "Records"). SQLite fixes a commit's sync level before the transaction begins, and
@@ -454,7 +456,7 @@ impl SqliteStore {
         // followed by a one-row synced commit that syncs the log up to and including it.
         if outcome && !durable {
             if let Some(conn) = &open.conn {
-                sync_barrier(conn).map_err(|e| busy_or(&path, started, e))?;
+                sync_barrier(conn).map_err(|e| uncertain(busy_or(&path, started, e)))?;
             }
             open.synchronous = Some("FULL");
         }
@@ -464,7 +466,7 @@ impl SqliteStore {
         #[cfg(feature = "failpoints")]
         if durable || outcome {
             if let Some(conn) = &open.conn {
-                snapshot_for_tests(conn, &path).map_err(StoreError::from)?;
+                snapshot_for_tests(conn, &path).map_err(|e| uncertain(e.into()))?;
             }
         }
         Ok(result)
@@ -505,6 +507,35 @@ fn snapshot_for_tests(conn: &Connection, path: &Path) -> Result<(), FileError> {
     conn.execute("VACUUM INTO ?1", [temp.to_string_lossy()])
         .map_err(|e| FileError::io(path, io::Error::other(e.to_string())))?;
     std::fs::rename(&temp, dir.join("tollgate.db")).map_err(|e| FileError::io(&dir, e))
+}
+
+/// A failed `COMMIT`. A write into the log that failed (`SQLITE_FULL`, `SQLITE_IOERR_WRITE`: a
+/// full disk) left the commit frame incomplete, so the transaction did not commit and is rolled
+/// back; a busy lock is refused before anything is written. Any other failure (a sync, the log's
+/// index) can come after the commit frame is whole in the log, which the next command to open
+/// the database reads as committed: [`StoreError::Uncertain`].
+fn commit_error(path: &Path, started: Instant, error: rusqlite::Error) -> StoreError {
+    let extended = match &error {
+        rusqlite::Error::SqliteFailure(e, _) => Some(e.extended_code),
+        _ => None,
+    };
+    match extended {
+        Some(rusqlite::ffi::SQLITE_FULL | rusqlite::ffi::SQLITE_IOERR_WRITE) => {
+            busy_or(path, started, error)
+        }
+        _ => uncertain(busy_or(path, started, error)),
+    }
+}
+
+/// A failure after a `COMMIT` (or of one whose outcome is unknown): [`StoreError::Uncertain`],
+/// except a busy lock, which SQLite reports before it writes anything.
+fn uncertain(error: StoreError) -> StoreError {
+    match error {
+        busy @ StoreError::Busy { .. } => busy,
+        other => StoreError::Uncertain {
+            source: Box::new(other),
+        },
+    }
 }
 
 /// The error for a failed `BEGIN IMMEDIATE` or `COMMIT`: [`StoreError::Busy`] when the write

@@ -7,6 +7,7 @@ pub mod fifo;
 pub mod http;
 pub mod postgres;
 pub mod queue_shapes;
+pub mod rlimit;
 pub mod store_contract;
 pub mod storm;
 

@@ -424,9 +424,11 @@ fn perform(app: &App, rt: &Runtime, decided: Vec<Decided>) {
                 );
                 if let Err(e) = crate::driver::hand_off(&rt.store, &spawner, handoff) {
                     tracing::error!(
-                        "{}: cannot start the runner of an accepted delivery ({e}); its row is parked and starts at the next finish or reconcile",
-                        decided.key
+                        "{}: cannot start the runner of an accepted delivery ({e}); its row is parked and serve tries again (at most {} ms apart)",
+                        decided.key,
+                        super::starter::RETRY_MAX_MILLIS
                     );
+                    app.starter.spawn_failed();
                 }
             }
             SubmitEffect::Wait {

@@ -50,12 +50,14 @@ pub struct App {
     pub me: ProcessIdentity,
     pub cwd: PathBuf,
     /// The environment turns run with: serve's own (every variable, whatever its bytes), without
-    /// the routes' secrets.
+    /// the routes' secrets nor any variable holding one.
     pub base_env: crate::argv::Env,
     /// Serialises this process's submits (and runner reaping, see the watcher).
     pub spawn_lock: Arc<Mutex<()>>,
     /// Admitted deliveries between the gate and the watcher (shutdown waits for them).
     pub dispatching: AtomicUsize,
+    /// Starts parked rows by itself, and retries a runner that could not be spawned.
+    pub starter: super::starter::Starter,
 }
 
 /// The most bytes of one payload field put into a turn's environment (`[route.env]`).

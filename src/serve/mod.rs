@@ -15,6 +15,7 @@
 //! - `conn`: the accept loop and each connection: cap, timeouts, EMFILE back-off
 //! - `conn_config`: the `[serve]` keys of connections and the log (`src/config/conn.rs`)
 //! - `lifecycle`: single instance per home, re-adoption at start, drain and hand-off at shutdown
+//! - `starter`: starts parked rows on free slots by itself, retrying a failed runner spawn
 
 /// The connection and log keys of `[serve]`, declared in [`crate::config::conn`].
 pub use crate::config::conn as conn_config;
@@ -42,6 +43,8 @@ mod metrics;
 mod refused;
 #[cfg(feature = "serve")]
 mod settings;
+#[cfg(feature = "serve")]
+mod starter;
 #[cfg(feature = "serve")]
 mod state;
 #[cfg(feature = "serve")]

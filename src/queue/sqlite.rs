@@ -667,6 +667,12 @@ const OPEN_RETRY_MAX_PAUSE_MILLIS: u64 = 20;
 fn open_database(home: &Home, lock_timeout: Duration) -> Result<Connection, StoreError> {
     let path = home.db_path();
     let exists = check_database_files(&path)?;
+    if !exists {
+        // A corrupt queue.json (or record file) is refused before anything is created, and
+        // named as what is wrong first.
+        read_old_queue(home)?;
+        read_old_records(home)?;
+    }
     // A database that is gone, or emptied to 0 bytes (SQLite would then delete its log), while
     // the home shows it had one is refused before SQLite opens anything ("A lost database").
     if !exists || is_empty(&path)? {
@@ -676,9 +682,6 @@ fn open_database(home: &Home, lock_timeout: Duration) -> Result<Connection, Stor
         }
     }
     if !exists {
-        // A corrupt queue.json (or record file) is refused before anything is created.
-        read_old_queue(home)?;
-        read_old_records(home)?;
         // Created here, not by SQLite, for its mode and so a planted symlink is refused.
         match std::fs::OpenOptions::new()
             .write(true)

@@ -34,7 +34,7 @@ pub struct DoctorArgs {
 
 pub fn doctor(home: Option<PathBuf>, args: DoctorArgs) -> Result<i32, CliError> {
     let home = Home::resolve(home)?;
-    let report = match check_database(&home) {
+    let mut report = match check_database(&home) {
         Ok(report) => report,
         Err(error) => {
             return Ok(cannot_open(
@@ -67,6 +67,11 @@ pub fn doctor(home: Option<PathBuf>, args: DoctorArgs) -> Result<i32, CliError> 
             ))
         }
     };
+    if postgres.is_some() {
+        // The home's store is PostgreSQL: it has no tollgate.db to lose (its turn folders are
+        // the records' of that database).
+        report.lost_database = None;
+    }
     let healthy = report.healthy()
         && tables.problems.is_empty()
         && tables.row_count_problem.is_none()

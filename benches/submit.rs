@@ -70,7 +70,7 @@ fn request(argv: &[&str]) -> SubmitRequest {
         strategy: Some(tollgate::protocol::admission::Strategy::Concurrent {
             max: tollgate::protocol::admission::MAX_CONCURRENT,
         }),
-        argv: argv.iter().map(|s| s.to_string()).collect(),
+        argv: argv.iter().map(std::ffi::OsString::from).collect(),
         cwd: Some(std::env::temp_dir()),
         env: BTreeMap::new(),
         labels: Vec::new(),

@@ -1,9 +1,11 @@
 //! `tollgate cancel TASK [--turn N]`: rows nobody runs yet end as cancelled at once; a row someone
 //! starts or runs keeps the request durably (a runner that has not spawned its command yet honours
-//! it at its take-over) and its live executor is asked to stop (SIGTERM): it kills its work's
-//! whole unit (TERM, the grace, KILL, until empty), records what happened and leaves the queue
-//! itself; the work of a dead runner is killed here first, and its row leaves in the next
-//! section. The CLI then runs one bounded repair ([`crate::runner::repair`]).
+//! it at its take-over) and, when the turn has a live executor, that executor is asked to stop
+//! (SIGTERM): it kills its work's whole unit (TERM, the grace, KILL, until empty), records what
+//! happened and leaves the queue itself. A dispatcher handing the row off (a submit, `resume`,
+//! reconcile, a finishing runner) is never signalled: the core's step records the request for the
+//! runner it starts (S13). The work of a dead runner is killed here first, and its row leaves in
+//! the next section. The CLI then runs one bounded repair ([`crate::runner::repair`]).
 
 use crate::dispatch::DispatchError;
 use crate::driver;
@@ -23,6 +25,8 @@ const MAX_CANCEL_SECTIONS: usize = 3;
 pub struct CancelReport {
     pub removed: Vec<TurnKey>,
     pub signalled: Vec<(TurnKey, ProcessIdentity)>,
+    /// Rows being handed off: the request is recorded, their runner will not start the command.
+    pub recorded: Vec<TurnKey>,
     /// Works of dead runners that were killed before their rows could leave.
     pub killed: Vec<(TurnKey, WorkKill)>,
 }
@@ -71,6 +75,11 @@ fn run_cancel<L: Liveness, S: Store>(
     for _ in 0..MAX_CANCEL_SECTIONS {
         let effect = cancel_once(rt, selection)?;
         report.removed.extend(effect.removed.iter().cloned());
+        for key in &effect.recorded {
+            if !report.recorded.contains(key) {
+                report.recorded.push(key.clone());
+            }
+        }
         for (key, executor) in &effect.signal {
             let signalled = (key.clone(), *executor);
             if !report.signalled.contains(&signalled)

@@ -49,6 +49,15 @@ pub enum DispatchError {
         context: String,
         source: std::io::Error,
     },
+    /// A submit's turn was queued, or may have been (its commit's outcome is unknown), and a
+    /// later step failed: reported with the turn's id, never as "nothing was queued".
+    #[error("task {} turn {} (id {id}) {what}; check `tollgate status {id}` before submitting it again", key.task, key.turn)]
+    StateUnknown {
+        key: crate::protocol::slots::TurnKey,
+        id: u64,
+        /// What happened: "was queued, but …" or "may or may not be queued: …".
+        what: String,
+    },
 }
 
 /// Why a section on a part of the queue published nothing (the submit's and the finishing

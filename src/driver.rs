@@ -38,7 +38,10 @@ pub fn hand_off<L: Liveness, S: Store>(
             return Err(spawn_error.into());
         }
     };
-    fail::fail_point!("dispatch::after_spawn");
+    // Between the spawn and the first publish: a test holds a dispatcher here (`return(GATE)`,
+    // tests/failpoints_cancel_dispatcher.rs) or kills it (`panic`).
+    #[cfg(feature = "failpoints")]
+    crate::failgate::hold("dispatch::after_spawn");
     // On a fleet the same section takes the child's lease (F4).
     let bound = match crate::section::run(rt, &PublishFirst { handoff, child })? {
         Ok(bound) => bound,

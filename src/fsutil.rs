@@ -49,6 +49,10 @@ pub enum FileError {
         kind: &'static str,
         limit_bytes: u64,
     },
+    /// A state file that the home shows it had is gone, emptied, or a symbolic link to nothing:
+    /// starting it afresh would silently lose what it held.
+    #[error("{path}: {detail}; tollgate refuses to start it afresh and changed nothing")]
+    Missing { path: PathBuf, detail: String },
 }
 
 /// Read bounds per kind of file, far above what tollgate itself writes (so only a damaged or
@@ -210,21 +214,37 @@ fn open_regular(
     kind: &'static str,
     options: &mut OpenOptions,
 ) -> Result<Option<File>, FileError> {
+    open_regular_with(path, kind, options, 0)
+}
+
+/// [`open_regular`] with more open flags (`O_NOFOLLOW`: a symbolic link is refused as such).
+fn open_regular_with(
+    path: &Path,
+    kind: &'static str,
+    options: &mut OpenOptions,
+    flags: libc::c_int,
+) -> Result<Option<File>, FileError> {
     let not_regular = |found| FileError::NotRegular {
         path: path.to_path_buf(),
         kind,
         found,
     };
-    let file = match options.custom_flags(libc::O_NONBLOCK).open(path) {
+    let file = match options.custom_flags(libc::O_NONBLOCK | flags).open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        // A socket (ENXIO) or a FIFO without a reader (opened for writing) cannot be opened at
-        // all: name what is there rather than the errno.
+        // A socket (ENXIO), a FIFO without a reader (opened for writing) or, with `O_NOFOLLOW`,
+        // a symbolic link (ELOOP) cannot be opened at all: name what is there rather than the
+        // errno.
         Err(e) => {
-            return Err(match fs::metadata(path) {
+            let meta = if flags & libc::O_NOFOLLOW != 0 {
+                fs::symlink_metadata(path)
+            } else {
+                fs::metadata(path)
+            };
+            return Err(match meta {
                 Ok(meta) if !meta.is_file() => not_regular(describe_type(meta.file_type())),
                 _ => FileError::io(path, e),
-            })
+            });
         }
     };
     let meta = file.metadata().map_err(|e| FileError::io(path, e))?;
@@ -232,6 +252,14 @@ fn open_regular(
         return Err(not_regular(describe_type(meta.file_type())));
     }
     Ok(Some(file))
+}
+
+/// Opens a turn's log (`stdout.log`, `stderr.log`) to read it back: `O_NONBLOCK | O_NOFOLLOW`, and
+/// only a regular file. tollgate writes its logs itself, so a FIFO (whose reads would wait for a
+/// writer for ever), a device or a symbolic link in a log's place was put there by someone else:
+/// an error naming it, nothing read. `Ok(None)` when the log does not exist.
+pub fn open_log(path: &Path) -> Result<Option<File>, FileError> {
+    open_regular_with(path, "log", OpenOptions::new().read(true), libc::O_NOFOLLOW)
 }
 
 /// Reads the state or config file at `path` (a `kind` such as "queue", named in errors), at most
@@ -352,6 +380,22 @@ pub fn load_json_bounded<T: DeserializeOwned>(
 /// not exist.
 pub fn load_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, FileError> {
     load_json_bounded(path, "state file", limits::DOCUMENT_BYTES)
+}
+
+/// The entry names of `dir`, sorted; none when it does not exist.
+pub fn sorted_names(dir: &Path) -> Result<Vec<String>, FileError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(FileError::io(dir, e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| FileError::io(dir, e))?;
+        names.push(entry.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    Ok(names)
 }
 
 #[cfg(test)]

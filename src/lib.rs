@@ -14,6 +14,8 @@
 //!   bounded wait), [`clock`] (the millisecond wall clock), `process::procfs` (`/proc` parsing).
 //! - `model/` (feature `model-check`): stateright models that call the same core functions.
 
+/// A command's arguments and environment as bytes (the core's, where the records are).
+pub use tollgate_core::argv;
 pub mod cancel;
 pub mod cli;
 pub mod clock;
@@ -22,6 +24,8 @@ pub mod deps;
 pub mod dispatch;
 pub mod driver;
 pub mod exec;
+#[cfg(feature = "failpoints")]
+pub mod failgate;
 pub mod fleet;
 pub mod flock;
 pub mod fsutil;

@@ -38,10 +38,63 @@ pub fn run<L: Liveness, S: Store, X: Section>(
     rt: &Runtime<L, S>,
     section: &X,
 ) -> Result<X::Effect, DispatchError> {
+    run_deciding(rt, section, None)
+}
+
+/// Where [`run_keeping`] keeps a copy of the decided effect until the commit's outcome is known.
+struct Keep<E> {
+    slot: std::cell::RefCell<Option<E>>,
+    copy: fn(&E) -> E,
+}
+
+impl<E> Keep<E> {
+    fn keep(&self, effect: &E) {
+        *self.slot.borrow_mut() = Some((self.copy)(effect));
+    }
+}
+
+/// Why [`run_keeping`] returned no committed effect.
+#[derive(Debug)]
+pub struct Failed<E> {
+    pub error: DispatchError,
+    /// The effect the step had decided when the commit's outcome is unknown
+    /// ([`StoreError::Uncertain`]): it may be in the store, so a caller that promises something
+    /// names it instead of saying nothing changed (spec/store.md, "An uncertain commit").
+    pub decided: Option<E>,
+}
+
+/// [`run`], keeping the decided effect when the commit's outcome is unknown.
+pub fn run_keeping<L: Liveness, S: Store, X: Section>(
+    rt: &Runtime<L, S>,
+    section: &X,
+) -> Result<X::Effect, Failed<X::Effect>>
+where
+    X::Effect: Clone,
+{
+    let keep = Keep {
+        slot: std::cell::RefCell::new(None),
+        copy: X::Effect::clone,
+    };
+    let result = run_deciding(rt, section, Some(&keep));
+    result.map_err(|error| {
+        let decided = match &error {
+            DispatchError::Store(StoreError::Uncertain { .. }) => keep.slot.into_inner(),
+            _ => None,
+        };
+        Failed { error, decided }
+    })
+}
+
+/// [`run`], keeping a copy of the decided effect in `decided` when given.
+fn run_deciding<L: Liveness, S: Store, X: Section>(
+    rt: &Runtime<L, S>,
+    section: &X,
+    decided: Option<&Keep<X::Effect>>,
+) -> Result<X::Effect, DispatchError> {
     let mut reads = section.reads();
     // At most MAX_PART_RUNS runs on parts, then one on the whole queue, which never widens.
     for runs in 0..=MAX_PART_RUNS {
-        match run_reading(rt, section, &reads) {
+        match run_reading(rt, section, &reads, decided) {
             Ok((effect, warnings)) => {
                 for warning in warnings {
                     // Best effort: an operator's line, after the commit that caused it.
@@ -71,6 +124,7 @@ fn run_reading<L: Liveness, S: Store, X: Section>(
     rt: &Runtime<L, S>,
     section: &X,
     reads: &Reads,
+    decided: Option<&Keep<X::Effect>>,
 ) -> Result<(X::Effect, Vec<String>), Stop> {
     rt.store
         .transact_section(section.commit(), reads, |part, loaded, fleet| {
@@ -91,6 +145,9 @@ fn run_reading<L: Liveness, S: Store, X: Section>(
                             view.leases = leases;
                         }
                         *part = attempt;
+                        if let Some(keep) = decided {
+                            keep.keep(&step.effect);
+                        }
                         return Ok((step.effect, step.writes.warnings));
                     }
                     Err(Halt::Unread(Unread::Records(need))) => {

@@ -119,7 +119,9 @@ pub struct TurnView {
     /// The word earlier versions gave [`TurnView::state`] ([`TurnState::legacy_word`]: `parked`
     /// for a queued, paused or delayed turn), kept for one version for scripts that read it.
     pub legacy_state: &'static str,
-    pub argv: Vec<String>,
+    /// The command, as its record writes it (UTF-8 words as strings, others as `{"hex"}`).
+    #[serde(with = "crate::argv::words")]
+    pub argv: crate::argv::Argv,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]

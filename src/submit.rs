@@ -2,6 +2,7 @@
 //! section is one core step ([`steps::submit`], [`steps::attached_start`]); [`crate::driver`]
 //! performs its effect.
 
+use crate::argv::{Argv, Env};
 use crate::dispatch::{DispatchError, Handoff};
 use crate::driver;
 use crate::protocol::admission::Strategy;
@@ -15,8 +16,7 @@ use crate::protocol::turns::NewTurn;
 use crate::queue::Store;
 use crate::runner::{self, Execution};
 use crate::runtime::Runtime;
-use crate::tasks::{self, TurnOutcome, MAX_ARGV};
-use std::collections::BTreeMap;
+use crate::tasks::{self, TurnOutcome, TurnRecord, MAX_ARGV};
 use std::path::PathBuf;
 
 #[derive(Clone, Debug)]
@@ -25,9 +25,9 @@ pub struct SubmitRequest {
     pub task: Option<String>,
     /// Sets the task's strategy (kept with the task) before this turn is decided.
     pub strategy: Option<Strategy>,
-    pub argv: Vec<String>,
+    pub argv: Argv,
     pub cwd: Option<PathBuf>,
-    pub env: BTreeMap<String, String>,
+    pub env: Env,
     /// Labels recorded on the turn (`submit --label`).
     pub labels: Vec<String>,
     /// `submit --timeout`: see [`tasks::TurnRecord::timeout_millis`].
@@ -164,7 +164,17 @@ pub fn submit_detached_sequenced<L: Liveness, S: Store>(
     }
     let placement = match decided.placement {
         sections::Placement::Spawn(handoff) => {
-            Placement::Started(driver::hand_off(rt, rt.spawner.as_ref(), handoff)?)
+            // The turn is queued: a failed spawn (its row parked again) or a failed publish is no
+            // "nothing was queued" (spec/store.md, "An uncertain commit").
+            Placement::Started(
+                driver::hand_off(rt, rt.spawner.as_ref(), handoff).map_err(|e| {
+                    DispatchError::StateUnknown {
+                        key: decided.key.clone(),
+                        id: decided.queue_id,
+                        what: format!("was queued, but starting its runner failed: {e}"),
+                    }
+                })?,
+            )
         }
         sections::Placement::Park => Placement::Parked,
         sections::Placement::Pending => Placement::Pending,
@@ -207,7 +217,7 @@ pub fn decide_submit<L: Liveness, S: Store>(
     };
     let new = request.new_turn(false, sequencing);
     let fallback = fresh_task_name();
-    crate::section::run(
+    crate::section::run_keeping(
         rt,
         &SubmitSection {
             task: task.as_deref(),
@@ -222,6 +232,15 @@ pub fn decide_submit<L: Liveness, S: Store>(
             cap: rt.cap(),
         },
     )
+    .map_err(|failed| match failed.decided {
+        // The commit's outcome is unknown after the step decided the turn: it may be queued.
+        Some(decided) => DispatchError::StateUnknown {
+            key: decided.key,
+            id: decided.queue_id,
+            what: format!("may or may not be queued: {}", failed.error),
+        },
+        None => failed.error,
+    })
 }
 
 /// What the critical section of a detached submit decided.
@@ -246,7 +265,7 @@ pub fn submit_attached<L: Liveness, S: Store>(
     let (turn, start, sent) = loop {
         // When the section was sent: the attached executor's first fence base on a fleet.
         let sent = crate::fleet::boottime_millis();
-        let done = crate::section::run(
+        let done = crate::section::run_keeping(
             rt,
             &AttachedSection {
                 task: task.as_deref(),
@@ -258,7 +277,16 @@ pub fn submit_attached<L: Liveness, S: Store>(
                 fresh_token: rt.spawner.fresh_token(),
                 now_millis: rt.spawner.now_millis(),
             },
-        )?;
+        )
+        .map_err(|failed| match failed.decided {
+            // The turn's record (and, for a run, its start) may be committed.
+            Some(decided) => DispatchError::StateUnknown {
+                id: decided.turn.id.unwrap_or_default(),
+                key: decided.turn.key,
+                what: format!("may or may not be queued: {}", failed.error),
+            },
+            None => failed.error,
+        })?;
         let key = &done.turn.key;
         let waiting = match &done.start {
             AttachedStart::WaitDrained => {
@@ -301,13 +329,20 @@ pub fn submit_attached<L: Liveness, S: Store>(
             unreachable!("the loop above only ends on Run or Dropped")
         }
     };
+    // The turn is queued and started from here on: an error is no "nothing was queued".
+    let queued = |e: DispatchError, turn: &TurnRecord| DispatchError::StateUnknown {
+        key: turn.key.clone(),
+        id: turn.id.unwrap_or_default(),
+        what: format!("was queued, but then: {e}"),
+    };
     // On a fleet: its lease (taken by the section) renewed, self-fencing (spec/fleet.md).
-    let lease = runner::lease::start_if_fleet(rt, &turn.key, me, work, None, sent)?;
+    let lease = runner::lease::start_if_fleet(rt, &turn.key, me, work, None, sent)
+        .map_err(|e| queued(e, &turn))?;
     let execution = runner::run_work(rt, &turn, me, work, true);
     drop(lease); // the work is dead: the renewals end, no fence any more
     let mut turn = turn;
     execution.record(&mut turn, tasks::now_millis());
-    runner::record_and_start_next(rt, &turn, me)?;
+    runner::record_and_start_next(rt, &turn, me).map_err(|e| queued(e, &turn))?;
     runner::hooks::run_hooks(&rt.home, &rt.config.hooks, &turn);
     Ok(Attached::Ran {
         key: turn.key,

@@ -19,6 +19,7 @@
 //! first number after the highest recorded one instead, with a warning. Counters are checked: a task
 //! whose numbers are used up refuses new turns. Nothing is published that the loader would refuse.
 
+use crate::argv::{Argv, Env};
 use crate::fsutil::{self, FileError};
 use crate::home::Home;
 use crate::protocol::admission::Strategy;
@@ -216,9 +217,9 @@ fn write_turn(home: &Home, turn: &TurnRecord, create: bool) -> Result<(), FileEr
 pub fn create_turn(
     home: &Home,
     task: &str,
-    argv: Vec<String>,
+    argv: Argv,
     cwd: Option<PathBuf>,
-    env: BTreeMap<String, String>,
+    env: Env,
     attached: bool,
     now_millis: u64,
 ) -> Result<TurnRecord, FileError> {

@@ -1,9 +1,10 @@
 //! The slot model and a canceller racing runners (issue "Turn containment", cancel): S12 — a turn
-//! recorded `cancelled` never had its work run to its end — holds on every state of a small
+//! recorded `cancelled` never had its work run to its end — and S13 — a cancel signals only the
+//! turn's executor, never a dispatcher handing its row off — hold on every state of a small
 //! configuration with a crash and a cancel, the two cancel paths (honoured at the take-over before
 //! anything is spawned; a signalled runner stopping its running work) are reachable, and the
-//! broken variant that records `cancelled` from the request instead of from what happened is
-//! caught with a counterexample.
+//! broken variants that record `cancelled` from the request instead of from what happened, or
+//! signal a row's dispatcher, are caught with a counterexample.
 #![cfg(feature = "model-check")]
 
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
@@ -76,5 +77,23 @@ fn teeth_recording_cancelled_from_the_request_breaks_s12() {
     let path = checker
         .discovery(names::S12)
         .unwrap_or_else(|| panic!("{cfg}: the broken runner was NOT caught"));
+    eprintln!("{}", render_trail(path.into_vec()).join("\n"));
+}
+
+/// S13: the step as it was before (a row's live acting holder or bound child taken for its
+/// executor) signals a finishing runner that is starting the cancelled task's parked row.
+#[test]
+fn teeth_signalling_a_dispatcher_breaks_s13() {
+    let cfg = cancel_config()
+        .without_faults()
+        .with_variant(Variant::CancelSignalsDispatchers);
+    let checker = SlotModel::new(cfg.clone())
+        .checker()
+        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([names::S13])))
+        .spawn_bfs()
+        .join();
+    let path = checker
+        .discovery(names::S13)
+        .unwrap_or_else(|| panic!("{cfg}: the cancel that signals dispatchers was NOT caught"));
     eprintln!("{}", render_trail(path.into_vec()).join("\n"));
 }

@@ -118,6 +118,17 @@ fn failpoint_enospc_while_a_gate_file_exists_keeps_the_slot_and_shows_recording(
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(turn_state(&status(&home)), "recording");
     assert_eq!(runs(&marker), 1, "reconcile ran the command again");
+    // The table a person reads says `recording` too (issue 31, point 10: it said `unknown`).
+    let table = tollgate(&home, None, &["status"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().any(|w| w == "r"))
+        .unwrap_or_else(|| panic!("no line of task r in:\n{text}"));
+    assert!(
+        line.split_whitespace().any(|w| w == "recording"),
+        "the table's state is not `recording`: {line}\n{text}"
+    );
 
     // Space returns: the result is recorded once and the slot freed.
     std::fs::remove_file(&disk_full).expect("free the disk");

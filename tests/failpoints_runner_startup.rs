@@ -15,10 +15,9 @@
 mod common;
 
 use common::containment::is_alive;
-use common::failpoints::{ok as tollgate, wait_until};
-use tollgate::home::Home;
+use common::failpoints::{ok as tollgate, settled, wait_until};
 use tollgate::protocol::slots::TurnKey;
-use tollgate::tasks::{self, TurnOutcome};
+use tollgate::tasks::TurnOutcome;
 
 #[test]
 fn failpoints_a_cancel_before_the_runner_handles_signals_is_honoured_not_fatal() {
@@ -47,16 +46,7 @@ fn failpoints_a_cancel_before_the_runner_handles_signals_is_honoured_not_fatal()
         "the runner {pid} died of a cancel's SIGTERM before it could handle it"
     );
     std::fs::write(&gate, b"open").expect("open the gate");
-    let key = TurnKey::new("early", 1);
-    let home_view = Home::at(&home);
-    let mut turn = None;
-    wait_until("the cancelled turn to be recorded", || {
-        turn = tasks::load_turn(&home_view, &key)
-            .expect("turn record")
-            .filter(|t| t.is_settled());
-        turn.is_some()
-    });
-    let turn = turn.expect("settled");
+    let turn = settled(&home, &TurnKey::new("early", 1));
     assert_eq!(turn.outcome, Some(TurnOutcome::Cancelled), "{turn:?}");
     assert!(!marker.exists(), "the cancelled command ran");
     wait_until("the runner to exit", || !is_alive(pid));

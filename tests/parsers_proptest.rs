@@ -10,6 +10,8 @@
 use proptest::collection::{btree_map, vec};
 use proptest::prelude::*;
 use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use tollgate::config::Config;
 use tollgate::exec::pack;
@@ -309,13 +311,29 @@ fn outcome() -> impl Strategy<Value = TurnOutcome> {
     ])
 }
 
+/// An argument or an environment value: text, or any bytes (a command's words are bytes on
+/// Unix; issue 31, point 4: kept losslessly).
+fn word() -> impl Strategy<Value = OsString> {
+    prop_oneof![
+        text().prop_map(OsString::from),
+        vec(1u8..=255, 0..12).prop_map(OsString::from_vec),
+    ]
+}
+
 fn valid_turn() -> impl Strategy<Value = TurnRecord> {
     (
         (
             task_name(),
             1u32..=u32::MAX,
-            vec(text(), 1..6),
-            btree_map("[A-Z_]{1,8}", text(), 0..4),
+            vec(word(), 1..6),
+            btree_map(
+                prop_oneof![
+                    "[A-Z_]{1,8}".prop_map(OsString::from),
+                    vec(1u8..=255, 1..8).prop_map(OsString::from_vec),
+                ],
+                word(),
+                0..4,
+            ),
         ),
         (any::<bool>(), any::<u64>(), prop::option::of(any::<u64>())),
         (

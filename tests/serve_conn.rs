@@ -4,18 +4,23 @@
 //! sockets against a real `serve` on 127.0.0.1.
 #![cfg(feature = "serve")]
 
+mod common;
 mod serve_support;
 
 use serve_support::*;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// Starts `serve` on a free port; `nofile` (if given) is its RLIMIT_NOFILE, soft and hard.
 fn start(home: &TestHome, nofile: Option<u64>) -> Serve {
+    start_with(home, nofile, None)
+}
+
+/// [`start`], its stderr's lines sent to `stderr` when given (else inherited).
+fn start_with(home: &TestHome, nofile: Option<u64>, stderr: Option<mpsc::Sender<String>>) -> Serve {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
     command
         .arg("--home")
@@ -26,21 +31,27 @@ fn start(home: &TestHome, nofile: Option<u64>) -> Serve {
         .current_dir(home.dir.path())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+        .stderr(if stderr.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::inherit()
+        });
     if let Some(limit) = nofile {
-        // SAFETY: setrlimit(2) only, between fork and exec: async-signal-safe, no allocation.
-        unsafe {
-            command.pre_exec(move || {
-                nix::sys::resource::setrlimit(
-                    nix::sys::resource::Resource::RLIMIT_NOFILE,
-                    limit,
-                    limit,
-                )
-                .map_err(std::io::Error::from)
-            });
-        }
+        common::rlimit::limit(
+            &mut command,
+            nix::sys::resource::Resource::RLIMIT_NOFILE,
+            limit,
+        );
     }
     let mut child = command.spawn().unwrap();
+    if let (Some(tx), Some(err)) = (stderr, child.stderr.take()) {
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { return };
+                let _ = tx.send(line);
+            }
+        });
+    }
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -279,6 +290,78 @@ fn out_of_descriptors_serve_keeps_running_and_serves_once_idle_sockets_time_out(
     let body = b"{}";
     let r = serve.post("/hook", &generic_headers("after-emfile", None, body), body);
     assert_eq!(r.status, 200, "{}", r.text());
+    serve.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(serve.wait_exit(30), 0);
+}
+
+/// Issue 31, point 3: a delivery accepted while serve had no descriptor left, whose runner spawn
+/// failed (EMFILE) and whose row was parked again, runs once descriptors are free, with no other
+/// command: serve retries the spawn itself (and looks for startable parked rows on its own).
+/// Before, it stayed parked with both slots free until something else (`status`) started it.
+#[test]
+fn a_delivery_whose_runner_spawn_failed_for_want_of_descriptors_runs_without_another_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let home = TestHome::new(
+        2,
+        &format!(
+            "[serve]\nidle_timeout = \"30s\"\n\n[[route]]\npath = \"/hook\"\nadapter = \"generic\"\nsecret_env = \"{SECRET_ENV}\"\ntask = \"hook\"\nrun = [\"sh\", \"-c\", \"echo ran >> '{}'\"]\n",
+            marker.display()
+        ),
+    );
+    let (tx, stderr) = mpsc::channel();
+    let mut serve = start_with(&home, Some(64), Some(tx));
+    let runs = || {
+        std::fs::read_to_string(&marker)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let wait_runs = |n: usize, what: &str| {
+        let until = Instant::now() + Duration::from_secs(20);
+        while runs() < n {
+            assert!(Instant::now() < until, "{what} never ran");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // A first delivery while descriptors are free: serve's database connections are open then,
+    // as in a serve that has been running.
+    let body = b"{}";
+    let r = serve.post("/hook", &generic_headers("warm-up", None, body), body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    wait_runs(1, "the first delivery");
+    // The delivery's connection first, then idle ones until serve has no descriptor left.
+    let client = connect(&serve);
+    let idle: Vec<TcpStream> = (0..150).map(|_| connect(&serve)).collect();
+    let r = request_on(
+        client,
+        &serve.addr,
+        "POST",
+        "/hook",
+        &generic_headers("emfile-1", None, body),
+        body,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let until = Instant::now() + Duration::from_secs(20);
+    let failed = loop {
+        match stderr.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            Ok(line) if line.contains("cannot start the runner of an accepted delivery") => {
+                break true
+            }
+            Ok(_) => {}
+            Err(_) => break false,
+        }
+    };
+    assert!(
+        failed,
+        "the runner's spawn did not fail (else this test proves nothing)"
+    );
+    drop(idle);
+    wait_runs(2, "the delivery whose runner could not be spawned");
+    assert!(
+        serve.child.try_wait().unwrap().is_none(),
+        "serve died at the descriptor limit"
+    );
     serve.signal(nix::sys::signal::Signal::SIGTERM);
     assert_eq!(serve.wait_exit(30), 0);
 }

@@ -1,6 +1,7 @@
 //! `tollgate serve` keeps its routes' secrets to itself: neither the `worker runner` it starts nor
 //! the turn that runner starts inherits a route's `secret_env` variable, or another variable that
-//! holds the same secret (issue 11, point 5).
+//! holds the same secret (issue 11, point 5), or one whose value contains it (issue 31, point 8:
+//! `AUTH="Bearer <secret>"` reached every turn and the database); the database never holds it.
 #![cfg(feature = "serve")]
 
 mod serve_support;
@@ -9,6 +10,8 @@ use serve_support::*;
 
 /// The secret exported a second time, under a name no route mentions.
 const COPY_ENV: &str = "SERVE_TEST_SECRET_COPY";
+/// A variable whose value holds the secret inside a longer text.
+const INSIDE_ENV: &str = "HAS_SECRET_INSIDE";
 
 fn environ(pid: u32) -> Vec<String> {
     let raw = std::fs::read(format!("/proc/{pid}/environ"))
@@ -43,11 +46,17 @@ fn neither_the_runner_nor_the_turn_sees_a_route_secret() {
     );
     let mut cmd = Serve::command(&home);
     cmd.env(COPY_ENV, SECRET);
+    cmd.env(INSIDE_ENV, format!("Bearer {SECRET}"));
     let serve = Serve::spawn(cmd);
-    // serve itself holds both (it reads the secret from there): the check below is meaningful.
+    // serve itself holds all three (it reads the secret from there): the checks below mean
+    // something.
     let own = environ(serve.child.id());
-    assert!(own.iter().any(|v| v.starts_with(&format!("{SECRET_ENV}="))));
-    assert!(own.iter().any(|v| v.starts_with(&format!("{COPY_ENV}="))));
+    for name in [SECRET_ENV, COPY_ENV, INSIDE_ENV] {
+        assert!(
+            own.iter().any(|v| v.starts_with(&format!("{name}="))),
+            "{name}"
+        );
+    }
 
     let body = b"{}";
     let r = serve.post("/held", &generic_headers("s1", None, body), body);
@@ -75,7 +84,8 @@ fn neither_the_runner_nor_the_turn_sees_a_route_secret() {
         for var in &env {
             assert!(
                 !var.starts_with(&format!("{SECRET_ENV}="))
-                    && !var.starts_with(&format!("{COPY_ENV}=")),
+                    && !var.starts_with(&format!("{COPY_ENV}="))
+                    && !var.starts_with(&format!("{INSIDE_ENV}=")),
                 "{who} (pid {pid}) inherited a route secret: {var}"
             );
             assert!(
@@ -88,4 +98,12 @@ fn neither_the_runner_nor_the_turn_sees_a_route_secret() {
     wait_until(30, "the turn to end", || {
         home.log().iter().any(|l| l["kind"] == "outcome")
     });
+    // The turn's stored environment (its record, in the database and its log) never held it.
+    for file in ["tollgate.db", "tollgate.db-wal"] {
+        let bytes = std::fs::read(home.home.join(file)).unwrap_or_default();
+        assert!(
+            !bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
+            "{file} holds the secret's value"
+        );
+    }
 }

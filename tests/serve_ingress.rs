@@ -310,3 +310,29 @@ fn trigger_rules_choose_deliveries_and_the_turn_gets_event_type_fields_and_cwd()
     assert!(!dedupe_lines(&home).contains("x-dev"));
     assert!(dedupe_lines(&home).contains("x-main"));
 }
+
+/// Issue 31, point 9: a GitHub delivery signed with the route's secret whose body is not JSON is
+/// an unreadable body: 400, and nothing is queued or run (it used to run as a turn of the
+/// route's default scope).
+#[test]
+fn a_signed_github_body_that_is_not_json_is_answered_400_and_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran_log = dir.path().join("ran.log");
+    let home = TestHome::new(1, &quick_route("/gh", "github", &ran_log, ""));
+    let serve = Serve::start(&home);
+    let body = b"definitely not json";
+    let r = serve.post("/gh", &github_headers("gh-raw", "push", body), body);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(queued_rows(&home), 0);
+    assert_eq!(
+        task_dirs(&home),
+        0,
+        "a task was made for an unreadable body"
+    );
+    // A JSON body on the same route still runs, so the refusal is about the body alone.
+    let good = br#"{"repository":{"full_name":"acme/app"}}"#;
+    let r = serve.post("/gh", &github_headers("gh-json", "push", good), good);
+    assert_eq!(r.status, 200, "{}", r.text());
+    wait_until(60, "the JSON delivery to run", || ran(&ran_log).len() == 1);
+    assert_eq!(ran(&ran_log), vec!["gh-json default".to_string()]);
+}

@@ -485,7 +485,7 @@ impl Walk {
                 let request = SubmitRequest {
                     task: Some(task.to_string()),
                     strategy: Some(strategy),
-                    argv: vec!["true".to_string()],
+                    argv: vec!["true".into()],
                     cwd: None,
                     env: BTreeMap::new(),
                     labels: Vec::new(),
@@ -642,7 +642,7 @@ impl Walk {
                 let turn = tasks::create_turn(
                     &self.rt.home,
                     task,
-                    vec!["true".to_string()],
+                    vec!["true".into()],
                     None,
                     BTreeMap::new(),
                     false,

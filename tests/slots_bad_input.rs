@@ -278,7 +278,8 @@ fn s3_stale_token_on_worker_runner_is_refused_and_runs_nothing() {
     let current = SlotToken::generate();
     let (reserved, parked) = store
         .transact(|state| {
-            let argv = vec!["touch".to_string(), marker.display().to_string()];
+            let argv: Vec<std::ffi::OsString> =
+                vec!["touch".into(), marker.clone().into_os_string()];
             let now = tasks::now_millis();
             let mut keys = Vec::new();
             for _ in 0..2 {

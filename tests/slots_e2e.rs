@@ -598,11 +598,12 @@ fn s9_a_turn_recorded_by_a_submitter_killed_before_its_queue_publish_runs_after_
     init_home(&root);
     let home = tollgate::home::Home::at(&root);
     // What the killed submit left: the turn's record and its task's counter, no queue row.
-    let env: BTreeMap<String, String> = std::env::vars().filter(|(k, _)| k == "PATH").collect();
+    let env: BTreeMap<std::ffi::OsString, std::ffi::OsString> =
+        std::env::vars_os().filter(|(k, _)| k == "PATH").collect();
     let argv = vec![
-        "sh".to_string(),
-        "-c".to_string(),
-        format!("echo 7 >> '{}'", lines.display()),
+        "sh".into(),
+        "-c".into(),
+        format!("echo 7 >> '{}'", lines.display()).into(),
     ];
     let turn = tollgate::tasks::create_turn(
         &home,

@@ -654,7 +654,7 @@ fn interrupted_legacy_reassignment_recovers_from_an_unrelated_working_directory_
                 "legacy",
                 vec!["sh".into(), "-c".into(), "pwd > ran.txt".into()],
                 Some(work.path().to_path_buf()),
-                std::env::vars().collect::<BTreeMap<_, _>>(),
+                std::env::vars_os().collect::<BTreeMap<_, _>>(),
                 false,
                 1,
             )?;

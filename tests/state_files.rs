@@ -10,11 +10,11 @@
 //!   of the files and folders `run` and the sweep list create.
 mod common;
 
-use common::{describe, BIN};
+use common::describe;
 use std::collections::BTreeMap;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 use tollgate::config::Durability;
 use tollgate::home::Home;
@@ -26,33 +26,9 @@ const USAGE: i32 = 2;
 /// far beyond it.
 const BOUND: Duration = Duration::from_secs(20);
 
-/// Runs `tollgate --home HOME ARGS…` and fails the test if it has not ended within [`BOUND`] (the
-/// child is killed then). Polls the child's exit status: observable state, not a timing guess.
+/// Runs `tollgate --home HOME ARGS…` and fails the test if it has not ended within [`BOUND`].
 fn tollgate(home: &Path, args: &[&str]) -> Output {
-    let mut child = Command::new(BIN)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tollgate");
-    let deadline = Instant::now() + BOUND;
-    loop {
-        if child.try_wait().expect("try_wait").is_some() {
-            return child.wait_with_output().expect("collect output");
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("collect output");
-            panic!(
-                "tollgate {args:?} did not end within {BOUND:?}\n{}",
-                describe(&out)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    common::tollgate_within(home, args, BOUND)
 }
 
 /// What is at one path: a directory, a file's bytes, a FIFO, a symlink's target, a mode.

@@ -5,6 +5,7 @@
 //! shell, the stateright models and the property tests all drive exactly this code.
 
 pub mod admission;
+pub mod argv;
 pub mod execution;
 pub mod fleet;
 pub mod records;

@@ -5,10 +5,11 @@
 //! the very records production persists.
 
 use crate::admission::{Strategy, TurnEnd};
+use crate::argv::{Argv, Env};
 use crate::fleet::HostId;
 use crate::slots::{Dependency, Ended, ProcessIdentity, RetryPlan, TurnKey};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 /// The format version of task and turn records this core writes and understands.
@@ -70,12 +71,14 @@ pub struct TurnRecord {
     pub version: u32,
     #[serde(flatten)]
     pub key: TurnKey,
-    pub argv: Vec<String>,
+    /// The command and its arguments, as bytes (spec/turns.md: UTF-8 ones as plain strings).
+    #[serde(with = "crate::argv::words")]
+    pub argv: Argv,
     #[serde(default)]
     pub cwd: Option<PathBuf>,
-    /// The environment the command runs with (the submitter's, plus `--env` overrides).
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
+    /// The environment the command runs with (the submitter's, plus `--env` overrides), as bytes.
+    #[serde(default, with = "crate::argv::env")]
+    pub env: Env,
     #[serde(default)]
     pub attached: bool,
     #[serde(default)]
@@ -260,25 +263,28 @@ pub fn check_turn(turn: &TurnRecord, expected: &TurnKey) -> Result<(), String> {
 
 /// Longest program part of a generated task name (the id suffix comes on top).
 const GENERATED_NAME_BASE_BYTES: usize = 32;
-/// The first name [`fresh_task_for`] tries for a turn of `argv` whose short id is `id`:
+/// The first name a generated task takes for a turn of `argv` whose short id is `id`:
 /// `<base>-<id>`, which it takes unless that task exists (only after the queue's id counter
 /// started again). A submit guesses its generated name with it before its section, from the
-/// store's hint for `id` ([`crate::queue::Store::next_turn_id_hint`]).
-pub fn first_generated_name(argv: &[String], id: u64) -> String {
+/// store's hint for `id`.
+pub fn first_generated_name(argv: &[OsString], id: u64) -> String {
     format!("{}-{id}", readable_base(argv))
 }
 
 /// The program part of a generated task name: letters, digits, '.', '_' and '-' of the program's
 /// basename (or of a shell script's first word), at most [`GENERATED_NAME_BASE_BYTES`], `t` if
 /// nothing is left.
-pub fn readable_base(argv: &[String]) -> String {
-    let program = argv.first().map(String::as_str).unwrap_or("");
+pub fn readable_base(argv: &[OsString]) -> String {
+    let text = |i: usize| argv.get(i).map(|w| w.to_string_lossy());
+    let program = text(0).unwrap_or_default();
     let basename = |word: &str| word.rsplit('/').next().unwrap_or("").to_string();
-    let mut word = basename(program);
+    let mut word = basename(&program);
     let shells = ["sh", "bash", "dash", "zsh", "ksh", "fish"];
-    if shells.contains(&word.as_str()) && argv.get(1).map(String::as_str) == Some("-c") {
-        if let Some(first) = argv.get(2).and_then(|s| s.split_whitespace().next()) {
-            word = basename(first);
+    if shells.contains(&word.as_str()) && text(1).as_deref() == Some("-c") {
+        if let Some(script) = text(2) {
+            if let Some(first) = script.split_whitespace().next() {
+                word = basename(first);
+            }
         }
     }
     let cleaned: String = word
@@ -308,7 +314,12 @@ mod name_tests {
     use super::readable_base;
 
     fn base(argv: &[&str]) -> String {
-        readable_base(&argv.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        readable_base(
+            &argv
+                .iter()
+                .map(std::ffi::OsString::from)
+                .collect::<Vec<_>>(),
+        )
     }
 
     #[test]

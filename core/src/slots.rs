@@ -35,9 +35,8 @@ pub use order::{
 };
 pub use queue::{
     enqueue, next_queue_id, spend_queue_id, validate_task_name, EnqueueOutcome, QueueEntry,
-    QueueLookup,
-    QueueState, RowState, RunnerRecord, RunnerSlotReservation, TurnKey, MAX_QUEUE_ROWS,
-    MAX_TASK_NAME_BYTES, QUEUE_FORMAT_VERSION,
+    QueueLookup, QueueState, RowState, RunnerRecord, RunnerSlotReservation, TurnKey,
+    MAX_QUEUE_ROWS, MAX_TASK_NAME_BYTES, QUEUE_FORMAT_VERSION,
 };
 pub use reconcile::{reconcile_step, reconcile_step_with, ReconcileStep};
 pub use reserve::{

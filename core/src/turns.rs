@@ -3,20 +3,20 @@
 //! on their [`Draft`]; the store only persists what they wrote.
 
 use crate::admission::Strategy;
+use crate::argv::{Argv, Env};
 use crate::records::{
     check_turn, DeliveryMeta, TaskRecord, TurnOutcome, TurnRecord, TASK_FORMAT_VERSION,
 };
 use crate::section::{Draft, Halt, Need, TurnSlotRef};
 use crate::slots::{Dependency, RetryPlan, SlotError, TurnKey};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// What a new turn's first record carries besides its key, its id and its submit time.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NewTurn {
-    pub argv: Vec<String>,
+    pub argv: Argv,
     pub cwd: Option<PathBuf>,
-    pub env: BTreeMap<String, String>,
+    pub env: Env,
     pub attached: bool,
     pub labels: Vec<String>,
     pub timeout_millis: Option<u64>,

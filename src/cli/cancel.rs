@@ -36,6 +36,7 @@ pub fn cancel(home: Option<PathBuf>, args: CancelArgs) -> Result<i32, CliError> 
             "task": task,
             "cancelled": report.removed.iter().map(|k| k.turn).collect::<Vec<_>>(),
             "signalled": report.signalled.iter().map(|(k, id)| json!({"turn": k.turn, "pid": id.pid})).collect::<Vec<_>>(),
+            "recorded": report.recorded.iter().map(|k| k.turn).collect::<Vec<_>>(),
         }))?;
     } else {
         for key in &report.removed {
@@ -44,7 +45,10 @@ pub fn cancel(home: Option<PathBuf>, args: CancelArgs) -> Result<i32, CliError> 
         for (key, identity) in &report.signalled {
             println!("{key}: asked its runner (pid {}) to stop", identity.pid);
         }
-        if report.removed.is_empty() && report.signalled.is_empty() {
+        for key in &report.recorded {
+            println!("{key}: being started; the cancel is recorded and its runner will not run it");
+        }
+        if report.removed.is_empty() && report.signalled.is_empty() && report.recorded.is_empty() {
             println!("{}: nothing queued or running", args.task);
         }
     }

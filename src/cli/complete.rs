@@ -151,7 +151,13 @@ fn candidates(rt: &Runtime, kind: Kind, current: &str) -> Vec<(String, String)> 
                     task.turns.iter().filter_map(move |t| {
                         Some((
                             t.id?,
-                            format!("{}:{} {} {}", task.name, t.turn, t.state, t.argv.join(" ")),
+                            format!(
+                                "{}:{} {} {}",
+                                task.name,
+                                t.turn,
+                                t.state,
+                                crate::argv::display(&t.argv)
+                            ),
                         ))
                     })
                 })

@@ -34,7 +34,7 @@ pub struct DoctorArgs {
 
 pub fn doctor(home: Option<PathBuf>, args: DoctorArgs) -> Result<i32, CliError> {
     let home = Home::resolve(home)?;
-    let report = match check_database(&home) {
+    let mut report = match check_database(&home) {
         Ok(report) => report,
         Err(error) => {
             return Ok(cannot_open(
@@ -67,6 +67,11 @@ pub fn doctor(home: Option<PathBuf>, args: DoctorArgs) -> Result<i32, CliError> 
             ))
         }
     };
+    if postgres.is_some() {
+        // The home's store is PostgreSQL: it has no tollgate.db to lose (its turn folders are
+        // the records' of that database).
+        report.lost_database = None;
+    }
     let healthy = report.healthy()
         && tables.problems.is_empty()
         && tables.row_count_problem.is_none()
@@ -209,7 +214,9 @@ struct TableCheckError {
 /// without creating anything and only reads.
 fn check_tables(home: &Home, report: &DoctorReport) -> Result<TableReport, TableCheckError> {
     let mut out = TableReport::default();
-    if report.exists && report.integrity_problems.is_empty() {
+    // A database with no schema (an empty file is not even opened: SQLite would delete its log)
+    // has no tables to check.
+    if report.exists && report.schema_version > 0 && report.integrity_problems.is_empty() {
         let checks: Vec<&TableCheck> = TABLE_CHECKS
             .iter()
             .filter(|c| report.schema_version >= c.since_version)
@@ -325,8 +332,13 @@ fn cannot_open(json: bool, database: &Path, doing: &str, error: &dyn std::fmt::D
 
 fn print_report(report: &DoctorReport, tables: &TableReport, healthy: bool) {
     let path = report.database.display();
+    if let Some(lost) = &report.lost_database {
+        println!("{lost}");
+    }
     if !report.exists {
-        println!("{path}: no database yet (created on first use)");
+        if report.lost_database.is_none() {
+            println!("{path}: no database yet (created on first use)");
+        }
         if !tables.checked.is_empty() || !tables.problems.is_empty() {
             print_tables(tables);
         }

@@ -16,6 +16,10 @@ pub enum CliError {
     /// The environment failed.
     #[error("{0}")]
     Environment(String),
+    /// Something failed after (or while) a change was committed: what the home holds now is not
+    /// known to this command, so it is neither a success nor a failure that changed nothing.
+    #[error("state unknown: {0}")]
+    Unknown(String),
 }
 
 impl CliError {
@@ -23,6 +27,20 @@ impl CliError {
         match self {
             CliError::Usage(_) => exit::USAGE,
             CliError::Environment(_) => exit::ENVIRONMENT,
+            CliError::Unknown(_) => exit::STATE_UNKNOWN,
+        }
+    }
+
+    /// This error, met after `key` (short id `id`) was queued: never a failure (exit 2 or 3, "nothing
+    /// was queued", which a caller may retry), always [`CliError::Unknown`] naming the turn.
+    pub fn after_queued(self, key: &crate::protocol::slots::TurnKey, id: u64) -> CliError {
+        match self {
+            CliError::Usage(e) | CliError::Environment(e) => CliError::Unknown(format!(
+                "task {} turn {} (id {id}) was queued, but then: {e}; check `tollgate status {id}` \
+                 before submitting it again",
+                key.task, key.turn
+            )),
+            unknown @ CliError::Unknown(_) => unknown,
         }
     }
 }
@@ -32,6 +50,7 @@ fn file_error(error: &FileError) -> CliError {
         FileError::Corrupt { .. }
         | FileError::NotRegular { .. }
         | FileError::TooLarge { .. }
+        | FileError::Missing { .. }
         | FileError::Refused { .. } => CliError::Usage(error.to_string()),
         FileError::Io { .. } => CliError::Environment(error.to_string()),
     }
@@ -72,6 +91,9 @@ impl From<StoreError> for CliError {
             | StoreError::Database { .. }
             | StoreError::Unpublishable { .. }
             | StoreError::Poisoned => CliError::Environment(error.to_string()),
+            StoreError::Uncertain { .. } => CliError::Unknown(format!(
+                "{error} (`tollgate status` shows what the home holds)"
+            )),
         }
     }
 }
@@ -97,6 +119,7 @@ impl From<DispatchError> for CliError {
                 CliError::Usage(error.to_string())
             }
             DispatchError::Io { .. } => CliError::Environment(error.to_string()),
+            DispatchError::StateUnknown { .. } => CliError::Unknown(error.to_string()),
         }
     }
 }

@@ -141,10 +141,8 @@ pub(super) fn copy_new(
     offset: u64,
     out: &mut dyn Write,
 ) -> Result<u64, CliError> {
-    let mut file = match std::fs::File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(offset),
-        Err(e) => return Err(CliError::Environment(format!("{}: {e}", path.display()))),
+    let Some(mut file) = crate::fsutil::open_log(path)? else {
+        return Ok(offset);
     };
     let io = |e: std::io::Error| CliError::Environment(format!("{}: {e}", path.display()));
     file.seek(SeekFrom::Start(offset)).map_err(io)?;

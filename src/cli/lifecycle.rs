@@ -210,7 +210,7 @@ pub fn restart(home: Option<PathBuf>, args: RestartArgs) -> Result<i32, CliError
         ))
     })?;
     if !args.json {
-        eprintln!("restarting {key}: {}", old.argv.join(" "));
+        eprintln!("restarting {key}: {}", crate::argv::display(&old.argv));
     }
     let request = SubmitRequest {
         task: Some(key.task.clone()),

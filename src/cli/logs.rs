@@ -206,10 +206,8 @@ const LOGS_JSON_MAX_BYTES: u64 = 16 * 1024 * 1024;
 /// bytes before them were left out.
 fn log_tail(path: &std::path::Path) -> Result<(String, u64), CliError> {
     let io = |e: std::io::Error| CliError::Environment(format!("{}: {e}", path.display()));
-    let mut file = match std::fs::File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((String::new(), 0)),
-        Err(e) => return Err(io(e)),
+    let Some(mut file) = crate::fsutil::open_log(path)? else {
+        return Ok((String::new(), 0));
     };
     let len = file.metadata().map_err(io)?.len();
     let skipped = len.saturating_sub(LOGS_JSON_MAX_BYTES);

@@ -51,6 +51,10 @@ pub mod exit {
     /// The turn never ran: a turn it waited for with `--after-success` ended other than
     /// completed with exit 0 (`submit`, `submit --wait`, `wait`).
     pub const DEPENDENCY_FAILED: i32 = 5;
+    /// State unknown: a step failed after (or while) a change was committed, so the command
+    /// cannot say what the home holds. A `submit` names the turn: it is queued, or may be; check
+    /// `tollgate status ID` before submitting it again (exit 3 always means nothing was queued).
+    pub const STATE_UNKNOWN: i32 = 6;
 }
 
 const EXIT_CODES_HELP: &str = "\
@@ -60,9 +64,12 @@ Exit codes:
   2  bad usage or bad input (argument, config, state file, unknown task, a program submit
      cannot find); nothing was changed
   3  environment failure (IO error, queue lock wait timed out, spawn failed, a store that
-     cannot be used, the runner of a turn waited on died)
+     cannot be used, the runner of a turn `wait` follows died); a submit that exits 3 queued
+     nothing
   4  submit refused by the task's `drop` strategy (a turn of the task is running or waiting)
   5  the turn never ran: a turn it waited for with --after-success did not succeed
+  6  state unknown: a step failed after a change was committed (submit: the turn, named by
+     its id, is or may be queued; check `tollgate status ID` before submitting it again)
   124  submit --wait/--attach: the turn ran longer than its --timeout and was killed
   127  submit --wait, wait: the turn's command could not be started (unstartable)
 Otherwise submit --wait, --attach and wait exit with the turn's own exit code (128+N: signal N).
@@ -196,7 +203,7 @@ pub struct SubmitArgs {
     /// Extra environment variable for the command (repeatable, always stored). Of this command's
     /// own environment the turn keeps only what `env_keep` in tollgate.toml names (see --env-all).
     #[arg(long = "env", value_name = "K=V")]
-    pub env: Vec<String>,
+    pub env: Vec<std::ffi::OsString>,
     /// A label for the turn, shown by `status` and matched by `status --label` (repeatable; up
     /// to 16, each 1..=64 characters without spaces or commas).
     #[arg(long = "label", value_name = "LABEL")]
@@ -260,7 +267,7 @@ pub struct SubmitArgs {
     pub no_check: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    pub command: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, Args)]
@@ -360,8 +367,9 @@ pub enum WorkerCommand {
 }
 
 /// Prints a clap error (or `--help`/`--version`), with a hint for the most common slip: a command
-/// given to `submit` without the `--` that separates it from tollgate's own options.
-fn usage_error(error: clap::Error) -> i32 {
+/// given to `submit` without the `--` that separates it from tollgate's own options. `args` are
+/// this process's arguments as given: any bytes (a non-UTF-8 one is what clap may have refused).
+fn usage_error(error: clap::Error, args: &[std::ffi::OsString]) -> i32 {
     use clap::error::ErrorKind;
     let code = if error.use_stderr() {
         exit::USAGE
@@ -369,7 +377,11 @@ fn usage_error(error: clap::Error) -> i32 {
         exit::OK
     };
     let _ = error.print();
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<String> = args
+        .iter()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     if let Some(hint) = missing_separator_hint(error.kind(), &args) {
         eprintln!("\n{hint}");
     }
@@ -525,8 +537,9 @@ pub fn main() -> i32 {
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
     use clap::{CommandFactory, FromArgMatches};
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let cli = match Cli::command()
-        .try_get_matches()
+        .try_get_matches_from(&args)
         .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)))
     {
         Ok((cli, matches)) => {
@@ -538,7 +551,7 @@ pub fn main() -> i32 {
             }
             cli
         }
-        Err(error) => return usage_error(without_env_home(error)),
+        Err(error) => return usage_error(without_env_home(error), &args),
     };
     if reads_only(&cli.command) {
         die_of_sigpipe();

@@ -8,7 +8,9 @@
 //! `submit --no-check` skips it (a program the turn's own setup makes, a path mounted later).
 
 use super::CliError;
-use std::collections::BTreeMap;
+use crate::argv::Env;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// The search path exec uses when the environment has no `PATH` (glibc's `_CS_PATH`).
@@ -20,13 +22,11 @@ fn executable(path: &Path) -> bool {
 }
 
 /// Where exec would find `program` for a turn running in `cwd` with `env`, or why it would not.
-pub fn locate(
-    program: &str,
-    cwd: &Path,
-    env: &BTreeMap<String, String>,
-) -> Result<PathBuf, String> {
-    let search = env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
-    let candidates = crate::process::exec_search::candidates(program, search.as_ref());
+pub fn locate(program: &OsStr, cwd: &Path, env: &Env) -> Result<PathBuf, String> {
+    let search = env
+        .get(OsStr::new("PATH"))
+        .map_or(OsStr::new(DEFAULT_PATH), OsString::as_os_str);
+    let candidates = crate::process::exec_search::candidates(program, search);
     if let Some(found) = candidates
         .iter()
         .map(|c| cwd.join(c))
@@ -34,7 +34,7 @@ pub fn locate(
     {
         return Ok(found);
     }
-    if program.contains('/') {
+    if program.as_bytes().contains(&b'/') {
         return Err(if cwd.join(program).is_file() {
             format!("{program:?} is not executable")
         } else {
@@ -44,15 +44,15 @@ pub fn locate(
             )
         });
     }
-    let named = match env.get("PATH") {
-        Some(path) => format!("the turn's PATH ({path})"),
+    let named = match env.get(OsStr::new("PATH")) {
+        Some(path) => format!("the turn's PATH ({})", path.to_string_lossy()),
         None => format!("the turn's environment has no PATH, so exec looks in {DEFAULT_PATH}"),
     };
     Err(format!("{program:?} is not found in {named}"))
 }
 
 /// Refuses (exit 2, nothing queued) a command whose program exec could not find.
-pub fn check(argv: &[String], cwd: &Path, env: &BTreeMap<String, String>) -> Result<(), CliError> {
+pub fn check(argv: &[OsString], cwd: &Path, env: &Env) -> Result<(), CliError> {
     let Some(program) = argv.first() else {
         return Ok(());
     };
@@ -79,20 +79,22 @@ mod tests {
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         let plain = dir.path().join("plain.txt");
         std::fs::write(&plain, "").expect("plain");
-        let env = |path: &str| BTreeMap::from([("PATH".to_string(), path.to_string())]);
+        let env = |path: &str| Env::from([(OsString::from("PATH"), OsString::from(path))]);
         let cwd = dir.path();
         assert_eq!(
-            locate("job.sh", cwd, &env("/nowhere:bin")),
+            locate(OsStr::new("job.sh"), cwd, &env("/nowhere:bin")),
             Ok(script.clone())
         );
         assert_eq!(
-            locate("./bin/job.sh", cwd, &env("")),
+            locate(OsStr::new("./bin/job.sh"), cwd, &env("")),
             Ok(cwd.join("./bin/job.sh"))
         );
-        assert!(locate("job.sh", cwd, &env("/nowhere")).is_err());
-        assert!(locate("./plain.txt", cwd, &env("")).is_err_and(|e| e.contains("not executable")));
-        assert!(locate("./missing.sh", cwd, &env("")).is_err_and(|e| e.contains("no such file")));
+        assert!(locate(OsStr::new("job.sh"), cwd, &env("/nowhere")).is_err());
+        assert!(locate(OsStr::new("./plain.txt"), cwd, &env(""))
+            .is_err_and(|e| e.contains("not executable")));
+        assert!(locate(OsStr::new("./missing.sh"), cwd, &env(""))
+            .is_err_and(|e| e.contains("no such file")));
         // No PATH at all: exec's default search path.
-        assert!(locate("sh", cwd, &BTreeMap::new()).is_ok());
+        assert!(locate(OsStr::new("sh"), cwd, &Env::new()).is_ok());
     }
 }

@@ -226,7 +226,7 @@ pub fn render(view: &StatusView, now_millis: u64, style: &TableStyle) -> String 
             started,
             took,
             exit,
-            turn.argv.join(" "),
+            crate::argv::display(&turn.argv),
         ];
         if fleet {
             row.insert(HOST, turn.host.clone().unwrap_or_else(|| "-".to_string()));

@@ -3,6 +3,7 @@
 use super::common::{interactive, me, open, print_json};
 use super::follow::follow_attempts;
 use super::{exit, CliError, SubmitArgs};
+use crate::argv::Env;
 use crate::home::Home;
 use crate::protocol::slots::steps::Busy;
 use crate::protocol::slots::{HeldBack, TurnKey};
@@ -10,20 +11,19 @@ use crate::runtime::Runtime;
 use crate::submit::{submit_attached, submit_detached, Attached, Placement, SubmitRequest};
 use crate::tasks;
 use serde_json::json;
-use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-fn parse_env(pairs: &[String]) -> Result<BTreeMap<String, String>, CliError> {
-    let mut env: BTreeMap<String, String> = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .collect();
+/// This command's environment (every variable, whatever its bytes) with the `--env` pairs over it.
+fn parse_env(pairs: &[OsString]) -> Result<Env, CliError> {
+    let mut env: Env = std::env::vars_os().collect();
     for pair in pairs {
-        match pair.split_once('=') {
-            Some((key, value)) if !key.is_empty() => {
-                env.insert(key.to_string(), value.to_string());
+        match crate::argv::split_assignment(pair) {
+            Some((key, value)) => {
+                env.insert(key, value);
             }
-            _ => {
+            None => {
                 return Err(CliError::Usage(format!(
                     "--env {pair:?}: expected KEY=VALUE"
                 )))
@@ -35,19 +35,15 @@ fn parse_env(pairs: &[String]) -> Result<BTreeMap<String, String>, CliError> {
 
 /// The environment a submitted turn stores: the variables `env_keep` names and every `--env`,
 /// or all of them with `--env-all`.
-fn stored_env(
-    home: Option<PathBuf>,
-    pairs: &[String],
-    all: bool,
-) -> Result<BTreeMap<String, String>, CliError> {
+fn stored_env(home: Option<PathBuf>, pairs: &[OsString], all: bool) -> Result<Env, CliError> {
     let env = parse_env(pairs)?;
     if all {
         return Ok(env);
     }
     let config = Home::resolve(home)?.ensure()?;
-    let given: Vec<&str> = pairs
+    let given: Vec<OsString> = pairs
         .iter()
-        .filter_map(|p| p.split_once('='))
+        .filter_map(|p| crate::argv::split_assignment(p))
         .map(|(k, _)| k)
         .collect();
     Ok(crate::config::env::kept(env, &config.env_keep, &given))
@@ -229,6 +225,23 @@ fn submit_request_with(
         let sequencing = sequencing.resolve(&rt)?;
         crate::submit::submit_detached_sequenced(&rt, me, request, sequencing)?
     };
+    // Id 0: never queued (dropped, or dependency-failed at the submit).
+    let (key, id) = (submitted.key.clone(), submitted.queue_id);
+    report_detached(rt, me, submitted, labels, how).map_err(|e| match id {
+        0 => e,
+        id => e.after_queued(&key, id),
+    })
+}
+
+/// Reports a detached submit whose turn is decided (and, unless dropped, queued), and waits for
+/// it with `--wait`: whatever fails from here on is "state unknown" (exit 6), not a failure.
+fn report_detached(
+    rt: Runtime,
+    me: crate::protocol::slots::ProcessIdentity,
+    submitted: crate::submit::Submitted,
+    labels: Vec<String>,
+    how: How,
+) -> Result<i32, CliError> {
     crate::runner::repair::after_section(&rt, me);
     let key = &submitted.key;
     if let Placement::Dropped { running, busy } = &submitted.placement {

@@ -3,6 +3,7 @@
 //! (~11 KB on a desktop session); a restart needs only what the command reads.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 
 /// Kept when the config names no `env_keep`: what a command commonly needs to behave the same on
 /// a restart (search path, identity, locale, terminal, shell, time zone).
@@ -21,18 +22,21 @@ pub fn is_default_env_keep(keep: &[String]) -> bool {
 }
 
 /// The variables of `env` whose name matches a pattern of `keep` (a name, or a glob such as
-/// `LC_*`), plus every one named in `given` (`submit --env K=V`: always kept).
+/// `LC_*`), plus every one named in `given` (`submit --env K=V`: always kept). Names and values
+/// are bytes; a pattern (ASCII) matches a name whose bytes it spells, so a name that is not
+/// UTF-8 is kept only when given.
 pub fn kept(
-    env: BTreeMap<String, String>,
+    env: BTreeMap<OsString, OsString>,
     keep: &[String],
-    given: &[&str],
-) -> BTreeMap<String, String> {
+    given: &[OsString],
+) -> BTreeMap<OsString, OsString> {
     env.into_iter()
         .filter(|(name, _)| {
-            given.contains(&name.as_str())
-                || keep
-                    .iter()
-                    .any(|pattern| super::serve::glob_matches(pattern, name))
+            given.contains(name)
+                || name.to_str().is_some_and(|name| {
+                    keep.iter()
+                        .any(|pattern| super::serve::glob_matches(pattern, name))
+                })
         })
         .collect()
 }
@@ -68,18 +72,24 @@ mod tests {
 
     #[test]
     fn only_kept_and_given_variables_stay() {
-        let env: BTreeMap<String, String> = [
+        use std::os::unix::ffi::OsStringExt;
+        let raw = OsString::from_vec(b"RAW\xff".to_vec());
+        let env: BTreeMap<OsString, OsString> = [
             ("PATH", "/bin"),
             ("LC_ALL", "C"),
             ("SECRET_TOKEN", "x"),
             ("MINE", "1"),
         ]
         .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+        .chain([(raw.clone(), OsString::from_vec(b"\xfe".to_vec()))])
         .collect();
-        let kept = kept(env, &default_env_keep(), &["MINE"]);
-        let names: Vec<&str> = kept.keys().map(String::as_str).collect();
-        assert_eq!(names, ["LC_ALL", "MINE", "PATH"]);
+        let kept = kept(env, &default_env_keep(), &["MINE".into(), raw.clone()]);
+        let names: Vec<&OsString> = kept.keys().collect();
+        assert_eq!(
+            names,
+            [&"LC_ALL".into(), &"MINE".into(), &"PATH".into(), &raw]
+        );
         assert!(validate_env_keep(&default_env_keep()).is_ok());
         assert!(validate_env_keep(&["A B".to_string()]).is_err());
     }

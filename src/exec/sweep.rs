@@ -218,7 +218,8 @@ fn store_err(error: StoreError) -> SweepError {
                 | FileError::Corrupt { path, .. }
                 | FileError::NotRegular { path, .. }
                 | FileError::Refused { path, .. }
-                | FileError::TooLarge { path, .. } => path.clone(),
+                | FileError::TooLarge { path, .. }
+                | FileError::Missing { path, .. } => path.clone(),
             };
             file_err(&path, e)
         }

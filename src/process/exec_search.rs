@@ -7,8 +7,9 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 /// The paths `execvp` would try for `program` with the search path `path`, in order.
-pub fn candidates(program: &str, path: &OsStr) -> Vec<PathBuf> {
-    if program.contains('/') {
+pub fn candidates(program: &OsStr, path: &OsStr) -> Vec<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    if program.as_bytes().contains(&b'/') {
         return vec![PathBuf::from(program)];
     }
     std::env::split_paths(path)

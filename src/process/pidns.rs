@@ -19,7 +19,7 @@
 //! whose atfork handlers take malloc's locks). `TOLLGATE_PIDNS=1` asks for it; a `clone` refused
 //! (not root: `CLONE_NEWPID` needs `CAP_SYS_ADMIN`) falls back to today's containment, logged once.
 
-use std::ffi::{CString, OsStr};
+use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -77,8 +77,8 @@ impl InitSpec {
     /// `/` is looked up in the `PATH` of `env` (else this process's, else the usual default), as
     /// `execvp` does.
     pub fn new(
-        argv: &[String],
-        env: &[(String, String)],
+        argv: &[OsString],
+        env: &[(OsString, OsString)],
         cwd: Option<&Path>,
     ) -> Result<Self, PidnsError> {
         let c = |bytes: &[u8]| {
@@ -96,7 +96,7 @@ impl InitSpec {
             .iter()
             .rev()
             .find(|(k, _)| k == "PATH")
-            .map(|(_, v)| v.clone().into())
+            .map(|(_, v)| v.clone())
             .or_else(|| std::env::var_os("PATH"))
             .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
         let candidates = super::exec_search::candidates(program, &path)
@@ -109,7 +109,7 @@ impl InitSpec {
             .collect::<Result<_, _>>()?;
         let envp = env
             .iter()
-            .map(|(k, v)| c(format!("{k}={v}").as_bytes()))
+            .map(|(k, v)| c(&[k.as_bytes(), b"=", v.as_bytes()].concat()))
             .collect::<Result<_, _>>()?;
         let cwd = cwd.map(|d| c(OsStr::as_bytes(d.as_os_str()))).transpose()?;
         Ok(InitSpec {
@@ -630,16 +630,20 @@ fn exec_command(
 mod tests {
     use super::*;
 
-    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    fn env(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
         pairs
             .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
             .collect()
+    }
+
+    fn words(argv: &[&str]) -> Vec<OsString> {
+        argv.iter().map(OsString::from).collect()
     }
 
     #[test]
     fn a_bare_program_is_looked_up_in_the_commands_own_path_as_execvp_does() {
-        let argv = vec!["prog".to_string(), "arg".to_string()];
+        let argv = words(&["prog", "arg"]);
         let spec = InitSpec::new(&argv, &env(&[("PATH", "/a:/b/c:")]), None).expect("a spec");
         let candidates: Vec<&[u8]> = spec.candidates.iter().map(|c| c.to_bytes()).collect();
         assert_eq!(
@@ -647,7 +651,7 @@ mod tests {
             [&b"/a/prog"[..], &b"/b/c/prog"[..], &b"./prog"[..]]
         );
         assert_eq!(spec.envp[0].to_bytes(), b"PATH=/a:/b/c:");
-        let spec = InitSpec::new(&["./x/prog".to_string()], &[], None).expect("a spec");
+        let spec = InitSpec::new(&words(&["./x/prog"]), &[], None).expect("a spec");
         assert_eq!(
             spec.candidates.len(),
             1,
@@ -678,14 +682,11 @@ mod tests {
     #[test]
     fn a_command_spawned_into_a_group_is_born_in_it_and_leads_its_own_process_group() {
         let Some(group) = fresh_group() else { return };
-        let argv: Vec<String> = [
+        let argv = words(&[
             "sh",
             "-c",
             "cat /proc/self/cgroup; ps -o pgid= -p $$; pwd; echo \"$MARK\"; echo oops >&2",
-        ]
-        .iter()
-        .map(|a| a.to_string())
-        .collect();
+        ]);
         let path = std::env::var("PATH").unwrap_or_default();
         let spec = InitSpec::new(
             &argv,
@@ -718,7 +719,7 @@ mod tests {
     #[test]
     fn a_command_that_cannot_be_exec_d_inside_a_group_reports_its_errno() {
         let Some(group) = fresh_group() else { return };
-        let spec = InitSpec::new(&["/nonexistent/prog".to_string()], &[], None).expect("a spec");
+        let spec = InitSpec::new(&words(&["/nonexistent/prog"]), &[], None).expect("a spec");
         match spawn_into(&spec, &group) {
             Err(DirectError::Start(e)) => assert_eq!(e.raw_os_error(), Some(libc::ENOENT)),
             Err(other) => panic!("refused instead of failing to start: {other}"),
@@ -735,7 +736,7 @@ mod tests {
     #[test]
     fn a_nul_byte_or_an_empty_command_cannot_start() {
         assert!(matches!(
-            InitSpec::new(&["a\0b".to_string()], &[], None),
+            InitSpec::new(&words(&["a\0b"]), &[], None),
             Err(PidnsError::Start(_))
         ));
         assert!(matches!(

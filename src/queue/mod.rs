@@ -2,6 +2,7 @@
 //! store of earlier versions (`queue.json` under `queue.lock`), or memory (tests).
 
 mod busy;
+mod earlier_state;
 mod home_store;
 mod lock;
 mod log_trim;

@@ -843,9 +843,16 @@ impl PostgresStore {
         // transaction is then aborted and `section`'s drop rolls it back.
         sql.push_str("COMMIT");
         let sql = batch::checked(self, sql)?;
+        // A statement the server refused skipped the `COMMIT` (nothing committed); a connection
+        // lost while the message was in flight leaves it unknown whether the `COMMIT` ran.
         let messages = section
             .with(|c| c.simple_query(&sql))
-            .map_err(|e| self.commit_error(e))?;
+            .map_err(|e| match e.code() {
+                Some(_) => self.commit_error(e),
+                None => StoreError::Uncertain {
+                    source: Box::new(self.error(e)),
+                },
+            })?;
         let wrote = batch::last_value(self, &messages)? == "true";
         // Durable before anything is told or done on its behalf, waking the turn folders'
         // watchers included. A lease change and a recorded outcome are flushed whatever the
@@ -856,7 +863,9 @@ impl PostgresStore {
             fail::fail_point!("queue::before_flush");
             section
                 .with(|c| c.batch_execute(batch::FLUSH_SQL))
-                .map_err(|e| self.error(e))?;
+                .map_err(|e| StoreError::Uncertain {
+                    source: Box::new(self.error(e)),
+                })?;
         }
         section.committed();
         Ok(result)

@@ -250,10 +250,18 @@ fn signal_changed(dirs: &[PathBuf]) {
 }
 
 /// SQLite's error as a record error naming the database; a full disk (`SQLITE_FULL`) is ENOSPC,
-/// so the result writer's retry ([`crate::tasks::retry_while_disk_full`]) sees it.
+/// so the result writer's retry ([`crate::tasks::retry_while_disk_full`]) sees it; a file that is
+/// not a database, or one with malformed pages, is a bad state file (exit 2).
 pub(crate) fn record_error(db: &Path, error: rusqlite::Error) -> FileError {
     let source = match error.sqlite_error_code() {
         Some(rusqlite::ErrorCode::DiskFull) => io::Error::from_raw_os_error(libc::ENOSPC),
+        Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt) => {
+            return FileError::Corrupt {
+                path: db.to_path_buf(),
+                format: "SQLite database",
+                detail: error.to_string(),
+            }
+        }
         _ => io::Error::other(error.to_string()),
     };
     FileError::io(db, source)

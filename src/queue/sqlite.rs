@@ -7,6 +7,7 @@
 //! only the rows that changed. Whether the commit waits for the disk is the caller's
 //! [`Commit`] and the home's [`Durability`].
 
+use super::earlier_state;
 use super::records;
 use super::store::{check_queue, parse_queue, Commit, Store, StoreError};
 use super::wal_dirsync;
@@ -462,9 +463,11 @@ impl SqliteStore {
                 .map_err(|e| sql_error(&path, e))?;
         }
         let outcome = section.outcome_recorded() && self.durability == Durability::Fsync;
+        // From here on an error may be no "nothing changed" (spec/store.md, "An uncertain
+        // commit").
         section
             .with(|c| c.execute_batch("COMMIT"))
-            .map_err(|e| busy_or(&path, started, e))?;
+            .map_err(|e| commit_error(&path, started, e))?;
         section.committed();
         // A section that recorded a turn's outcome is synced whatever its class (spec/store.md,
         // "Records"). SQLite fixes a commit's sync level before the transaction begins, and
@@ -472,7 +475,7 @@ impl SqliteStore {
         // followed by a one-row synced commit that syncs the log up to and including it.
         if outcome && !durable {
             if let Some(conn) = &open.conn {
-                sync_barrier(conn).map_err(|e| busy_or(&path, started, e))?;
+                sync_barrier(conn).map_err(|e| uncertain(busy_or(&path, started, e)))?;
             }
             open.synchronous = Some("FULL");
         }
@@ -482,7 +485,7 @@ impl SqliteStore {
         #[cfg(feature = "failpoints")]
         if durable || outcome {
             if let Some(conn) = &open.conn {
-                snapshot_for_tests(conn, &path).map_err(StoreError::from)?;
+                snapshot_for_tests(conn, &path).map_err(|e| uncertain(e.into()))?;
             }
         }
         Ok(result)
@@ -525,6 +528,35 @@ fn snapshot_for_tests(conn: &Connection, path: &Path) -> Result<(), FileError> {
     std::fs::rename(&temp, dir.join("tollgate.db")).map_err(|e| FileError::io(&dir, e))
 }
 
+/// A failed `COMMIT`. A write into the log that failed (`SQLITE_FULL`, `SQLITE_IOERR_WRITE`: a
+/// full disk) left the commit frame incomplete, so the transaction did not commit and is rolled
+/// back; a busy lock is refused before anything is written. Any other failure (a sync, the log's
+/// index) can come after the commit frame is whole in the log, which the next command to open
+/// the database reads as committed: [`StoreError::Uncertain`].
+fn commit_error(path: &Path, started: Instant, error: rusqlite::Error) -> StoreError {
+    let extended = match &error {
+        rusqlite::Error::SqliteFailure(e, _) => Some(e.extended_code),
+        _ => None,
+    };
+    match extended {
+        Some(rusqlite::ffi::SQLITE_FULL | rusqlite::ffi::SQLITE_IOERR_WRITE) => {
+            busy_or(path, started, error)
+        }
+        _ => uncertain(busy_or(path, started, error)),
+    }
+}
+
+/// A failure after a `COMMIT` (or of one whose outcome is unknown): [`StoreError::Uncertain`],
+/// except a busy lock, which SQLite reports before it writes anything.
+fn uncertain(error: StoreError) -> StoreError {
+    match error {
+        busy @ StoreError::Busy { .. } => busy,
+        other => StoreError::Uncertain {
+            source: Box::new(other),
+        },
+    }
+}
+
 /// The error for a failed `BEGIN IMMEDIATE` or `COMMIT`: [`StoreError::Busy`] when the write
 /// lock stayed taken for the whole busy timeout.
 fn busy_or(path: &Path, started: Instant, error: rusqlite::Error) -> StoreError {
@@ -542,11 +574,14 @@ fn busy_or(path: &Path, started: Instant, error: rusqlite::Error) -> StoreError 
 /// is); anything else is the database failing.
 fn sql_error(path: &Path, error: rusqlite::Error) -> StoreError {
     match error.sqlite_error_code() {
-        Some(ErrorCode::NotADatabase) => StoreError::File(FileError::Corrupt {
-            path: path.to_path_buf(),
-            format: "SQLite database",
-            detail: error.to_string(),
-        }),
+        // Not a database, or one whose pages are malformed: a bad state file (exit 2), kept.
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => {
+            StoreError::File(FileError::Corrupt {
+                path: path.to_path_buf(),
+                format: "SQLite database",
+                detail: error.to_string(),
+            })
+        }
         Some(ErrorCode::DatabaseBusy) => StoreError::Busy {
             path: path.to_path_buf(),
             waited_millis: 0,
@@ -573,9 +608,29 @@ fn check_regular(path: &Path, kind: &'static str) -> Result<bool, FileError> {
             kind,
             found: fsutil::describe_type(meta.file_type()),
         }),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        // A symbolic link to nothing: the database was there (or was meant to be) and is not;
+        // creating one through the link would put the home's state somewhere else.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => match std::fs::read_link(path) {
+            Ok(target) => Err(FileError::Missing {
+                path: path.to_path_buf(),
+                detail: format!(
+                    "a symbolic link to {}, which does not exist (restore what it points to, \
+                     or remove the link)",
+                    target.display()
+                ),
+            }),
+            Err(_) => Ok(false),
+        },
         Err(e) => Err(FileError::io(path, e)),
     }
+}
+
+/// Whether the (regular) file at `path` holds 0 bytes: a database SQLite would start afresh,
+/// deleting its log (tollgate's own databases hold their first page from their first open).
+fn is_empty(path: &Path) -> Result<bool, FileError> {
+    std::fs::metadata(path)
+        .map(|meta| meta.len() == 0)
+        .map_err(|e| FileError::io(path, e))
 }
 
 /// SQLite's files of the database at `path`: the database itself, its log and its shared
@@ -630,10 +685,22 @@ const OPEN_RETRY_MAX_PAUSE_MILLIS: u64 = 20;
 /// to [`SCHEMA_VERSION`], importing an earlier version's `queue.json` when the database is new.
 fn open_database(home: &Home, lock_timeout: Duration) -> Result<Connection, StoreError> {
     let path = home.db_path();
-    if !check_database_files(&path)? {
-        // A corrupt queue.json (or record file) is refused before anything is created.
+    let exists = check_database_files(&path)?;
+    if !exists {
+        // A corrupt queue.json (or record file) is refused before anything is created, and
+        // named as what is wrong first.
         read_old_queue(home)?;
         read_old_records(home)?;
+    }
+    // A database that is gone, or emptied to 0 bytes (SQLite would then delete its log), while
+    // the home shows it had one is refused before SQLite opens anything ("A lost database").
+    if !exists || is_empty(&path)? {
+        let signs = earlier_state::earlier_state(home, true)?;
+        if !signs.is_empty() {
+            return Err(earlier_state::lost(home, !exists, &signs).into());
+        }
+    }
+    if !exists {
         // Created here, not by SQLite, for its mode and so a planted symlink is refused.
         match std::fs::OpenOptions::new()
             .write(true)
@@ -679,6 +746,13 @@ fn open_database(home: &Home, lock_timeout: Duration) -> Result<Connection, Stor
     // left to move aside) costs one read; anything else takes the full checks below.
     if up_to_date(&conn) != Some(true) {
         let version = schema_version(&conn, &path)?;
+        if version == 0 {
+            // A database with no schema (replaced by an empty one) is a new one to SQLite.
+            let signs = earlier_state::earlier_state(home, false)?;
+            if !signs.is_empty() {
+                return Err(earlier_state::lost(home, false, &signs).into());
+            }
+        }
         if version < SCHEMA_VERSION {
             migrate(home, &mut conn, &path)?;
         } else if version > SCHEMA_VERSION {
@@ -733,7 +807,7 @@ pub(super) fn read_old_records(home: &Home) -> Result<OldRecords, StoreError> {
         turns: Vec::new(),
     };
     let tasks_dir = home.tasks_dir();
-    for task in sorted_names(&tasks_dir)? {
+    for task in fsutil::sorted_names(&tasks_dir)? {
         let task_file = home.task_file(&task);
         if let Some(bytes) =
             fsutil::read_state_file(&task_file, "task record", fsutil::limits::TASK_BYTES)?
@@ -742,7 +816,7 @@ pub(super) fn read_old_records(home: &Home) -> Result<OldRecords, StoreError> {
                 .push(super::records::parse_task(&task_file, &bytes)?);
         }
         let turns_dir = home.task_dir(&task).join("turns");
-        for name in sorted_names(&turns_dir)? {
+        for name in fsutil::sorted_names(&turns_dir)? {
             let Ok(turn) = name.parse::<u32>() else {
                 continue;
             };
@@ -757,22 +831,6 @@ pub(super) fn read_old_records(home: &Home) -> Result<OldRecords, StoreError> {
         }
     }
     Ok(old)
-}
-
-/// The entry names of `dir`, sorted; none when it does not exist.
-fn sorted_names(dir: &Path) -> Result<Vec<String>, FileError> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(FileError::io(dir, e)),
-    };
-    let mut names = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| FileError::io(dir, e))?;
-        names.push(entry.file_name().to_string_lossy().into_owned());
-    }
-    names.sort();
-    Ok(names)
 }
 
 /// Writes the home's record files into the version 4 tables (inside the migration's
@@ -856,9 +914,9 @@ pub(super) fn move_record_files_aside(home: &Home) -> Result<(), StoreError> {
         }
         Ok(())
     };
-    for task in sorted_names(&home.tasks_dir())? {
+    for task in fsutil::sorted_names(&home.tasks_dir())? {
         aside(home.task_file(&task))?;
-        for name in sorted_names(&home.task_dir(&task).join("turns"))? {
+        for name in fsutil::sorted_names(&home.task_dir(&task).join("turns"))? {
             if let Ok(turn) = name.parse::<u32>() {
                 aside(home.turn_file(&TurnKey::new(task.clone(), turn)))?;
             }
@@ -1649,6 +1707,9 @@ pub struct DoctorReport {
     /// A `queue.json` in the home that the database does not read (not a problem of the
     /// database: imported already, or waiting for the first command to import it).
     pub unread_queue_json: Option<PathBuf>,
+    /// The database is missing or holds no schema while the home shows it had one (what every
+    /// command refuses, naming the signs; "A lost database").
+    pub lost_database: Option<String>,
 }
 
 impl DoctorReport {
@@ -1656,6 +1717,7 @@ impl DoctorReport {
         self.integrity_problems.is_empty()
             && self.queue_problem.is_none()
             && self.record_problems.is_empty()
+            && self.lost_database.is_none()
     }
 }
 
@@ -1677,11 +1739,23 @@ pub fn check_database(home: &Home) -> Result<DoctorReport, StoreError> {
         turn_records: 0,
         record_problems: Vec::new(),
         unread_queue_json: Some(home.queue_path()).filter(|p| p.exists()),
+        lost_database: None,
+    };
+    let lost = |missing: bool, with_log: bool| -> Result<Option<String>, StoreError> {
+        let signs = earlier_state::earlier_state(home, with_log)?;
+        Ok((!signs.is_empty()).then(|| earlier_state::lost(home, missing, &signs).to_string()))
     };
     if !check_database_files(&path)? {
+        report.lost_database = lost(true, true)?;
         return Ok(report);
     }
     report.exists = true;
+    // Not opened: SQLite would take an empty file for a new database and delete its log.
+    if is_empty(&path)? {
+        report.queue_problem = Some("the database is empty (0 bytes)".to_string());
+        report.lost_database = lost(false, true)?;
+        return Ok(report);
+    }
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let mut conn = Connection::open_with_flags(&path, flags).map_err(|e| sql_error(&path, e))?;
     conn.busy_timeout(Duration::from_secs(10))
@@ -1705,6 +1779,7 @@ pub fn check_database(home: &Home) -> Result<DoctorReport, StoreError> {
     }
     if report.schema_version == 0 {
         report.queue_problem = Some("the database has no tollgate schema".to_string());
+        report.lost_database = lost(false, false)?;
         return Ok(report);
     }
     let tx = conn.transaction().map_err(|e| sql_error(&path, e))?;

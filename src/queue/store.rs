@@ -143,6 +143,14 @@ pub enum StoreError {
     /// The changed queue would not pass the loader's checks; it was not published.
     #[error("refusing to publish {path}: the new queue would not load ({detail}); the file keeps its previous contents")]
     Unpublishable { path: PathBuf, detail: String },
+    /// The section's COMMIT failed, or a step right after it did: whether its changes are in the
+    /// database is not known (a full disk can fail a commit whose last page already is in the
+    /// log, which the next open then finds committed). Never reported as "nothing changed".
+    #[error("{source}, while committing: the change may or may not be in the database")]
+    Uncertain {
+        #[source]
+        source: Box<StoreError>,
+    },
 }
 
 /// Parses and checks a queue document read from `path` (named in errors): what [`QueueStore::load`]

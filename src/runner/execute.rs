@@ -19,6 +19,7 @@ use crate::protocol::slots::ProcessIdentity;
 use crate::tasks::{TurnOutcome, TurnRecord};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
+use std::ffi::OsString;
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
@@ -746,9 +747,9 @@ fn cancel(pid: Pid, unit: &UnitIdentity, status: Option<&std::os::fd::OwnedFd>) 
 }
 
 /// The environment the command gets: the turn's, with the unit's marker set.
-fn marked_env(turn: &TurnRecord, marker: &Marker) -> Vec<(String, String)> {
+fn marked_env(turn: &TurnRecord, marker: &Marker) -> Vec<(OsString, OsString)> {
     let mut env = turn.env.clone();
-    env.insert(marker.var.to_string(), marker.value.to_string());
+    env.insert(marker.var.clone().into(), marker.value.clone().into());
     env.into_iter().collect()
 }
 

@@ -51,8 +51,10 @@ pub fn run_worker<L: Liveness, S: Store>(
     key: &TurnKey,
     token: SlotToken,
 ) -> Result<WorkerOutcome, DispatchError> {
+    // A runner still starting up (SIGTERM not handled yet), held for a test that cancels it in
+    // that window (`tests/failpoints_runner_startup.rs`).
     #[cfg(feature = "failpoints")]
-    startup_gate();
+    crate::failgate::hold("runner::before_signals");
     let me = crate::process::self_identity()
         .map_err(|e| DispatchError::io("reading this runner's identity", e))?;
     crate::process::signals::install()
@@ -125,30 +127,6 @@ fn start_guard_if_fleet<L: Liveness, S: Store>(rt: &Runtime<L, S>) -> Option<gua
             tracing::warn!("cannot start the runner's guard, the work runs unguarded: {e}");
             None
         }
-    }
-}
-
-/// The failpoint `runner::before_signals(GATE)`: a runner still starting up (SIGTERM not handled
-/// yet) publishes its pid in `GATE.waiting` and waits until the file `GATE` exists (at most 30 s), so
-/// a test can cancel it inside that window (`tests/failpoints_runner_startup.rs`).
-#[cfg(feature = "failpoints")]
-fn startup_gate() {
-    let Some(Some(gate)) = fail::eval("runner::before_signals", |arg| arg) else {
-        return;
-    };
-    let gate = PathBuf::from(gate);
-    let waiting = gate.with_extension("waiting");
-    // Written beside and renamed into place: a test reads the pid as soon as the file exists,
-    // so it must never see it empty.
-    let partial = gate.with_extension("waiting.partial");
-    if let Err(e) = std::fs::write(&partial, std::process::id().to_string())
-        .and_then(|()| std::fs::rename(&partial, &waiting))
-    {
-        tracing::warn!("failpoint: cannot write {}: {e}", waiting.display());
-    }
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !gate.exists() && std::time::Instant::now() < until {
-        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
 

@@ -48,13 +48,12 @@ pub fn localised<'a>(home: &Home, turn: &'a TurnRecord) -> Result<Cow<'a, TurnRe
     }
     if turn
         .env
-        .get(PAYLOAD_VAR)
+        .get(std::ffi::OsStr::new(PAYLOAD_VAR))
         .is_some_and(|named| std::path::Path::new(named) == local)
     {
         return Ok(Cow::Borrowed(turn));
     }
     let mut turn = turn.clone();
-    turn.env
-        .insert(PAYLOAD_VAR.to_string(), local.display().to_string());
+    turn.env.insert(PAYLOAD_VAR.into(), local.into_os_string());
     Ok(Cow::Owned(turn))
 }

@@ -23,6 +23,8 @@ pub struct Repair {
     pub steps: Vec<ReconcileStep>,
     /// Empty groups of dead owners removed.
     pub groups_removed: usize,
+    /// Handoffs whose runner could not be started (their rows were parked again).
+    pub spawn_failures: usize,
 }
 
 /// Runs up to [`MAX_REPAIR_SECTIONS`] reconcile sections as `me`, stopping after the first final
@@ -46,6 +48,7 @@ pub fn bounded_repair<L: Liveness, S: Store>(
             ReconcileEffect::Spawn { handoff, .. } => {
                 if let Err(e) = driver::hand_off(rt, rt.spawner.as_ref(), handoff) {
                     tracing::warn!("repair: {e}");
+                    repair.spawn_failures += 1;
                 }
             }
             ReconcileEffect::Kill { work, .. } => {

@@ -28,7 +28,6 @@ use crate::runtime::Runtime;
 use crate::submit::{decide_submit, Decided, Sequencing, SubmitRequest};
 use crate::tasks::DeliveryMeta;
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The most deliveries waiting for a batch (beyond it a handler waits `lock_timeout` for room,
@@ -65,7 +64,7 @@ impl Pending {
         cwd: &std::path::Path,
         meta: DeliveryMeta,
         scope: Option<&str>,
-        env: BTreeMap<String, String>,
+        env: crate::argv::Env,
         body: Vec<u8>,
         identity: EventIdentity,
         now_millis: u64,
@@ -73,7 +72,7 @@ impl Pending {
         let request = SubmitRequest {
             task: Some(route.table.task_for(scope)),
             strategy: route.table.strategy(),
-            argv: route.table.run.clone(),
+            argv: route.table.run.iter().map(Into::into).collect(),
             cwd: Some(route.cwd.clone().unwrap_or_else(|| cwd.to_path_buf())),
             env,
             labels: Vec::new(),
@@ -419,7 +418,7 @@ fn keep_payload(
         if let Some(mut turn) = crate::tasks::load_turn(home, key)? {
             turn.env.insert(
                 crate::runner::payload::PAYLOAD_VAR.into(),
-                path.display().to_string(),
+                path.into_os_string(),
             );
             crate::tasks::save_turn(home, &turn)?;
         }
@@ -454,9 +453,11 @@ fn perform(app: &App, rt: &Runtime, decided: Vec<Decided>) {
                 super::handler::AcceptSpawner(super::runtime_for(&app.home, &app.config).spawner);
             if let Err(e) = crate::driver::hand_off(rt, &spawner, handoff) {
                 tracing::error!(
-                    "{}: cannot start the runner of an accepted delivery ({e}); its row is parked and starts at the next finish or reconcile",
-                    decided.key
+                    "{}: cannot start the runner of an accepted delivery ({e}); its row is parked and serve tries again (at most {} ms apart)",
+                    decided.key,
+                    super::starter::RETRY_MAX_MILLIS
                 );
+                app.starter.spawn_failed();
             }
         }
     }
@@ -637,7 +638,7 @@ mod tests {
                 strategy: None,
                 argv: vec!["true".into()],
                 cwd: None,
-                env: BTreeMap::new(),
+                env: crate::argv::Env::new(),
                 labels: Vec::new(),
                 timeout_millis: None,
                 schedule: Default::default(),

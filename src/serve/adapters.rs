@@ -329,7 +329,12 @@ fn github(secret: &[u8], headers: &HeaderMap, body: &[u8]) -> Result<Verified, R
     verify_sha256_header(headers, "x-hub-signature-256", secret, body)?;
     let id = header(headers, "x-github-delivery")
         .ok_or(Refusal::MissingIdentity("X-GitHub-Delivery"))?;
-    let payload: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    // GitHub sends a JSON object: anything else is an unreadable body (400), never a turn.
+    let payload: Value =
+        serde_json::from_slice(body).map_err(|e| Refusal::BadBody(e.to_string()))?;
+    if !payload.is_object() {
+        return Err(Refusal::BadBody("the body is not a JSON object".into()));
+    }
     let installation = header(headers, "x-github-hook-installation-target-id")
         .map(str::to_string)
         .or_else(|| {
@@ -715,9 +720,33 @@ mod tests {
         assert_eq!(v.challenge.as_deref(), Some("abc"));
     }
 
+    /// Issue 31, point 9: a GitHub delivery with a valid signature over a body that is not a
+    /// JSON object is an unreadable body (400), not a turn of the default scope.
+    #[test]
+    fn a_signed_github_body_that_is_not_a_json_object_is_refused_400() {
+        for body in [&b"not json"[..], b"", b"[1,2]", b"\"text\"", b"{\"a\":"] {
+            let h = headers(&[
+                (
+                    "x-hub-signature-256",
+                    format!("sha256={}", sign(b"k", &[body])),
+                ),
+                ("x-github-delivery", "gh-1".into()),
+                ("x-github-event", "push".into()),
+            ]);
+            let answer = verify(AdapterKind::Github, b"k", &Policy::default(), &h, body, 0);
+            assert_eq!(
+                answer.as_ref().map_err(Refusal::status),
+                Err(400),
+                "{:?}: {answer:?}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
     mod fuzz {
         //! Arbitrary headers and bodies never panic any adapter; a validly signed request always
-        //! verifies and gives back what was signed.
+        //! verifies and gives back what was signed; a signed request of arbitrary headers (any
+        //! bytes HTTP allows in a value) and body gets a well-formed answer from every adapter.
         use super::*;
         use proptest::prelude::*;
 
@@ -761,6 +790,47 @@ mod tests {
             map
         }
 
+        /// Any header value HTTP allows (visible ASCII, obs-text bytes, spaces and tabs), or a
+        /// near-signature.
+        fn raw_value() -> impl Strategy<Value = HeaderValue> {
+            prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..40),
+                value().prop_map(String::into_bytes),
+            ]
+            .prop_map(|bytes| {
+                HeaderValue::from_bytes(&bytes).unwrap_or_else(|_| HeaderValue::from_static("x"))
+            })
+        }
+
+        /// A verified delivery as the handler uses it: an identity (or a challenge) within its
+        /// bound, an installation, a scope within its bound; a refusal is 400 or 401.
+        fn well_formed(
+            kind: AdapterKind,
+            result: &Result<Verified, Refusal>,
+            body: &[u8],
+        ) -> Result<(), TestCaseError> {
+            match result {
+                Ok(v) => {
+                    prop_assert!(
+                        (!v.identity.is_empty() && v.identity.len() <= MAX_IDENTITY_BYTES)
+                            || v.challenge.is_some()
+                    );
+                    prop_assert!(!v.installation.is_empty());
+                    if kind == AdapterKind::Generic {
+                        prop_assert!(v.installation.len() <= MAX_IDENTITY_BYTES);
+                        prop_assert!(v.scope.as_ref().is_none_or(|s| s.len() <= MAX_SCOPE_BYTES));
+                    }
+                    if kind == AdapterKind::Github {
+                        // Issue 31, point 9: only a JSON object becomes a turn.
+                        let json = serde_json::from_slice::<Value>(body);
+                        prop_assert!(json.is_ok_and(|v| v.is_object()));
+                    }
+                }
+                Err(refusal) => prop_assert!(matches!(refusal.status(), 400 | 401)),
+            }
+            Ok(())
+        }
+
         fn body() -> impl Strategy<Value = Vec<u8>> {
             prop_oneof![
                 proptest::collection::vec(any::<u8>(), 0..200),
@@ -790,11 +860,56 @@ mod tests {
                 let policy = Policy { replay_window_secs: window, clock_skew_secs: skew, legacy_signature: legacy };
                 let h = header_map(&pairs);
                 let result = verify(KINDS[kind], b"k", &policy, &h, &body, now);
+                well_formed(KINDS[kind], &result, &body)?;
                 // Unsigned input never verifies (the only secret is "k" and nothing signed it).
                 if let Ok(v) = result {
                     prop_assert!(!v.identity.is_empty() || v.challenge.is_some());
                 }
                 let _ = payload_view(KINDS[kind], &body);
+            }
+
+            /// Every adapter, signed correctly over an arbitrary body, with arbitrary other
+            /// headers (any bytes HTTP allows): a well-formed answer, never a panic.
+            #[test]
+            fn signed_requests_of_arbitrary_headers_and_bodies_get_a_well_formed_answer(
+                kind in 0..4usize,
+                pairs in proptest::collection::vec((0..NAMES.len(), raw_value()), 0..8),
+                body in body(),
+                t in 1_000u64..4_000_000_000,
+                id in proptest::collection::vec(any::<u8>(), 0..300),
+            ) {
+                let kind = KINDS[kind];
+                let mut h = HeaderMap::new();
+                for (i, v) in &pairs {
+                    h.insert(NAMES[i % NAMES.len()], v.clone());
+                }
+                let id = HeaderValue::from_bytes(&id).unwrap_or_else(|_| HeaderValue::from_static("d"));
+                let ts = t.to_string();
+                match kind {
+                    AdapterKind::Github => {
+                        h.insert("x-hub-signature-256", HeaderValue::from_str(&format!("sha256={}", sign(b"k", &[&body]))).map_err(|e| TestCaseError::fail(e.to_string()))?);
+                        h.insert("x-github-delivery", id);
+                    }
+                    AdapterKind::Generic => {
+                        h.insert("x-tollgate-delivery", id);
+                        let text = |name: &str| header(&h, name).unwrap_or("").to_string();
+                        let prefix = generic_signed_prefix(&ts, &text("x-tollgate-delivery"), &text("x-tollgate-tenant"), &text("x-tollgate-scope"));
+                        let sig = format!("t={ts},v1={}", sign(b"k", &[prefix.as_bytes(), &body]));
+                        h.insert("x-tollgate-signature", HeaderValue::from_str(&sig).map_err(|e| TestCaseError::fail(e.to_string()))?);
+                    }
+                    AdapterKind::SlackEvents | AdapterKind::SlackCommands => {
+                        let base = format!("v0:{ts}:");
+                        h.insert("x-slack-signature", HeaderValue::from_str(&format!("v0={}", sign(b"k", &[base.as_bytes(), &body]))).map_err(|e| TestCaseError::fail(e.to_string()))?);
+                        h.insert("x-slack-request-timestamp", HeaderValue::from_str(&ts).map_err(|e| TestCaseError::fail(e.to_string()))?);
+                    }
+                }
+                let result = verify(kind, b"k", &Policy::default(), &h, &body, t);
+                // Signed correctly: never refused as unsigned (a body or identity may be bad).
+                if let Err(refusal) = &result {
+                    prop_assert_eq!(refusal.status(), 400, "{:?}", refusal);
+                }
+                well_formed(kind, &result, &body)?;
+                let _ = payload_view(kind, &body);
             }
 
             #[test]

@@ -49,12 +49,15 @@ pub struct App {
     pub config: Config,
     pub me: ProcessIdentity,
     pub cwd: PathBuf,
-    /// The environment turns run with: serve's own, without the routes' secrets.
-    pub base_env: BTreeMap<String, String>,
+    /// The environment turns run with: serve's own (every variable, whatever its bytes), without
+    /// the routes' secrets nor any variable holding one.
+    pub base_env: crate::argv::Env,
     /// Serialises this process's submits (and runner reaping, see the watcher).
     pub spawn_lock: Arc<Mutex<()>>,
     /// Admitted deliveries between the gate and the watcher (shutdown waits for them).
     pub dispatching: AtomicUsize,
+    /// Starts parked rows by itself, and retries a runner that could not be spawned.
+    pub starter: super::starter::Starter,
 }
 
 /// The most bytes of one payload field put into a turn's environment (`[route.env]`).
@@ -427,14 +430,18 @@ async fn accepted(
         route: route.table.path.clone(),
     };
     let mut env = app.base_env.clone();
-    env.extend(route_env(route, &payload));
+    env.extend(
+        route_env(route, &payload)
+            .into_iter()
+            .map(|(name, value)| (name.into(), value.into())),
+    );
     if let Some(event) = &verified.event {
-        env.insert("TOLLGATE_EVENT_TYPE".into(), event.clone());
+        env.insert("TOLLGATE_EVENT_TYPE".into(), event.clone().into());
     }
-    env.insert("TOLLGATE_DELIVERY".into(), meta.id.clone());
-    env.insert("TOLLGATE_EVENT_ID".into(), meta.identity.clone());
-    env.insert("TOLLGATE_ADAPTER".into(), meta.adapter.clone());
-    env.insert("TOLLGATE_TENANT".into(), meta.tenant.clone());
+    env.insert("TOLLGATE_DELIVERY".into(), meta.id.clone().into());
+    env.insert("TOLLGATE_EVENT_ID".into(), meta.identity.clone().into());
+    env.insert("TOLLGATE_ADAPTER".into(), meta.adapter.clone().into());
+    env.insert("TOLLGATE_TENANT".into(), meta.tenant.clone().into());
     // Everything that does not need the queue is prepared here, off the committer's thread.
     let pending = Pending::new(
         route,

@@ -134,10 +134,15 @@ pub fn run(
     })?;
     let secrets = super::secret_variables(&config);
     let base_env = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .filter(|(k, _)| !secrets.contains(k))
         .collect();
     let (accept, accept_worker) = super::accept::channel();
+    let starter =
+        super::starter::Starter::start(home.clone(), config.clone(), me, Arc::clone(&spawn_lock))
+            .map_err(|source| ServeError::Io {
+            what: "starting the starter of parked rows".into(),
+            source,
+        })?;
     let app = Arc::new(App {
         settings,
         gate,
@@ -153,6 +158,7 @@ pub fn run(
         base_env,
         spawn_lock,
         dispatching: AtomicUsize::new(0),
+        starter,
     });
     let restored = super::accept::restore_payloads(&app);
     if restored > 0 {
@@ -386,6 +392,11 @@ async fn serve(app: Arc<App>, on_listening: impl FnOnce(SocketAddr)) -> Result<u
     let _ = stop_tx.send(true);
     if let Err(e) = watcher_task.await {
         tracing::error!("the watcher ended badly: {e}");
+    }
+    // No new runner from here on: what is parked now is the next serve's (or a command's).
+    {
+        let app = Arc::clone(&app);
+        let _ = tokio::task::spawn_blocking(move || app.starter.stop()).await;
     }
     // One last look, so what ended during the drain's last poll period is not handed off.
     {

@@ -15,6 +15,7 @@
 //! - `conn`: the accept loop and each connection: cap, timeouts, EMFILE back-off
 //! - `conn_config`: the `[serve]` keys of connections and the log (`src/config/conn.rs`)
 //! - `lifecycle`: single instance per home, re-adoption at start, drain and hand-off at shutdown
+//! - `starter`: starts parked rows on free slots by itself, retrying a failed runner spawn
 
 /// The connection and log keys of `[serve]`, declared in [`crate::config::conn`].
 pub use crate::config::conn as conn_config;
@@ -42,6 +43,8 @@ mod metrics;
 mod refused;
 #[cfg(feature = "serve")]
 mod settings;
+#[cfg(feature = "serve")]
+mod starter;
 #[cfg(feature = "serve")]
 mod state;
 #[cfg(feature = "serve")]
@@ -73,33 +76,44 @@ fn runtime_for(
                 executable: None,
                 settle: None,
             },
-            remove_env: secret_variables(config)
-                .into_iter()
-                .map(std::ffi::OsString::from)
-                .collect(),
+            remove_env: secret_variables(config).into_iter().collect(),
         }),
         liveness: crate::process::ProcLiveness,
     }
 }
 
-/// The variables no process `serve` starts may inherit: every route's `secret_env`, and any other
-/// variable of this process holding the same (non-empty) value, so a secret exported under two
-/// names does not leak through the second.
+/// The variables no process `serve` starts may inherit, and no turn's stored environment holds:
+/// every route's `secret_env`, and any other variable of this process whose value *contains* one
+/// of their (non-empty) values, so a secret exported under a second name, or inside a longer
+/// value (`AUTH="Bearer <secret>"`), does not leak through it.
 #[cfg(feature = "serve")]
 pub(crate) fn secret_variables(
     config: &crate::config::Config,
-) -> std::collections::BTreeSet<String> {
-    let mut names: std::collections::BTreeSet<String> =
-        config.routes.iter().map(|r| r.secret_env.clone()).collect();
-    let values: Vec<std::ffi::OsString> = names
+) -> std::collections::BTreeSet<std::ffi::OsString> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut names: std::collections::BTreeSet<std::ffi::OsString> = config
+        .routes
+        .iter()
+        .map(|r| std::ffi::OsString::from(&r.secret_env))
+        .collect();
+    let secrets: Vec<std::ffi::OsString> = names
         .iter()
         .filter_map(std::env::var_os)
         .filter(|v| !v.is_empty())
         .collect();
     for (name, value) in std::env::vars_os() {
-        if values.contains(&value) {
-            names.insert(name.to_string_lossy().into_owned());
+        if secrets
+            .iter()
+            .any(|secret| contains(value.as_bytes(), secret.as_bytes()))
+        {
+            names.insert(name);
         }
     }
     names
+}
+
+/// Whether `needle` (non-empty) occurs in `haystack`.
+#[cfg(feature = "serve")]
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
 }

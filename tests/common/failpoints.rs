@@ -43,3 +43,19 @@ pub fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// The record of `key` in `home` once it has an outcome (waited for as [`wait_until`] does).
+pub fn settled(
+    home: &Path,
+    key: &tollgate::protocol::slots::TurnKey,
+) -> tollgate::tasks::TurnRecord {
+    let view = tollgate::home::Home::at(home);
+    let mut turn = None;
+    wait_until(&format!("{key} to be settled"), || {
+        turn = tollgate::tasks::load_turn(&view, key)
+            .expect("turn record")
+            .filter(|t| t.is_settled());
+        turn.is_some()
+    });
+    turn.expect("settled")
+}

@@ -7,6 +7,7 @@ pub mod fifo;
 pub mod http;
 pub mod postgres;
 pub mod queue_shapes;
+pub mod rlimit;
 pub mod store_contract;
 pub mod storm;
 
@@ -83,6 +84,36 @@ pub fn tollgate(home: &Path, args: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .expect("run tollgate")
+}
+
+/// Runs `tollgate --home HOME ARGS…` and fails the test if it has not ended within `bound` (the
+/// child is killed then): what a command that would hang on a hostile file gets. Polls the
+/// child's exit status: observable state, not a timing guess.
+pub fn tollgate_within(home: &Path, args: &[&str], bound: std::time::Duration) -> Output {
+    let mut child = Command::new(BIN)
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tollgate");
+    let deadline = std::time::Instant::now() + bound;
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            return child.wait_with_output().expect("collect output");
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("collect output");
+            panic!(
+                "tollgate {args:?} did not end within {bound:?}\n{}",
+                describe(&out)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 /// Exit status and both outputs, for assertion messages.

@@ -203,7 +203,20 @@ pub fn request(
     headers: &[(&str, String)],
     body: &[u8],
 ) -> Response {
-    let mut stream = TcpStream::connect(addr).unwrap();
+    let stream = TcpStream::connect(addr).unwrap();
+    request_on(stream, addr, method, path, headers, body)
+}
+
+/// [`request`] on a connection already open (one a test made before serve ran out of
+/// descriptors).
+pub fn request_on(
+    mut stream: TcpStream,
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> Response {
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();

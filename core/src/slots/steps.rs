@@ -1001,8 +1001,15 @@ impl CancelSelection<'_> {
 pub struct CancelEffect {
     /// Rows nobody ran: they left the queue; the shell ends their turns as cancelled.
     pub removed: Vec<TurnKey>,
-    /// Live executors to ask to stop (SIGTERM); each records the cancellation and leaves itself.
+    /// Live executors to ask to stop (SIGTERM): the recorded runner of the turn (a detached
+    /// runner, or an attached submitter running the command in its foreground); each records the
+    /// cancellation and leaves itself.
     pub signal: Vec<(TurnKey, ProcessIdentity)>,
+    /// Rows a live dispatcher is handing off (a submit, `resume`, reconcile or a finishing runner
+    /// that reserved it, or its spawned runner before its take-over): the request is recorded on
+    /// the row and nobody is signalled, since the dispatcher is not the turn's executor; the
+    /// runner it starts finds the request at its take-over and runs nothing (S13).
+    pub recorded: Vec<TurnKey>,
     /// Works of dead runners that may still be alive: kill them, then cancel again; their rows
     /// stay (and keep their slots) until the work is seen gone.
     pub kill: Vec<WorkRecord>,
@@ -1015,11 +1022,13 @@ impl CancelEffect {
     }
 }
 
-/// The cancel section. A row with a live executor (runner, acting holder, or bound child) is
-/// signalled and keeps the request durably (`cancel_requested`: a runner that has not started the
-/// command yet honours it at its take-over); a row whose dead runner's work may be alive stays
-/// while that work is killed; every other selected row leaves with its runner record and its
-/// (gone) works.
+/// The cancel section. A row whose turn has a live recorded runner (its executor) is signalled
+/// and keeps the request durably (`cancel_requested`); a row some other live process acts for
+/// (a dispatcher mid-handoff, or the runner it spawned, bound but not yet recorded) keeps the
+/// request and is signalled to nobody: the dispatcher is not the executor, and the runner honours
+/// the request at its take-over (S13); a row whose dead runner's work may be alive stays while
+/// that work is killed; every other selected row leaves with its runner record and its (gone)
+/// works.
 pub fn cancel<L: Liveness>(
     state: &mut QueueState,
     selection: CancelSelection<'_>,
@@ -1035,15 +1044,16 @@ pub fn cancel<L: Liveness>(
         .cloned()
         .collect();
     for entry in state.entries.iter().filter(|e| selection.selects(&e.key)) {
-        let executor = live_runner_for_turn(state, &entry.key, liveness)
-            .or_else(|| acting_queue_holder(entry).filter(|h| liveness.is_live(h)));
+        let dispatcher = acting_queue_holder(entry).filter(|h| liveness.is_live(h));
         let bound_child = entry
             .slot_reservation
             .as_ref()
             .and_then(|r| r.child)
             .filter(|c| liveness.is_live(c));
-        if let Some(identity) = executor.or(bound_child) {
-            effect.signal.push((entry.key.clone(), identity));
+        if let Some(executor) = live_runner_for_turn(state, &entry.key, liveness) {
+            effect.signal.push((entry.key.clone(), executor));
+        } else if dispatcher.or(bound_child).is_some() {
+            effect.recorded.push(entry.key.clone());
         } else if !effect.kill.iter().any(|w| w.key == entry.key) {
             effect.removed.push(entry.key.clone());
         }

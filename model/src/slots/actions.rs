@@ -173,6 +173,7 @@ impl Model for SlotModel {
             Property::always(names::S10, s10_strategies),
             Property::always(names::S11, s11_ended_never_runs),
             Property::always(names::S12, s12_cancelled_never_completed),
+            Property::always(names::S13, s13_cancel_signals_only_executors),
             Property::always(names::CORE, core_accepts_shell_calls),
         ];
         // The examples each configuration must reach: those its shape makes possible.

@@ -6,7 +6,7 @@
 
 use super::broken::{
     enqueue_dropped, keep_superseded, release_even_after_bind, restore_cancelled_rows,
-    take_over_unconditionally, VariantRules,
+    signal_dispatchers_too, take_over_unconditionally, VariantRules,
 };
 use super::config::{Variant, LATE_MILLIS};
 use super::state::{event, turn_bit, violation, Pc, ProcKind, ProcTable, SlotState, Then, Work};
@@ -362,14 +362,22 @@ impl SlotModel {
         let before = st.queue.clone();
         let task = SlotModel::first_task();
         let (procs, works) = (st.procs.clone(), st.works.clone());
-        let effect = cancel(
-            &mut st.queue,
-            CancelSelection::Task(&task),
-            &ProcTable {
-                procs: &procs,
-                works: &works,
-            },
-        );
+        let table = ProcTable {
+            procs: &procs,
+            works: &works,
+        };
+        let mut effect = cancel(&mut st.queue, CancelSelection::Task(&task), &table);
+        if self.cfg.variant == Variant::CancelSignalsDispatchers {
+            signal_dispatchers_too(&before, &mut effect, &table);
+        }
+        // S13: whom the driver would signal is the turn's executor, never a dispatcher.
+        if effect
+            .signal
+            .iter()
+            .any(|(key, id)| !st.may_be_signalled_for(id, key))
+        {
+            st.violations |= violation::SIGNALLED_DISPATCHER;
+        }
         for key in &effect.removed {
             st.events |= event::CANCEL_REMOVED;
             st.ended |= turn_bit(key);
@@ -383,7 +391,8 @@ impl SlotModel {
             restore_cancelled_rows(&mut st.queue, &before, &effect.removed);
         }
         // The signalled executors record the cancellation and leave by the normal finishing
-        // path; in the model they run on to their end, which is the same path.
+        // path; in the model they run on to their end, which is the same path. The dispatchers
+        // of the recorded rows go on with their handoffs; their runners honour the request.
         if effect.again() {
             st.events |= event::CANCEL_KILL;
             st.roles[role].pc = Pc::Kill {

@@ -4,10 +4,10 @@
 
 use super::config::Variant;
 use std::collections::BTreeSet;
-use tollgate_core::slots::steps::{Handoff, SubmitDecision, TakeOverEffect};
+use tollgate_core::slots::steps::{CancelEffect, Handoff, SubmitDecision, TakeOverEffect};
 use tollgate_core::slots::{
-    enqueue, park, Liveness, ProcessIdentity, ProductionRules, QueueState, Reserving, RowState,
-    SlotError, SlotRules, SlotToken, TurnKey, WorkId, WorkRecord,
+    acting_queue_holder, enqueue, park, Liveness, ProcessIdentity, ProductionRules, QueueState,
+    Reserving, RowState, SlotError, SlotRules, SlotToken, TurnKey, WorkId, WorkRecord,
 };
 
 /// The rules the model passes to the core's `_with` entry points: production's own
@@ -166,6 +166,33 @@ pub(super) fn restore_cancelled_rows(
                 .position(|e| e.queue_id > row.queue_id)
                 .unwrap_or(state.entries.len());
             state.entries.insert(at, row.clone());
+        }
+    }
+}
+
+/// CancelSignalsDispatchers, after the production cancel recorded the request on rows being
+/// handed off: the live process acting for each such row (its dispatcher, else its bound child)
+/// is signalled too, as the step did before S13.
+pub(super) fn signal_dispatchers_too(
+    before: &QueueState,
+    effect: &mut CancelEffect,
+    liveness: &impl Liveness,
+) {
+    for key in &effect.recorded {
+        let Some(row) = before.row(key) else {
+            continue;
+        };
+        // BUG: the row's acting holder is taken for its executor.
+        let holder = acting_queue_holder(row)
+            .filter(|h| liveness.is_live(h))
+            .or_else(|| {
+                row.slot_reservation
+                    .as_ref()
+                    .and_then(|r| r.child)
+                    .filter(|c| liveness.is_live(c))
+            });
+        if let Some(holder) = holder {
+            effect.signal.push((key.clone(), holder));
         }
     }
 }

@@ -55,10 +55,15 @@ pub enum Variant {
     /// The attached start is given a strategy without a running limit: a foreground turn runs
     /// beside a running turn of a `concurrent=1` task (breaks S10).
     AttachedIgnoresStrategy,
+    /// Cancel also signals the live process that acts for a row being handed off (the
+    /// dispatcher that reserved it, or its spawned runner before it is recorded), as the step
+    /// did before S13: a submitter, reconciler or finishing runner is killed mid-handoff (breaks
+    /// S13).
+    CancelSignalsDispatchers,
 }
 
 impl Variant {
-    pub const BROKEN: [Variant; 12] = [
+    pub const BROKEN: [Variant; 13] = [
         Variant::OccupancyPerReserverPid,
         Variant::ExcludeDropsReservations,
         Variant::ReconcileExcludesItself,
@@ -71,6 +76,7 @@ impl Variant {
         Variant::CancelLeavesRow,
         Variant::CancelledAfterCompletion,
         Variant::AttachedIgnoresStrategy,
+        Variant::CancelSignalsDispatchers,
     ];
 }
 

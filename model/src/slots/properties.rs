@@ -1,4 +1,4 @@
-//! Ground truth the properties compare the core against, and the properties S1-S11 themselves.
+//! Ground truth the properties compare the core against, and the properties S1-S13 themselves.
 
 use super::render::token_number;
 use super::state::*;
@@ -16,6 +16,26 @@ impl SlotState {
     /// Live works of `key`, whoever started them and whatever became of their runner.
     pub fn works_of(&self, key: &TurnKey) -> usize {
         self.works.iter().filter(|w| &w.key == key).count()
+    }
+
+    /// Whether `id` may receive a cancel's SIGTERM for `key`: it is no live process (the driver
+    /// checks the identity before it signals, so nothing is sent), or a role of its process is
+    /// the runner of `key` from its take-over to its finish (a detached runner, or an attached
+    /// submitter running the command itself). A dispatcher handing `key` off is neither.
+    pub fn may_be_signalled_for(&self, id: &ProcessIdentity, key: &TurnKey) -> bool {
+        let Some(proc) = self.procs.iter().position(|p| p.alive && p.id == *id) else {
+            return true;
+        };
+        self.roles.iter().any(|role| {
+            usize::from(role.proc) == proc
+                && match &role.pc {
+                    Pc::TakeOver { key: k, .. }
+                    | Pc::StartWork { key: k, .. }
+                    | Pc::Running { key: k, .. }
+                    | Pc::Written { key: k, .. } => k == key,
+                    _ => false,
+                }
+        })
     }
 
     /// No process can act: every model and unrelated process has stopped and the last reconcile
@@ -149,6 +169,12 @@ pub(super) fn s12_cancelled_never_completed(_: &SlotModel, st: &SlotState) -> bo
     st.cancelled & st.ran == 0
 }
 
+/// S13: a cancel signals only the executor of the turn it cancels, never a dispatcher handing
+/// the row off (checked on every cancel section, [`SlotState::may_be_signalled_for`]).
+pub(super) fn s13_cancel_signals_only_executors(_: &SlotModel, st: &SlotState) -> bool {
+    st.violations & violation::SIGNALLED_DISPATCHER == 0
+}
+
 pub(super) fn core_accepts_shell_calls(_: &SlotModel, st: &SlotState) -> bool {
     st.violations & violation::CORE_ERROR == 0
 }
@@ -167,6 +193,7 @@ pub mod names {
     pub const S10: &str = "S10 strategies hold on submit";
     pub const S11: &str = "S11 an ended turn never runs again";
     pub const S12: &str = "S12 a cancelled turn never completed its work";
+    pub const S13: &str = "S13 cancel signals only executors";
     pub const CORE: &str = "core accepts every call the shell makes";
     pub const ACQUIRED: &str = "submit: spawn";
     pub const SATURATED: &str = "submit: park (saturated)";

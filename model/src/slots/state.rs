@@ -193,6 +193,9 @@ pub mod violation {
     /// A turn that had ended (ran, superseded, dropped, cancelled) started a work again, or got a
     /// slot reserved for a runner (S11).
     pub const ENDED_RAN: u16 = 1 << 7;
+    /// A cancel signalled a live process that is not the executor of the turn it cancels: a
+    /// dispatcher handing the row off (S13).
+    pub const SIGNALLED_DISPATCHER: u16 = 1 << 8;
 }
 
 /// The whole model state. `queue` is the real `QueueState`, so a replay can compare it with the

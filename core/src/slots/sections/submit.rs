@@ -132,7 +132,7 @@ pub(super) fn task_name(
     draft: &Draft<'_>,
     given: Option<&str>,
     fallback: &str,
-    argv: &[String],
+    argv: &[std::ffi::OsString],
     id: u64,
 ) -> Result<String, Unread> {
     if let Some(task) = given {

@@ -852,3 +852,59 @@ fn a_replaced_last_waiter_does_not_lower_the_new_rows_time() {
         state.check_structure().unwrap();
     }
 }
+
+/// S13: a row a dispatcher hands off (here a reconciler that adopted the parked row, between its
+/// spawn and its publishes, then its spawned runner before it is recorded) keeps the request and
+/// signals nobody; once the runner is recorded (the second publish), it is the one signalled.
+#[test]
+fn a_cancel_during_a_handoff_records_the_request_and_signals_nobody() {
+    let (mut state, mut world) = (QueueState::default(), World::default());
+    let key = TurnKey::new("job", 1);
+    let (submitter, reconciler, child) = (id(10), id(20), id(30));
+    world.live.insert(submitter);
+    // Parked: the submitter saw no free slot (cap 0).
+    let parked = submit_one(
+        &mut state,
+        &world,
+        &key,
+        submitter,
+        1,
+        0,
+        Strategy::default(),
+    );
+    assert_eq!(parked.effect, SubmitEffect::Park);
+    world.live.insert(reconciler);
+    let ReconcileEffect::Spawn { handoff, .. } =
+        reconcile_once(&mut state, &world, reconciler, 2, &BTreeSet::new())
+    else {
+        panic!("expected the reconciler to start the parked row")
+    };
+    let mid_spawn = cancel(&mut state, CancelSelection::Task("job"), &world);
+    assert_eq!(mid_spawn.signal, vec![], "the dispatcher is no executor");
+    assert_eq!(mid_spawn.recorded, vec![key.clone()]);
+    assert!(mid_spawn.removed.is_empty() && state.row(&key).unwrap().cancel_requested);
+    world.live.insert(child);
+    let bound = handoff_publish_first(&mut state, handoff, child).unwrap();
+    let bound_only = cancel(&mut state, CancelSelection::Task("job"), &world);
+    assert_eq!(bound_only.signal, vec![], "a bound child not recorded yet");
+    assert_eq!(bound_only.recorded, vec![key.clone()]);
+    // The row moved on (it carries the request): the second publish is fenced, and the
+    // child's own take-over records it as the runner, honouring the request.
+    assert!(handoff_publish_second(&mut state, bound).is_err());
+    let taken = runner_take_over(
+        &mut state,
+        TakeOverInput {
+            key: &key,
+            token: token(2),
+            me: child,
+            settled: false,
+            cgroup: None,
+            liveness: &world,
+        },
+    )
+    .unwrap();
+    assert_eq!(taken, TakeOverEffect::Cancelled);
+    let recorded = cancel(&mut state, CancelSelection::Task("job"), &world);
+    assert_eq!(recorded.signal, vec![(key.clone(), child)]);
+    assert!(recorded.recorded.is_empty());
+}

@@ -51,7 +51,7 @@ fn s12_holds_with_a_canceller_racing_runners_and_a_crash() {
     // space's, 32 911) it pins too.
     assert_eq!(
         checker.unique_state_count(),
-        13_140,
+        7_790,
         "{cfg}: the state space changed"
     );
 }

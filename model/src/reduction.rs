@@ -2,13 +2,15 @@
 //! without the reduction, put into the class its representative names.
 //!
 //! The checker run with `symmetry()` visits one state per class it meets and goes on from it
-//! alone. That is sound when the states of a class are interchangeable: each property says the
-//! same of all of them, and from each the same classes are reachable. On one configuration,
-//! [`classes`] shows both: it reaches every state the model can reach and counts their classes,
-//! which the reduced run must meet every one of (its unique state count equals [`Classes::classes`]),
-//! and it evaluates every property on every state, which must give one answer per class.
+//! alone. That is sound when the states of a class are interchangeable: each `always` property
+//! says the same of all of them, and from each the same classes are reachable. On one
+//! configuration, [`classes`] shows both: it reaches every state the model can reach and counts
+//! their classes, which the reduced run must meet every one of (its unique state count equals
+//! [`Classes::classes`]), and it evaluates every `always` property on every state, which must give
+//! one answer per class. (A representative may leave out what only the `sometimes` properties
+//! read; the examples are then judged by the transitions the model generated.)
 
-use stateright::{Model, Representative};
+use stateright::{Expectation, Model, Representative};
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -20,7 +22,8 @@ pub struct Classes {
     pub states: usize,
     /// Their classes (distinct representatives).
     pub classes: usize,
-    /// A property that says one thing of one state of a class and another of another, if any.
+    /// An `always` property that says one thing of one state of a class and another of another,
+    /// if any.
     pub split_by: Option<&'static str>,
 }
 
@@ -31,14 +34,18 @@ fn digest<T: Hash>(value: &T) -> u64 {
 }
 
 /// Explores every state of `model` (depth first, without reduction, at most `max_states`) and
-/// sorts them into the classes of their representatives. Panics past `max_states`: the bound
+/// sorts them into the classes of their representatives, evaluating every `always` property. Panics past `max_states`: the bound
 /// keeps a configuration too large for this check from eating the machine.
 pub fn classes<M>(model: &M, max_states: usize) -> Classes
 where
     M: Model,
     M::State: Hash + Representative,
 {
-    let properties = model.properties();
+    let properties: Vec<_> = model
+        .properties()
+        .into_iter()
+        .filter(|p| p.expectation == Expectation::Always)
+        .collect();
     let mut seen: HashSet<u64> = HashSet::new();
     let mut answers: HashMap<u64, Vec<bool>> = HashMap::new();
     let mut split_by = None;

@@ -96,16 +96,34 @@ pub use render::{describe_action, describe_queue, render_trail, short, token_num
 pub use state::{
     event, token_from_counter, violation, Pc, Proc, ProcKind, ProcTable, Role, SlotState, Then,
 };
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 pub use walk::{initial_state, random_walk};
 
 /// The model: a configuration; the state is [`SlotState`].
 #[derive(Clone, Debug)]
 pub struct SlotModel {
     pub cfg: SlotConfig,
+    /// The event bits of every state any transition of this model produced (shared by the
+    /// checker's threads and by clones): which examples the explored transitions reach.
+    events_generated: Arc<AtomicU32>,
 }
 
 impl SlotModel {
     pub fn new(cfg: SlotConfig) -> Self {
-        SlotModel { cfg }
+        SlotModel {
+            cfg,
+            events_generated: Arc::new(AtomicU32::new(0)),
+        }
+    }
+
+    /// Whether a transition generated so far reached the example (`sometimes` property) named
+    /// `name`. With the symmetry reduction this, not the checker's discoveries, says which
+    /// examples were reached: the canonical encoding leaves the event bits out, so the state a
+    /// new event first appears in may be merged into one without it, but the transition that
+    /// produced the event was generated all the same.
+    pub fn example_generated(&self, name: &str) -> bool {
+        let generated = self.events_generated.load(Ordering::Relaxed);
+        actions::example_event(name).is_some_and(|bit| generated & bit != 0)
     }
 }

@@ -80,6 +80,63 @@ fn model_check_refuses_an_option_of_another_model() {
     assert!(out.stdout.is_empty());
 }
 
+/// The unique state count `model check` printed.
+fn unique_states(stdout: &str) -> u64 {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("states explored: "))
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no state count: {stdout}"))
+}
+
+/// The slot model is checked with its symmetry reduction by default; `--no-symmetry` explores
+/// every state of the same configuration, more of them, with the same verdict.
+#[test]
+fn model_check_slots_reduces_by_symmetry_unless_told_not_to() {
+    let run = |extra: &[&str]| {
+        let out = tollgate()
+            .args([
+                "model",
+                "check",
+                "slots",
+                "--submitters",
+                "2",
+                "--turns",
+                "1",
+            ])
+            .args(["--cap", "1", "--no-crashes"])
+            .args(extra)
+            .output()
+            .expect("tollgate runs");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{stdout}");
+        assert!(stdout.contains("all properties hold"), "{stdout}");
+        stdout
+    };
+    let reduced = run(&[]);
+    let every = run(&["--no-symmetry"]);
+    assert!(reduced.contains("with symmetry reduction"), "{reduced}");
+    assert!(every.contains("without symmetry reduction"), "{every}");
+    assert!(
+        unique_states(&reduced) < unique_states(&every),
+        "{reduced}\n{every}"
+    );
+}
+
+/// `--no-symmetry` is the slot model's option: another model refuses it by name.
+#[test]
+fn model_check_refuses_no_symmetry_for_another_model() {
+    let out = tollgate()
+        .args(["model", "check", "execution", "--no-symmetry"])
+        .output()
+        .expect("tollgate runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--no-symmetry"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
+
 #[test]
 fn model_check_rejects_a_bad_size() {
     let out = tollgate()

@@ -1,8 +1,9 @@
 //! Exhaustive checks of the admission model (`model/src/admission.rs`), which drives the core's
 //! admission steps (`core/src/admission/steps.rs`) in serve's order: one small configuration per
 //! strategy, serve crashing at every step of the accept sequence and restarting, the withdraw
-//! path and the detach timeout; and the teeth: each deliberately broken variant must be caught
-//! with a counterexample for the invariant it breaks. Each configuration's unique state count is
+//! path and the detach timeout; and the teeth: every property has a deliberately broken variant
+//! under which the checker must find that property broken (an `always`, A1-A5) or never reach it
+//! (a `sometimes` example), by name. Each configuration's unique state count is
 //! pinned (a changed state space shows up in review as a changed number). Larger configurations
 //! run with `TOLLGATE_MODEL_FULL=1`.
 #![cfg(feature = "model-check")]
@@ -10,7 +11,9 @@
 use stateright::{Checker, HasDiscoveries, Model};
 use std::collections::BTreeSet;
 use std::time::Instant;
-use tollgate::model::admission::{describe, AdmissionConfig, AdmissionModel, EventSpec, Variant};
+use tollgate::model::admission::{
+    describe, names, AdmissionConfig, AdmissionModel, EventSpec, Variant,
+};
 use tollgate::protocol::admission::Strategy;
 
 /// Checks `cfg` exhaustively and pins its unique state count (CI configurations).
@@ -56,21 +59,36 @@ fn drop_max2_tenant1() {
     check(small(2, 1, Strategy::Drop), 49_021);
 }
 
+/// The configurations CI checks (the tests above), for the teeth guard's property lists.
+fn ci_configs() -> Vec<AdmissionConfig> {
+    vec![
+        small(2, 1, Strategy::Drop),
+        queue_with_a_sync_delivery(),
+        small(2, 1, Strategy::Debounce { quiet_millis: 2 }),
+        small(2, 1, Strategy::Concurrent { max: 1 }),
+        two_scopes_with_a_sync(),
+        crash_and_restart_queue(),
+        crash_and_restart_concurrent1(),
+        withdraw_and_timeout(),
+    ]
+}
+
+/// Supersession under queue needs three admitted at once (running, parked, the newcomer), and a
+/// queue scope retains at most two deferred deliveries, so the cap alone never bites there: the
+/// third is a sync delivery (uncapped), while the tenant ceiling refuses ev2 until ev0 ends. (The
+/// duplicate refused at the cap is covered by the other strategies; here every event is delivered
+/// at most twice to keep the run short.)
+fn queue_with_a_sync_delivery() -> AdmissionConfig {
+    AdmissionConfig::new(2, 1, vec![Strategy::Queue])
+        .event(EventSpec::deferred(0, 0, 2))
+        .event(EventSpec::deferred(1, 0, 1))
+        .event(EventSpec::deferred(0, 0, 2))
+        .event(EventSpec::deferred(0, 0, 1).sync())
+}
+
 #[test]
 fn queue_max2_tenant1_with_a_sync_delivery() {
-    // Supersession under queue needs three admitted at once (running, parked, the newcomer), and
-    // a queue scope retains at most two deferred deliveries, so the cap alone never bites there:
-    // the third is a sync delivery (uncapped), while the tenant ceiling refuses ev2 until ev0 ends.
-    // (The duplicate refused at the cap is covered by the other strategies; here every event is
-    // delivered at most twice to keep the run short.)
-    check(
-        AdmissionConfig::new(2, 1, vec![Strategy::Queue])
-            .event(EventSpec::deferred(0, 0, 2))
-            .event(EventSpec::deferred(1, 0, 1))
-            .event(EventSpec::deferred(0, 0, 2))
-            .event(EventSpec::deferred(0, 0, 1).sync()),
-        242_123,
-    );
+    check(queue_with_a_sync_delivery(), 242_123);
 }
 
 #[test]
@@ -83,58 +101,62 @@ fn concurrent1_max2_tenant1() {
     check(small(2, 1, Strategy::Concurrent { max: 1 }), 68_715);
 }
 
+/// A sync delivery is not capped but is refused after shutdown; it shares the drop scope with
+/// deferred work (and can be dropped there), while tenant 0 spreads over both scopes.
+fn two_scopes_with_a_sync() -> AdmissionConfig {
+    AdmissionConfig::new(2, 1, vec![Strategy::Drop, Strategy::Concurrent { max: 1 }])
+        .event(EventSpec::deferred(0, 0, 2))
+        .event(EventSpec::deferred(1, 1, 1))
+        .event(EventSpec::deferred(0, 1, 2))
+        .event(EventSpec::deferred(1, 0, 1).sync())
+}
+
 #[test]
 fn two_scopes_with_a_sync_delivery() {
-    // A sync delivery is not capped but is refused after shutdown; it shares the drop scope with
-    // deferred work (and can be dropped there), while tenant 0 spreads over both scopes.
-    check(
-        AdmissionConfig::new(2, 1, vec![Strategy::Drop, Strategy::Concurrent { max: 1 }])
-            .event(EventSpec::deferred(0, 0, 2))
-            .event(EventSpec::deferred(1, 1, 1))
-            .event(EventSpec::deferred(0, 1, 2))
-            .event(EventSpec::deferred(1, 0, 1).sync()),
-        332_868,
-    );
+    check(two_scopes_with_a_sync(), 332_868);
 }
 
 /// Serve crashes at any step of the accept sequence (after the gate, after the durable turn,
 /// after the spawn) and restarts once: marks come back from the dedupe log and the turn records,
 /// every turn still in the queue is re-adopted, and a row a dead serve reserved is recovered.
 /// A3 across crashes: no acknowledged delivery ends without having run.
+fn crash_and_restart_queue() -> AdmissionConfig {
+    AdmissionConfig::new(2, 0, vec![Strategy::Queue])
+        .event(EventSpec::deferred(0, 0, 2))
+        .event(EventSpec::deferred(1, 0, 2))
+        .with_restarts(1)
+}
+
+fn crash_and_restart_concurrent1() -> AdmissionConfig {
+    AdmissionConfig::new(1, 0, vec![Strategy::Concurrent { max: 1 }])
+        .event(EventSpec::deferred(0, 0, 2))
+        .event(EventSpec::deferred(1, 0, 2))
+        .with_restarts(1)
+}
+
 #[test]
 fn crash_and_restart_queue_max2() {
-    check(
-        AdmissionConfig::new(2, 0, vec![Strategy::Queue])
-            .event(EventSpec::deferred(0, 0, 2))
-            .event(EventSpec::deferred(1, 0, 2))
-            .with_restarts(1),
-        87_134,
-    );
+    check(crash_and_restart_queue(), 87_134);
 }
 
 #[test]
 fn crash_and_restart_concurrent1_max1() {
-    check(
-        AdmissionConfig::new(1, 0, vec![Strategy::Concurrent { max: 1 }])
-            .event(EventSpec::deferred(0, 0, 2))
-            .event(EventSpec::deferred(1, 0, 2))
-            .with_restarts(1),
-        23_832,
-    );
+    check(crash_and_restart_concurrent1(), 23_832);
 }
 
 /// The withdraw path (a turn that cannot be created) and the detach timeout (a running turn
 /// cancelled for its deadline, the delivery timed-out only once the turn ended).
+fn withdraw_and_timeout() -> AdmissionConfig {
+    AdmissionConfig::new(2, 0, vec![Strategy::Drop])
+        .event(EventSpec::deferred(0, 0, 2))
+        .event(EventSpec::deferred(1, 0, 1))
+        .with_submit_failures()
+        .with_timeouts()
+}
+
 #[test]
 fn withdraw_and_timeout_drop_max2() {
-    check(
-        AdmissionConfig::new(2, 0, vec![Strategy::Drop])
-            .event(EventSpec::deferred(0, 0, 2))
-            .event(EventSpec::deferred(1, 0, 1))
-            .with_submit_failures()
-            .with_timeouts(),
-        4_385,
-    );
+    check(withdraw_and_timeout(), 4_385);
 }
 
 /// The larger configurations: two scopes, so the cap bites across scopes (a `queue` or `drop`
@@ -196,102 +218,211 @@ fn full_crash_and_restart_debounce_max2() {
 // Teeth.
 // ---------------------------------------------------------------------------------------------
 
-/// Checks `cfg` under `variant` until the property it breaks is violated, and fails unless the
-/// checker found that counterexample. Each teeth configuration is one the production core passes
-/// above, so the counterexample is the variant's doing.
-fn expect_caught(cfg: AdmissionConfig, variant: Variant) {
-    let broken: BTreeSet<&'static str> = variant.breaks().iter().copied().collect();
-    assert!(!broken.is_empty(), "{variant:?} is not a broken variant");
-    let cfg = cfg.with_variant(variant);
-    let started = Instant::now();
-    let model = AdmissionModel::new(cfg.clone());
-    let checker = AdmissionModel::new(cfg.clone())
-        .checker()
-        .finish_when(HasDiscoveries::AllOf(broken.clone()))
-        .spawn_dfs()
-        .join();
-    for property in broken {
-        let path = checker.discovery(property).unwrap_or_else(|| {
-            panic!("{variant:?}: the checker found no counterexample for {property:?} in {cfg}")
-        });
-        // The trail up to the first state that breaks the property (the checker reports the
-        // last violating state it reached, further along the same path).
-        let condition = model.property(property).condition;
-        let mut trail = path.into_vec();
-        let first_bad = trail
-            .iter()
-            .position(|(state, _)| !condition(&model, state))
-            .expect("a counterexample trail holds a violating state");
-        trail.truncate(first_bad + 1);
-        trail[first_bad].1 = None;
+/// One tooth: a broken variant in a configuration the production core passes above, the
+/// properties the checker must find broken, and the examples it must never reach.
+struct Tooth {
+    cfg: AdmissionConfig,
+    breaks: &'static [&'static str],
+    unreached: &'static [&'static str],
+}
+
+/// The teeth of `variant` (no wildcard: a new variant does not build without its teeth).
+fn teeth(variant: Variant) -> Vec<Tooth> {
+    let tooth = |cfg: AdmissionConfig, breaks, unreached| Tooth {
+        cfg: cfg.with_variant(variant),
+        breaks,
+        unreached,
+    };
+    match variant {
+        Variant::Production => Vec::new(),
+        // A rejected delivery is marked, so its retry is deduped away: never admitted; and a
+        // redelivery of an admitted one is a duplicate at once, never refused at the cap first.
+        Variant::MarkBeforeAdmit => vec![tooth(
+            small(2, 1, Strategy::Drop),
+            &[names::A2],
+            &[names::RETRY_ADMITTED, names::DUPLICATE_CONVERGES],
+        )],
+        // The released work is still retained by its scope, so A1 falls with A5.
+        Variant::ReleaseAtAck => vec![tooth(
+            small(2, 1, Strategy::Concurrent { max: 1 }),
+            &[names::A5, names::A1],
+            &[],
+        )],
+        Variant::AckAndDropAtCap => vec![tooth(small(2, 1, Strategy::Drop), &[names::A2], &[])],
+        Variant::UnboundedDebounce => vec![tooth(
+            small(2, 1, Strategy::Debounce { quiet_millis: 2 }),
+            &[names::A4],
+            &[names::SUPERSEDED],
+        )],
+        Variant::DrainRunningOnly => vec![tooth(small(2, 1, Strategy::Queue), &[names::A3], &[])],
+        Variant::SkipRecovery => vec![tooth(
+            crash_and_restart_queue(),
+            &[names::A3],
+            &[names::RECOVERED],
+        )],
+        Variant::WithdrawKeepsMark => vec![tooth(
+            withdraw_and_timeout(),
+            &[names::A2],
+            &[names::WITHDRAWN_RETRY],
+        )],
+        Variant::RefusesEverything => {
+            vec![tooth(small(2, 1, Strategy::Drop), &[], &[names::AT_REST])]
+        }
+        // ev0 and ev2 share tenant 0, whose ceiling is 1.
+        Variant::NoTenantCeiling => vec![tooth(
+            small(2, 1, Strategy::Concurrent { max: 1 }),
+            &[names::A1],
+            &[names::TENANT_CEILING],
+        )],
+        Variant::DrainHandsOffNothing => vec![tooth(
+            small(2, 1, Strategy::Queue),
+            &[names::A3],
+            &[names::HANDED_OFF],
+        )],
+        Variant::DropQueues => vec![tooth(small(2, 1, Strategy::Drop), &[], &[names::DROPPED])],
+        Variant::ParkedNeverStart => vec![
+            tooth(
+                small(2, 1, Strategy::Debounce { quiet_millis: 2 }),
+                &[],
+                &[names::DEBOUNCE_START],
+            ),
+            tooth(
+                small(2, 1, Strategy::Concurrent { max: 1 }),
+                &[],
+                &[names::LINE_START],
+            ),
+        ],
+        Variant::DeadlineNeverPasses => {
+            vec![tooth(withdraw_and_timeout(), &[], &[names::TIMED_OUT])]
+        }
+    }
+}
+
+/// Runs each tooth of `variant`: until every property in `breaks` has a counterexample (printing
+/// the trail up to its first violating state), and, if the tooth names examples, to completion,
+/// which must reach none of them.
+fn bites(variant: Variant) {
+    for Tooth {
+        cfg,
+        breaks,
+        unreached,
+    } in teeth(variant)
+    {
+        let started = Instant::now();
+        let model = AdmissionModel::new(cfg.clone());
+        let listed: BTreeSet<&str> = model.properties().iter().map(|p| p.name).collect();
+        for name in breaks.iter().chain(unreached) {
+            assert!(
+                listed.contains(name),
+                "{cfg}: \"{name}\" is not a property of it"
+            );
+        }
+        let builder = AdmissionModel::new(cfg.clone()).checker();
+        let checker = if unreached.is_empty() {
+            builder
+                .finish_when(HasDiscoveries::AllOf(breaks.iter().copied().collect()))
+                .spawn_dfs()
+                .join()
+        } else {
+            builder.spawn_dfs().join()
+        };
+        for &property in breaks {
+            let path = checker.discovery(property).unwrap_or_else(|| {
+                panic!("{variant:?}: the checker found no counterexample for {property:?} in {cfg}")
+            });
+            // The trail up to the first state that breaks the property (the checker reports the
+            // last violating state it reached, further along the same path).
+            let condition = model.property(property).condition;
+            let mut trail = path.into_vec();
+            let first_bad = trail
+                .iter()
+                .position(|(state, _)| !condition(&model, state))
+                .expect("a counterexample trail holds a violating state");
+            trail.truncate(first_bad + 1);
+            trail[first_bad].1 = None;
+            eprintln!("{property:?} broken:\n{}", describe(&model, &trail));
+        }
+        if !unreached.is_empty() {
+            assert!(checker.is_done(), "{cfg}: the check did not complete");
+        }
+        for &name in unreached {
+            if let Some(path) = checker.discovery(name) {
+                panic!(
+                    "{cfg}: the example {name:?} was reached although the variant rules it out:\n{}",
+                    describe(&model, &path.into_vec())
+                );
+            }
+        }
         tollgate::model::report(&format!(
-            "admission teeth: {variant:?} caught by {property:?} after {} unique states, {:.1?}",
+            "admission teeth: {variant:?} caught: broken {breaks:?}, never reached {unreached:?} \
+             ({} unique states, {:.1?})",
             checker.unique_state_count(),
             started.elapsed(),
         ));
-        eprintln!("trail:\n{}", describe(&model, &trail));
     }
 }
 
-#[test]
-fn teeth_mark_before_admit_is_caught() {
-    expect_caught(small(2, 1, Strategy::Drop), Variant::MarkBeforeAdmit);
+/// One `#[test]` per broken variant, and the list of the variants they cover.
+macro_rules! teeth_tests {
+    ($($test:ident => $variant:ident,)*) => {
+        $(
+            #[test]
+            fn $test() {
+                bites(Variant::$variant);
+            }
+        )*
+        const TESTED: &[Variant] = &[$(Variant::$variant),*];
+    };
 }
 
-#[test]
-fn teeth_release_at_ack_is_caught() {
-    expect_caught(
-        small(2, 1, Strategy::Concurrent { max: 1 }),
-        Variant::ReleaseAtAck,
-    );
+teeth_tests! {
+    teeth_mark_before_admit_breaks_a2 => MarkBeforeAdmit,
+    teeth_release_at_ack_breaks_a5_and_a1 => ReleaseAtAck,
+    teeth_ack_and_drop_at_cap_breaks_a2 => AckAndDropAtCap,
+    teeth_unbounded_debounce_waiter_breaks_a4 => UnboundedDebounce,
+    teeth_drain_of_running_work_only_breaks_a3 => DrainRunningOnly,
+    teeth_serve_recovery_skipped_breaks_a3 => SkipRecovery,
+    teeth_withdraw_that_keeps_the_mark_breaks_a2 => WithdrawKeepsMark,
+    teeth_a_gate_refusing_everything_never_rests_after_work => RefusesEverything,
+    teeth_no_tenant_ceiling_breaks_a1 => NoTenantCeiling,
+    teeth_a_drain_handing_off_nothing_breaks_a3 => DrainHandsOffNothing,
+    teeth_a_drop_scope_that_queues_drops_nothing => DropQueues,
+    teeth_parked_rows_that_never_start => ParkedNeverStart,
+    teeth_a_deadline_that_never_passes_times_nothing_out => DeadlineNeverPasses,
 }
 
+/// The guard: every property of the admission model (the union of the property lists of the CI
+/// configurations and of the teeth) has a tooth that names it, and every broken variant has its
+/// test above.
 #[test]
-fn teeth_ack_and_drop_at_cap_is_caught() {
-    expect_caught(small(2, 1, Strategy::Drop), Variant::AckAndDropAtCap);
-}
-
-#[test]
-fn teeth_unbounded_debounce_waiter_is_caught() {
-    expect_caught(
-        small(2, 1, Strategy::Debounce { quiet_millis: 2 }),
-        Variant::UnboundedDebounce,
-    );
-}
-
-#[test]
-fn teeth_drain_of_running_work_only_is_caught() {
-    expect_caught(small(2, 1, Strategy::Queue), Variant::DrainRunningOnly);
-}
-
-#[test]
-fn teeth_serve_recovery_skipped_is_caught() {
-    expect_caught(
-        AdmissionConfig::new(2, 0, vec![Strategy::Queue])
-            .event(EventSpec::deferred(0, 0, 2))
-            .event(EventSpec::deferred(1, 0, 2))
-            .with_restarts(1),
-        Variant::SkipRecovery,
-    );
-}
-
-#[test]
-fn teeth_withdraw_that_keeps_the_mark_is_caught() {
-    expect_caught(
-        AdmissionConfig::new(2, 0, vec![Strategy::Drop])
-            .event(EventSpec::deferred(0, 0, 2))
-            .event(EventSpec::deferred(1, 0, 1))
-            .with_submit_failures()
-            .with_timeouts(),
-        Variant::WithdrawKeepsMark,
-    );
-}
-
-#[test]
-fn every_broken_variant_has_a_test() {
-    // A variant added without a teeth test above would be checked by nothing.
-    assert_eq!(Variant::BROKEN.len(), 7);
+fn every_property_has_a_tooth() {
     for variant in Variant::BROKEN {
-        assert!(!variant.breaks().is_empty());
+        assert!(TESTED.contains(&variant), "{variant:?} has no teeth test");
+        assert!(!teeth(variant).is_empty(), "{variant:?} has no tooth");
     }
+    let mut listed: BTreeSet<&'static str> = BTreeSet::new();
+    let configs = ci_configs().into_iter().chain(
+        Variant::BROKEN
+            .into_iter()
+            .flat_map(|v| teeth(v).into_iter().map(|t| t.cfg)),
+    );
+    for cfg in configs {
+        listed.extend(AdmissionModel::new(cfg).properties().iter().map(|p| p.name));
+    }
+    let bitten: BTreeSet<&'static str> = Variant::BROKEN
+        .into_iter()
+        .flat_map(teeth)
+        .flat_map(|t| {
+            t.breaks
+                .iter()
+                .chain(t.unreached)
+                .copied()
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let toothless: Vec<&str> = listed.difference(&bitten).copied().collect();
+    assert!(
+        toothless.is_empty(),
+        "properties without a tooth: {toothless:?}"
+    );
 }

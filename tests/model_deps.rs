@@ -1,9 +1,11 @@
 //! The dependencies-and-retries model (`model/src/slots/deps.rs`) checked exhaustively against
-//! the production core's steps (R1..R3, spec/invariants.md), and its teeth: each broken variant
-//! must be rejected with a counterexample for the property it breaks.
+//! the production core's steps (R1..R3, spec/invariants.md), and its teeth: every property has a
+//! broken variant under which the checker must find it broken (an `always`) or never reach it (a
+//! `sometimes` example), by name.
 #![cfg(feature = "model-check")]
 
 use stateright::{Checker, Expectation, Model};
+use std::collections::BTreeSet;
 use std::time::Instant;
 use tollgate::model::slots::deps::{names, DepsConfig, DepsModel, DepsVariant};
 
@@ -51,18 +53,12 @@ fn check(cfg: DepsConfig, unique_states: usize) {
     );
 }
 
-fn expect_counterexample(cfg: DepsConfig, property: &'static str) {
-    let checker = DepsModel::new(cfg.clone()).checker().spawn_bfs().join();
-    let path = checker.discovery(property).unwrap_or_else(|| {
-        panic!(
-            "{cfg}: the broken variant was not caught by \"{property}\" ({} states)",
-            checker.unique_state_count()
-        )
-    });
-    tollgate::model::report(&format!(
-        "deps model {cfg}: \"{property}\" fails as it must: {:?}",
-        path.into_actions()
-    ));
+/// Every configuration CI checks.
+fn ci_configs() -> Vec<DepsConfig> {
+    vec![
+        cfg(2, 1, DepsVariant::Production),
+        cfg(3, 2, DepsVariant::Production),
+    ]
 }
 
 // The counts fell (307 and 2 076 before) when a turn settled dependency-failed at its submit
@@ -78,17 +74,138 @@ fn r_three_attempts_two_crashes() {
     check(cfg(3, 2, DepsVariant::Production), 2_040);
 }
 
-#[test]
-fn teeth_ignoring_dependencies_breaks_r1() {
-    expect_counterexample(cfg(2, 0, DepsVariant::IgnoreDependencies), names::R1);
+// ---------------------------------------------------------------------------------------------
+// Teeth.
+// ---------------------------------------------------------------------------------------------
+
+/// One tooth: a broken variant in a configuration the production core passes above, the
+/// properties the checker must find broken, and the examples it must never reach.
+struct Tooth {
+    cfg: DepsConfig,
+    breaks: &'static [&'static str],
+    unreached: &'static [&'static str],
 }
 
-#[test]
-fn teeth_settling_no_dependent_breaks_r2() {
-    expect_counterexample(cfg(1, 0, DepsVariant::NoSettleOnFailure), names::R2);
+/// The teeth of `variant` (no wildcard: a new variant does not build without its teeth).
+fn teeth(variant: DepsVariant) -> Vec<Tooth> {
+    let tooth = |attempts, crashes, breaks, unreached| Tooth {
+        cfg: cfg(attempts, crashes, variant),
+        breaks,
+        unreached,
+    };
+    match variant {
+        DepsVariant::Production => Vec::new(),
+        DepsVariant::IgnoreDependencies => vec![tooth(2, 0, &[names::R1], &[])],
+        DepsVariant::RequeueAfterCommit => vec![tooth(2, 1, &[names::R3], &[])],
+        DepsVariant::NoSettleOnFailure => vec![tooth(1, 0, &[names::R2], &[])],
+        DepsVariant::FailureCountsAsSuccess => {
+            vec![tooth(1, 0, &[names::R2], &[names::DEPENDENCY_FAILED])]
+        }
+        // The finish that failed died after writing the retry's record; reconcile's departure
+        // writes another.
+        DepsVariant::RetryNotReused => vec![tooth(2, 1, &[names::R3], &[])],
+        DepsVariant::NoRetry => vec![tooth(2, 0, &[names::R3], &[names::RETRIED_SUCCESS])],
+        DepsVariant::FinishesAsAnotherProcess => vec![tooth(1, 0, &[names::CORE], &[])],
+    }
 }
 
+/// Runs each tooth of `variant` to completion: every property in `breaks` must have a
+/// counterexample and no example in `unreached` may be reached.
+fn bites(variant: DepsVariant) {
+    for Tooth {
+        cfg,
+        breaks,
+        unreached,
+    } in teeth(variant)
+    {
+        let model = DepsModel::new(cfg.clone());
+        let listed: BTreeSet<&str> = model.properties().iter().map(|p| p.name).collect();
+        for name in breaks.iter().chain(unreached) {
+            assert!(
+                listed.contains(name),
+                "{cfg}: \"{name}\" is not a property of it"
+            );
+        }
+        let checker = model.checker().spawn_bfs().join();
+        assert!(checker.is_done(), "{cfg}: the check did not complete");
+        for name in breaks {
+            let path = checker.discovery(name).unwrap_or_else(|| {
+                panic!(
+                    "{cfg}: the broken variant was not caught by \"{name}\" ({} states)",
+                    checker.unique_state_count()
+                )
+            });
+            tollgate::model::report(&format!(
+                "deps model {cfg}: \"{name}\" fails as it must: {:?}",
+                path.into_actions()
+            ));
+        }
+        for name in unreached {
+            if let Some(path) = checker.discovery(name) {
+                panic!(
+                    "{cfg}: the example \"{name}\" was reached although the variant rules it out: \
+                     {:?}",
+                    path.into_actions()
+                );
+            }
+        }
+    }
+}
+
+/// One `#[test]` per broken variant, and the list of the variants they cover.
+macro_rules! teeth_tests {
+    ($($test:ident => $variant:ident,)*) => {
+        $(
+            #[test]
+            fn $test() {
+                bites(DepsVariant::$variant);
+            }
+        )*
+        const TESTED: &[DepsVariant] = &[$(DepsVariant::$variant),*];
+    };
+}
+
+teeth_tests! {
+    teeth_ignoring_dependencies_breaks_r1 => IgnoreDependencies,
+    teeth_requeueing_after_the_commit_breaks_r3 => RequeueAfterCommit,
+    teeth_settling_no_dependent_breaks_r2 => NoSettleOnFailure,
+    teeth_a_failure_read_as_a_success_breaks_r2 => FailureCountsAsSuccess,
+    teeth_a_retry_record_not_reused_breaks_r3 => RetryNotReused,
+    teeth_no_retry_breaks_r3 => NoRetry,
+    teeth_a_finish_by_another_process_breaks_core => FinishesAsAnotherProcess,
+}
+
+/// The guard: every property of the deps model has a tooth that names it, and every broken
+/// variant has its test above.
 #[test]
-fn teeth_requeueing_after_the_commit_breaks_r3() {
-    expect_counterexample(cfg(2, 1, DepsVariant::RequeueAfterCommit), names::R3);
+fn every_property_has_a_tooth() {
+    for variant in DepsVariant::BROKEN {
+        assert!(TESTED.contains(&variant), "{variant:?} has no teeth test");
+        assert!(!teeth(variant).is_empty(), "{variant:?} has no tooth");
+    }
+    let mut listed: BTreeSet<&'static str> = BTreeSet::new();
+    let configs = ci_configs().into_iter().chain(
+        DepsVariant::BROKEN
+            .into_iter()
+            .flat_map(|v| teeth(v).into_iter().map(|t| t.cfg)),
+    );
+    for cfg in configs {
+        listed.extend(DepsModel::new(cfg).properties().iter().map(|p| p.name));
+    }
+    let bitten: BTreeSet<&'static str> = DepsVariant::BROKEN
+        .into_iter()
+        .flat_map(teeth)
+        .flat_map(|t| {
+            t.breaks
+                .iter()
+                .chain(t.unreached)
+                .copied()
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let toothless: Vec<&str> = listed.difference(&bitten).copied().collect();
+    assert!(
+        toothless.is_empty(),
+        "properties without a tooth: {toothless:?}"
+    );
 }

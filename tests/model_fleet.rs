@@ -1,7 +1,9 @@
 //! The fleet model (`model/src/fleet.rs`, spec/fleet.md) checked exhaustively against the
-//! production core's slot and lease steps, and its teeth: each deliberately broken lease decision
-//! must be rejected with a counterexample of the fleet-wide S1 or S2 (a drained host that still
-//! starts turns: of F5).
+//! production core's slot and lease steps, and its teeth: every property has a deliberately broken
+//! variant under which the checker must find that property broken (an `always`: S1, S2, F1, F2,
+//! F3, F5, S9) or never reach it (a `sometimes` example), by name. The hosts' clocks start a day
+//! apart, so a section that reads a host's clock where the database's is meant breaks F3 at once
+//! (`teeth_reading_leases_by_the_host_clock_breaks_f3`).
 //!
 //! The `f_*` configurations run in CI with their unique state counts pinned. The counts grew
 //! (351 936 → 368 824, 419 699 → 444 083, 182 802 → 193 514, 331 669 → 348 359) when a handoff
@@ -77,40 +79,6 @@ fn check(
     reached
 }
 
-/// The checker must find a counterexample for S1 or S2 (fleet-wide) under `cfg`'s broken variant;
-/// returns the property it broke first and prints the trail.
-fn expect_s1_or_s2_broken(cfg: FleetConfig) -> &'static str {
-    expect_broken(cfg, BTreeSet::from([names::S1, names::S2]))
-}
-
-/// The checker must find a counterexample for one of `wanted` under `cfg`'s broken variant.
-fn expect_broken(cfg: FleetConfig, wanted: BTreeSet<&'static str>) -> &'static str {
-    let started = Instant::now();
-    let checker = FleetModel::new(cfg.clone())
-        .checker()
-        .finish_when(HasDiscoveries::AnyOf(wanted.clone()))
-        .spawn_bfs()
-        .join();
-    let found = wanted
-        .iter()
-        .find_map(|name| checker.discovery(name).map(|path| (*name, path)));
-    let Some((name, path)) = found else {
-        panic!(
-            "{cfg}: the broken variant was not caught ({} states)",
-            checker.unique_state_count()
-        )
-    };
-    let trail = render_trail(checker.model(), path.into_vec());
-    tollgate::model::report(&format!(
-        "fleet tooth {cfg}: \"{name}\" broken after {} steps ({} states, {:.1?})",
-        trail.len(),
-        checker.unique_state_count(),
-        started.elapsed()
-    ));
-    eprintln!("{}", trail.join("\n"));
-    name
-}
-
 fn full() -> bool {
     std::env::var("TOLLGATE_MODEL_FULL").is_ok_and(|v| v == "1")
 }
@@ -118,38 +86,108 @@ fn full() -> bool {
 /// The CI configuration: 2 hosts x 2 turns x cap 1, one partition (any host, at any moment,
 /// healing at any later one), renewals delayed without bound and lost while cut off, 7 ticks of
 /// the database clock (a steal comes 5 ticks after the last renewal's send at the earliest).
-#[test]
-fn f_two_hosts_two_turns_cap_one_one_partition() {
-    check(FleetConfig::new(2, 2, 1), true, Some(368_824));
+fn one_partition() -> FleetConfig {
+    FleetConfig::new(2, 2, 1)
 }
 
 /// A host crash instead of the partition: its leases expire on the database clock and the other
 /// host takes its turns over.
-#[test]
-fn f_two_hosts_two_turns_cap_one_one_crash() {
+fn one_crash() -> FleetConfig {
     let mut cfg = FleetConfig::new(2, 2, 1);
     cfg.partitions = 0;
     cfg.crashes = 1;
-    check(cfg, false, Some(444_083));
+    cfg
 }
 
 /// Three hosts, one partition: the turns of a cut-off host and of the third host meet in one
 /// slot.
-#[test]
-fn f_three_hosts_two_turns_cap_one_one_partition() {
+fn three_hosts() -> FleetConfig {
     let mut cfg = FleetConfig::new(3, 2, 1);
     cfg.horizon_ticks = 6;
-    check(cfg, true, Some(193_514));
+    cfg
 }
 
 /// Cap 2 with two runners at once on two hosts whose pids collide, renewals and replies delayed
 /// (no partition, so no fence needs a lost renewal).
-#[test]
-fn f_two_hosts_two_turns_cap_two() {
+fn cap_two() -> FleetConfig {
     let mut cfg = FleetConfig::new(2, 2, 2);
     cfg.partitions = 0;
     cfg.horizon_ticks = 5;
-    check(cfg, false, Some(348_359));
+    cfg
+}
+
+/// A runner SIGKILLed alone on a live, connected host (issue 14's guard): its lease is never
+/// renewed and expires; its work dies as its guard kills it. The other host (or a repair on its
+/// own) takes the turn over only then.
+fn one_runner_crash() -> FleetConfig {
+    let mut cfg = FleetConfig::new(2, 2, 1);
+    cfg.partitions = 0;
+    cfg.runner_crashes = 1;
+    cfg
+}
+
+/// `tollgate drain` (spec/fleet.md, "Draining a host"): an operator drains either host at any
+/// moment, its flag read by that host's sections under the queue's lock (`Liveness::may_start`
+/// of the core's `LeaseLiveness`). F5: a drained host starts no turn (no reservation, so no
+/// spawn, by its submits, finishing runners or reconciles); S9: the turns it was given still end,
+/// started by the other host.
+fn one_drain() -> FleetConfig {
+    let mut cfg = FleetConfig::new(2, 2, 1);
+    cfg.partitions = 0;
+    cfg.drains = 1;
+    cfg
+}
+
+/// Every configuration CI checks.
+fn ci_configs() -> Vec<FleetConfig> {
+    vec![
+        one_partition(),
+        one_crash(),
+        three_hosts(),
+        cap_two(),
+        one_runner_crash(),
+        one_drain(),
+    ]
+}
+
+#[test]
+fn f_two_hosts_two_turns_cap_one_one_partition() {
+    check(one_partition(), true, Some(368_824));
+}
+
+#[test]
+fn f_two_hosts_two_turns_cap_one_one_crash() {
+    check(one_crash(), false, Some(444_083));
+}
+
+#[test]
+fn f_three_hosts_two_turns_cap_one_one_partition() {
+    check(three_hosts(), true, Some(193_514));
+}
+
+#[test]
+fn f_two_hosts_two_turns_cap_two() {
+    check(cap_two(), false, Some(348_359));
+}
+
+#[test]
+fn f_two_hosts_two_turns_cap_one_one_runner_crash() {
+    let reached = check(one_runner_crash(), false, Some(492_345));
+    assert!(
+        reached.contains(names::RUNNER_DIED_STOLEN),
+        "no example reached for \"{}\"",
+        names::RUNNER_DIED_STOLEN
+    );
+}
+
+#[test]
+fn f_two_hosts_two_turns_cap_one_one_drain() {
+    let reached = check(one_drain(), false, Some(355_289));
+    assert!(
+        reached.contains(names::DRAINED_ELSEWHERE),
+        "no example reached for \"{}\"",
+        names::DRAINED_ELSEWHERE
+    );
 }
 
 /// Measured on the 2 shared cores: a slow clock over 8 ticks with the partition, 2.8 million
@@ -176,95 +214,226 @@ fn f_larger_configurations_when_asked() {
     check(runner_and_partition, true, None);
 }
 
-/// A runner SIGKILLed alone on a live, connected host (issue 14's guard): its lease is never
-/// renewed and expires; its work dies as its guard kills it. The other host (or a repair on its
-/// own) takes the turn over only then.
+// ---------------------------------------------------------------------------------------------
+// Teeth.
+// ---------------------------------------------------------------------------------------------
+
+/// One tooth: a broken variant in a configuration the production core passes, the properties the
+/// checker must find broken, and the examples it must never reach.
+struct Tooth {
+    cfg: FleetConfig,
+    breaks: &'static [&'static str],
+    unreached: &'static [&'static str],
+}
+
+/// The teeth of `variant` (no wildcard: a new variant does not build without its teeth).
+fn teeth(variant: FleetVariant) -> Vec<Tooth> {
+    let cfg = |hosts, turns, cap, partitions, horizon_ticks| {
+        let mut cfg = FleetConfig::new(hosts, turns, cap).with_variant(variant);
+        cfg.partitions = partitions;
+        cfg.horizon_ticks = horizon_ticks;
+        cfg
+    };
+    let tooth = |cfg, breaks| Tooth {
+        cfg,
+        breaks,
+        unreached: &[],
+    };
+    match variant {
+        FleetVariant::Production => Vec::new(),
+        // A renewal processed at once whose reply comes back late moves the deadline past the
+        // expiry; the host is cut off, its work runs on past its lease.
+        FleetVariant::FenceFromAck => vec![tooth(cfg(2, 1, 1, 1, 6), &[names::F1])],
+        FleetVariant::StealBeforeExpiry => {
+            vec![tooth(cfg(2, 1, 1, 1, 5), &[names::F3, names::S2])]
+        }
+        // Two runners with the same pid on two hosts run at once (cap 2); the second one's
+        // renewal extends the first one's lease, its own expires while its work runs.
+        FleetVariant::RenewOthersLease => vec![tooth(cfg(2, 2, 2, 0, 5), &[names::F2])],
+        // The model found this one in the first design: a handoff recorded the child as the
+        // turn's runner, the child had no lease until its take-over, and the other host saw it
+        // gone and started another turn in its slot. The first publish now takes the lease.
+        FleetVariant::ChildLeaseAtTakeOver => vec![tooth(cfg(2, 2, 1, 0, 6), &[names::S1])],
+        // The runner of host 0 dies while its work runs; nothing kills the work on host 0, and
+        // its lease expires while the work runs.
+        FleetVariant::NoGuard => {
+            let mut cfg = cfg(2, 1, 1, 0, 6);
+            cfg.runner_crashes = 1;
+            vec![tooth(cfg, &[names::F1])]
+        }
+        FleetVariant::IgnoreDrain => {
+            let mut cfg = cfg(2, 2, 1, 0, 4);
+            cfg.drains = 1;
+            vec![tooth(cfg, &[names::F5])]
+        }
+        // Host 1's clock runs a day ahead of the database's: by it, host 0's runner's lease has
+        // long expired.
+        FleetVariant::HostClockForExpiry => vec![tooth(cfg(2, 2, 1, 0, 3), &[names::F3])],
+        FleetVariant::LeasesNeverExpire => {
+            let mut crash = cfg(2, 1, 1, 0, 6);
+            crash.crashes = 1;
+            let mut runner = cfg(2, 1, 1, 0, 6);
+            runner.runner_crashes = 1;
+            vec![
+                Tooth {
+                    cfg: crash,
+                    breaks: &[],
+                    unreached: &[names::STOLEN],
+                },
+                Tooth {
+                    cfg: runner,
+                    breaks: &[],
+                    unreached: &[names::RUNNER_DIED_STOLEN],
+                },
+            ]
+        }
+        FleetVariant::NeverFences => vec![Tooth {
+            cfg: cfg(2, 1, 1, 1, 6),
+            breaks: &[names::F1],
+            unreached: &[names::FENCED],
+        }],
+        FleetVariant::PublishAtSpawn => vec![Tooth {
+            cfg: cfg(2, 1, 1, 0, 4),
+            breaks: &[],
+            unreached: &[names::TAKE_OVER_AHEAD],
+        }],
+        FleetVariant::DrainStopsEveryone => {
+            let mut cfg = cfg(2, 2, 1, 0, 4);
+            cfg.drains = 1;
+            vec![Tooth {
+                cfg,
+                breaks: &[],
+                unreached: &[names::DRAINED_ELSEWHERE],
+            }]
+        }
+        FleetVariant::PartitionNeverHeals => vec![Tooth {
+            cfg: cfg(2, 1, 1, 1, 5),
+            breaks: &[],
+            unreached: &[names::DRAINED_AFTER_PARTITION],
+        }],
+        FleetVariant::FinishRecordsNothing => vec![tooth(cfg(2, 1, 1, 0, 4), &[names::S9])],
+    }
+}
+
+/// Runs each tooth of `variant`: until every property in `breaks` has a counterexample (printing
+/// the trail), and, if the tooth names examples, to completion, which must reach none of them.
+fn bites(variant: FleetVariant) {
+    for Tooth {
+        cfg,
+        breaks,
+        unreached,
+    } in teeth(variant)
+    {
+        let started = Instant::now();
+        let model = FleetModel::new(cfg.clone());
+        let listed: BTreeSet<&str> = model.properties().iter().map(|p| p.name).collect();
+        for name in breaks.iter().chain(unreached) {
+            assert!(
+                listed.contains(name),
+                "{cfg}: \"{name}\" is not a property of it"
+            );
+        }
+        let builder = model.checker();
+        let checker = if unreached.is_empty() {
+            builder
+                .finish_when(HasDiscoveries::AllOf(breaks.iter().copied().collect()))
+                .spawn_bfs()
+                .join()
+        } else {
+            builder.spawn_bfs().join()
+        };
+        for name in breaks {
+            let path = checker.discovery(name).unwrap_or_else(|| {
+                panic!(
+                    "{cfg}: the broken variant was NOT caught: no counterexample for \"{name}\" \
+                     in {} states",
+                    checker.unique_state_count()
+                )
+            });
+            let trail = render_trail(checker.model(), path.into_vec());
+            eprintln!("\"{name}\" broken:\n{}", trail.join("\n"));
+        }
+        if !unreached.is_empty() {
+            assert!(checker.is_done(), "{cfg}: the check did not complete");
+        }
+        for name in unreached {
+            if let Some(path) = checker.discovery(name) {
+                panic!(
+                    "{cfg}: the example \"{name}\" was reached although the variant rules it out:\n{}",
+                    render_trail(checker.model(), path.into_vec()).join("\n")
+                );
+            }
+        }
+        tollgate::model::report(&format!(
+            "fleet tooth {cfg}: caught: broken {breaks:?}, never reached {unreached:?} ({} states, \
+             {:.1?})",
+            checker.unique_state_count(),
+            started.elapsed()
+        ));
+    }
+}
+
+/// One `#[test]` per broken variant, and the list of the variants they cover.
+macro_rules! teeth_tests {
+    ($($test:ident => $variant:ident,)*) => {
+        $(
+            #[test]
+            fn $test() {
+                bites(FleetVariant::$variant);
+            }
+        )*
+        const TESTED: &[FleetVariant] = &[$(FleetVariant::$variant),*];
+    };
+}
+
+teeth_tests! {
+    teeth_fencing_from_the_acknowledgement_breaks_f1 => FenceFromAck,
+    teeth_a_steal_before_expiry_breaks_f3_and_s2 => StealBeforeExpiry,
+    teeth_a_renewal_extending_another_process_lease_breaks_f2 => RenewOthersLease,
+    teeth_a_child_without_a_lease_until_its_take_over_breaks_s1 => ChildLeaseAtTakeOver,
+    teeth_a_runner_dying_without_a_guard_breaks_f1 => NoGuard,
+    teeth_a_drained_host_that_still_starts_turns_breaks_f5 => IgnoreDrain,
+    teeth_reading_leases_by_the_host_clock_breaks_f3 => HostClockForExpiry,
+    teeth_leases_that_never_expire_leave_nothing_stolen => LeasesNeverExpire,
+    teeth_a_runner_that_never_fences_breaks_f1 => NeverFences,
+    teeth_publishing_at_the_spawn_leaves_no_take_over_ahead => PublishAtSpawn,
+    teeth_a_drain_stopping_every_host_starts_nothing_elsewhere => DrainStopsEveryone,
+    teeth_a_partition_that_never_heals_never_drains => PartitionNeverHeals,
+    teeth_a_finish_that_records_no_result_breaks_s9 => FinishRecordsNothing,
+}
+
+/// The guard: every property of the fleet model (the union of the property lists of the CI
+/// configurations and of the teeth) has a tooth that names it, and every broken variant has its
+/// test above.
 #[test]
-fn f_two_hosts_two_turns_cap_one_one_runner_crash() {
-    let mut cfg = FleetConfig::new(2, 2, 1);
-    cfg.partitions = 0;
-    cfg.runner_crashes = 1;
-    let reached = check(cfg, false, Some(492_345));
-    assert!(
-        reached.contains(names::RUNNER_DIED_STOLEN),
-        "no example reached for \"{}\"",
-        names::RUNNER_DIED_STOLEN
+fn every_property_has_a_tooth() {
+    for variant in FleetVariant::BROKEN {
+        assert!(TESTED.contains(&variant), "{variant:?} has no teeth test");
+        assert!(!teeth(variant).is_empty(), "{variant:?} has no tooth");
+    }
+    let mut listed: BTreeSet<&'static str> = BTreeSet::new();
+    let configs = ci_configs().into_iter().chain(
+        FleetVariant::BROKEN
+            .into_iter()
+            .flat_map(|v| teeth(v).into_iter().map(|t| t.cfg)),
     );
-}
-
-/// `tollgate drain` (spec/fleet.md, "Draining a host"): an operator drains either host at any
-/// moment, its flag read by that host's sections under the queue's lock (`Liveness::may_start`
-/// of the core's `LeaseLiveness`). F5: a drained host starts no turn (no reservation, so no
-/// spawn, by its submits, finishing runners or reconciles); S9: the turns it was given still end,
-/// started by the other host.
-#[test]
-fn f_two_hosts_two_turns_cap_one_one_drain() {
-    let mut cfg = FleetConfig::new(2, 2, 1);
-    cfg.partitions = 0;
-    cfg.drains = 1;
-    let reached = check(cfg, false, Some(355_289));
+    for cfg in configs {
+        listed.extend(FleetModel::new(cfg).properties().iter().map(|p| p.name));
+    }
+    let bitten: BTreeSet<&'static str> = FleetVariant::BROKEN
+        .into_iter()
+        .flat_map(teeth)
+        .flat_map(|t| {
+            t.breaks
+                .iter()
+                .chain(t.unreached)
+                .copied()
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let toothless: Vec<&str> = listed.difference(&bitten).copied().collect();
     assert!(
-        reached.contains(names::DRAINED_ELSEWHERE),
-        "no example reached for \"{}\"",
-        names::DRAINED_ELSEWHERE
+        toothless.is_empty(),
+        "properties without a tooth: {toothless:?}"
     );
-}
-
-#[test]
-fn teeth_a_drained_host_that_still_starts_turns_breaks_f5() {
-    let mut cfg = FleetConfig::new(2, 2, 1).with_variant(FleetVariant::IgnoreDrain);
-    cfg.partitions = 0;
-    cfg.drains = 1;
-    cfg.horizon_ticks = 4;
-    expect_broken(cfg, BTreeSet::from([names::F5]));
-}
-
-#[test]
-fn teeth_fencing_from_the_acknowledgement_breaks_s1_or_s2() {
-    // A renewal processed at once whose reply comes back late moves the deadline past the
-    // expiry; the host is cut off, the other host steals at the expiry while the work runs.
-    let mut cfg = FleetConfig::new(2, 1, 1).with_variant(FleetVariant::FenceFromAck);
-    cfg.horizon_ticks = 6;
-    expect_s1_or_s2_broken(cfg);
-}
-
-#[test]
-fn teeth_a_steal_before_expiry_breaks_s1_or_s2() {
-    let mut cfg = FleetConfig::new(2, 1, 1).with_variant(FleetVariant::StealBeforeExpiry);
-    cfg.horizon_ticks = 5;
-    expect_s1_or_s2_broken(cfg);
-}
-
-#[test]
-fn teeth_a_renewal_extending_another_process_lease_breaks_s1_or_s2() {
-    // Two runners with the same pid on two hosts run at once (cap 2); the second one's renewal
-    // extends the first one's lease, its own expires while its work runs, and the first host
-    // runs its turn again.
-    let mut cfg = FleetConfig::new(2, 2, 2).with_variant(FleetVariant::RenewOthersLease);
-    cfg.partitions = 0;
-    cfg.horizon_ticks = 5;
-    expect_s1_or_s2_broken(cfg);
-}
-
-#[test]
-fn teeth_a_runner_dying_without_a_guard_breaks_s1_or_s2() {
-    // The runner of host 0 dies while its work runs; nothing kills the work on host 0 (no
-    // guard, and its own reconcile does not run first); host 1 steals the expired lease and runs
-    // the turn again beside it.
-    let mut cfg = FleetConfig::new(2, 1, 1).with_variant(FleetVariant::NoGuard);
-    cfg.partitions = 0;
-    cfg.runner_crashes = 1;
-    cfg.horizon_ticks = 6;
-    expect_s1_or_s2_broken(cfg);
-}
-
-#[test]
-fn teeth_a_child_without_a_lease_until_its_take_over_breaks_s1() {
-    // The model found this one in the first design: a handoff recorded the child as the turn's
-    // runner, the child had no lease until its take-over, and the other host saw it gone and
-    // started another turn in its slot. The first publish now takes the child's lease.
-    let mut cfg = FleetConfig::new(2, 2, 1).with_variant(FleetVariant::ChildLeaseAtTakeOver);
-    cfg.partitions = 0;
-    cfg.horizon_ticks = 6;
-    assert_eq!(expect_s1_or_s2_broken(cfg), names::S1);
 }

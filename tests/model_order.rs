@@ -1,10 +1,11 @@
 //! The scheduling model (`model/src/slots/order.rs`) checked exhaustively against the production
-//! core's steps (Q1-Q3, spec/invariants.md), and its teeth: each broken variant must be rejected
-//! with a counterexample for the property it breaks. The state count is pinned like the slot
+//! core's steps (Q1-Q3, spec/invariants.md), and its teeth: every property has a broken variant
+//! under which the checker must find it broken (an `always`) or never reach it (a `sometimes`
+//! example), by name. The state count is pinned like the slot
 //! model's (`TOLLGATE_MODEL_REPIN=1` reports without asserting).
 #![cfg(feature = "model-check")]
 
-use stateright::{Checker, Expectation, HasDiscoveries, Model};
+use stateright::{Checker, Expectation, Model};
 use std::collections::BTreeSet;
 use std::time::Instant;
 use tollgate::model::slots::order::{names, OrderConfig, OrderModel, OrderVariant};
@@ -20,6 +21,11 @@ fn q_two_slots_on_production() {
 }
 
 const PINNED_TWO_SLOTS: usize = 142_767;
+
+/// Every configuration CI checks.
+fn ci_configs() -> Vec<OrderConfig> {
+    vec![OrderConfig::small(), OrderConfig::two_slots()]
+}
 
 fn check(cfg: OrderConfig, pinned_states: usize) {
     let started = Instant::now();
@@ -55,41 +61,113 @@ fn check(cfg: OrderConfig, pinned_states: usize) {
     );
 }
 
-fn expect_counterexample(variant: OrderVariant, property: &'static str) {
+// ---------------------------------------------------------------------------------------------
+// Teeth.
+// ---------------------------------------------------------------------------------------------
+
+/// What a broken variant must do in the small configuration: the properties the checker must find
+/// broken, and the examples it must never reach.
+fn teeth(variant: OrderVariant) -> (&'static [&'static str], &'static [&'static str]) {
+    match variant {
+        OrderVariant::Production => (&[], &[]),
+        OrderVariant::IgnoresPause => (&[names::Q1], &[]),
+        OrderVariant::IgnoresNotBefore => (&[names::Q2], &[]),
+        OrderVariant::FifoOnly => (&[names::Q3], &[names::OVERTAKES]),
+        OrderVariant::ResumeStartsNothing => (&[], &[names::RESUMED]),
+        OrderVariant::SubmitDropsNotBefore => (&[], &[names::DELAYED]),
+    }
+}
+
+/// Runs the small configuration under `variant` to completion: every property it must break has
+/// a counterexample (printed), and no example it rules out is reached.
+fn bites(variant: OrderVariant) {
+    let (breaks, unreached) = teeth(variant);
     let cfg = OrderConfig::small().with_variant(variant);
     let started = Instant::now();
-    let checker = OrderModel::new(cfg.clone())
-        .checker()
-        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
-        .spawn_bfs()
-        .join();
-    let path = checker.discovery(property).unwrap_or_else(|| {
-        panic!(
-            "{cfg}: the broken core was NOT caught: no counterexample for \"{property}\" in {} \
-             states",
-            checker.unique_state_count()
-        )
-    });
+    let model = OrderModel::new(cfg.clone());
+    let listed: BTreeSet<&str> = model.properties().iter().map(|p| p.name).collect();
+    for name in breaks.iter().chain(unreached) {
+        assert!(
+            listed.contains(name),
+            "{cfg}: \"{name}\" is not a property of it"
+        );
+    }
+    let checker = model.checker().spawn_bfs().join();
+    assert!(checker.is_done(), "{cfg}: the check did not complete");
+    for name in breaks {
+        let path = checker.discovery(name).unwrap_or_else(|| {
+            panic!(
+                "{cfg}: the broken core was NOT caught: no counterexample for \"{name}\" in {} \
+                 states",
+                checker.unique_state_count()
+            )
+        });
+        eprintln!("\"{name}\" broken: {:#?}", path.into_actions());
+    }
+    for name in unreached {
+        if let Some(path) = checker.discovery(name) {
+            panic!(
+                "{cfg}: the example \"{name}\" was reached although the variant rules it out: \
+                 {:#?}",
+                path.into_actions()
+            );
+        }
+    }
     tollgate::model::report(&format!(
-        "scheduling teeth: {cfg}: caught, \"{property}\" broken after {} steps ({} states, {:.1?})",
-        path.clone().into_actions().len(),
+        "scheduling teeth: {cfg}: caught: broken {breaks:?}, never reached {unreached:?} ({} \
+         states, {:.1?})",
         checker.unique_state_count(),
         started.elapsed(),
     ));
-    eprintln!("{:#?}", path.into_actions());
 }
 
-#[test]
-fn teeth_ignoring_the_pause_breaks_q1() {
-    expect_counterexample(OrderVariant::IgnoresPause, names::Q1);
+/// One `#[test]` per broken variant, and the list of the variants they cover.
+macro_rules! teeth_tests {
+    ($($test:ident => $variant:ident,)*) => {
+        $(
+            #[test]
+            fn $test() {
+                bites(OrderVariant::$variant);
+            }
+        )*
+        const TESTED: &[OrderVariant] = &[$(OrderVariant::$variant),*];
+    };
 }
 
-#[test]
-fn teeth_ignoring_not_before_breaks_q2() {
-    expect_counterexample(OrderVariant::IgnoresNotBefore, names::Q2);
+teeth_tests! {
+    teeth_ignoring_the_pause_breaks_q1 => IgnoresPause,
+    teeth_ignoring_not_before_breaks_q2 => IgnoresNotBefore,
+    teeth_fifo_only_breaks_q3 => FifoOnly,
+    teeth_a_resume_that_starts_nothing => ResumeStartsNothing,
+    teeth_a_submit_that_drops_its_delay => SubmitDropsNotBefore,
 }
 
+/// The guard: every property of the scheduling model has a tooth that names it, and every broken
+/// variant has its test above.
 #[test]
-fn teeth_fifo_only_breaks_q3() {
-    expect_counterexample(OrderVariant::FifoOnly, names::Q3);
+fn every_property_has_a_tooth() {
+    for variant in OrderVariant::BROKEN {
+        assert!(TESTED.contains(&variant), "{variant:?} has no teeth test");
+        let (breaks, unreached) = teeth(variant);
+        assert!(
+            !(breaks.is_empty() && unreached.is_empty()),
+            "{variant:?} has no tooth"
+        );
+    }
+    let mut listed: BTreeSet<&'static str> = BTreeSet::new();
+    for cfg in ci_configs() {
+        listed.extend(OrderModel::new(cfg).properties().iter().map(|p| p.name));
+    }
+    let bitten: BTreeSet<&'static str> = OrderVariant::BROKEN
+        .into_iter()
+        .flat_map(|v| {
+            let (breaks, unreached) = teeth(v);
+            breaks.iter().chain(unreached).copied().collect::<Vec<_>>()
+        })
+        .collect();
+    let toothless: Vec<&str> = listed.difference(&bitten).copied().collect();
+    assert!(
+        toothless.is_empty(),
+        "properties without a tooth: {toothless:?}"
+    );
 }

@@ -110,10 +110,26 @@ pub enum Variant {
     /// Withdraw releases the capacity but keeps the mark: the sender's retry of a delivery that
     /// was never acknowledged is answered as a duplicate and never runs (breaks A2).
     WithdrawKeepsMark,
+    /// The gate refuses every delivery as if at capacity: nothing is ever admitted (the example
+    /// "at rest after admitting work" is never reached).
+    RefusesEverything,
+    /// The ledger is built without the tenant ceiling (breaks A1; no delivery is refused at its
+    /// tenant's ceiling).
+    NoTenantCeiling,
+    /// The shutdown drain hands off nothing: what is held never gets an outcome (breaks A3; no
+    /// delivery is handed off).
+    DrainHandsOffNothing,
+    /// A `drop` scope's submit is given the `queue` strategy (no arrival is dropped).
+    DropQueues,
+    /// A finishing runner and the waker are given no free slot, so a parked row never starts (no
+    /// debounce waiter starts, no head of a line).
+    ParkedNeverStart,
+    /// The detach deadline is read at the present instead of past it (no delivery times out).
+    DeadlineNeverPasses,
 }
 
 impl Variant {
-    pub const BROKEN: [Variant; 7] = [
+    pub const BROKEN: [Variant; 13] = [
         Variant::MarkBeforeAdmit,
         Variant::ReleaseAtAck,
         Variant::AckAndDropAtCap,
@@ -121,21 +137,13 @@ impl Variant {
         Variant::DrainRunningOnly,
         Variant::SkipRecovery,
         Variant::WithdrawKeepsMark,
+        Variant::RefusesEverything,
+        Variant::NoTenantCeiling,
+        Variant::DrainHandsOffNothing,
+        Variant::DropQueues,
+        Variant::ParkedNeverStart,
+        Variant::DeadlineNeverPasses,
     ];
-
-    /// The properties the checker must find violated for this variant (empty for production).
-    pub fn breaks(self) -> &'static [&'static str] {
-        match self {
-            Variant::Production => &[],
-            Variant::MarkBeforeAdmit | Variant::AckAndDropAtCap | Variant::WithdrawKeepsMark => {
-                &[names::A2]
-            }
-            // The released work is still retained by its scope, so A1 falls with A5.
-            Variant::ReleaseAtAck => &[names::A5, names::A1],
-            Variant::UnboundedDebounce => &[names::A4],
-            Variant::DrainRunningOnly | Variant::SkipRecovery => &[names::A3],
-        }
-    }
 }
 
 /// One event the platform delivers: whose it is, which scope it lands in, how it is dispatched,
@@ -477,9 +485,25 @@ impl AdmissionModel {
         }
     }
 
+    /// The cap a finishing runner and a reconcile pass are given, when either may start a parked
+    /// row.
+    fn start_cap(&self) -> usize {
+        match self.cfg.variant {
+            // BUG: a parked row never starts.
+            Variant::ParkedNeverStart => 0,
+            _ => WORKERS,
+        }
+    }
+
     fn fresh_serve(&self) -> ServeMem {
+        let limits = match self.cfg.variant {
+            // BUG: no tenant ceiling.
+            Variant::NoTenantCeiling => Limits::new(self.cfg.max_detached, 0)
+                .expect("model configurations have a positive max_detached"),
+            _ => self.cfg.limits(),
+        };
         ServeMem {
-            admission: Admission::new(self.cfg.limits(), DEDUPE_TTL_MILLIS),
+            admission: Admission::new(limits, DEDUPE_TTL_MILLIS),
             inflight: Vec::new(),
             watched: Vec::new(),
         }
@@ -577,7 +601,7 @@ impl AdmissionModel {
                     me,
                     fresh_token: token,
                     now_millis: st.now,
-                    cap: WORKERS,
+                    cap: self.start_cap(),
                     strategies: &strategies,
                     records: &records,
                     liveness: &live,
@@ -624,6 +648,10 @@ impl AdmissionModel {
         let marked_before = serve.admission.dedupe.contains(&delivery.identity, now);
         let admit = match self.cfg.variant {
             Variant::MarkBeforeAdmit => mark_then_admit(&mut serve.admission, &delivery, now),
+            // BUG: every delivery is refused.
+            Variant::RefusesEverything => Admit::Refused {
+                reason: RejectReason::AtCapacity,
+            },
             _ => serve.admission.admit_and_mark(&delivery, now),
         };
         let marked = !marked_before && serve.admission.dedupe.contains(&delivery.identity, now);
@@ -691,7 +719,11 @@ impl AdmissionModel {
         };
         let event = st.attempts[attempt as usize].event;
         let scope = self.cfg.events[event as usize].scope as usize;
-        let strategy = self.cfg.scopes[scope];
+        let strategy = match (self.cfg.variant, self.cfg.scopes[scope]) {
+            // BUG: a drop scope submits as a queue scope.
+            (Variant::DropQueues, Strategy::Drop) => Strategy::Queue,
+            (_, strategy) => strategy,
+        };
         let turn = st.turns.len() as u8;
         st.turns.push(Turn {
             event,
@@ -894,7 +926,7 @@ impl AdmissionModel {
                 me,
                 fresh_token: token,
                 now_millis: st.now,
-                cap: WORKERS,
+                cap: self.start_cap(),
                 strategies: &strategies,
                 liveness: &live,
             },
@@ -945,6 +977,8 @@ impl AdmissionModel {
                 }
                 running
             }
+            // BUG: nothing is handed off.
+            Variant::DrainHandsOffNothing => Vec::new(),
             _ => serve.admission.hand_off(),
         };
         for id in handed {
@@ -1078,7 +1112,14 @@ impl AdmissionModel {
                 let now = st.now;
                 self.watch(&mut st, hold, now)
             }
-            AdmissionAction::Timeout { hold } => self.watch(&mut st, hold, DETACH_TIMEOUT_MILLIS),
+            AdmissionAction::Timeout { hold } => {
+                let at = match self.cfg.variant {
+                    // BUG: the deadline is read at the present, never past it.
+                    Variant::DeadlineNeverPasses => st.now,
+                    _ => DETACH_TIMEOUT_MILLIS,
+                };
+                self.watch(&mut st, hold, at)
+            }
             AdmissionAction::Finish { turn } => self.end_turn(&mut st, turn, TurnEnd::Completed),
             AdmissionAction::Tick => self.tick(&mut st),
             AdmissionAction::Shutdown => {

@@ -6,10 +6,11 @@
 //! deadline, interrupts the run, performs (or fails) the run's worktree removals, lets abandoned
 //! workers deliver late results, and runs `tollgate sweep`. Every protocol decision is the core's.
 //!
-//! Broken variants (model code only) show the checker can fail: [`Variant::ScoredInSettleOrder`]
-//! releases scored rows as items settle (D2), [`Variant::WorkerOwnsWorktree`] is the design the
-//! execution protocol replaced, where the worker removes its own worktree when it finally exits and
-//! abandonment lists nothing (D6).
+//! Broken variants (model code only) show the checker can fail, each property by name
+//! (`tests/model_execution.rs`): [`Variant::ScoredInSettleOrder`] releases scored rows as items
+//! settle (D2), [`Variant::WorkerOwnsWorktree`] is the design the execution protocol replaced,
+//! where the worker removes its own worktree when it finally exits and abandonment lists nothing
+//! (D6), and one variant per other property, listed with [`Variant::BROKEN`].
 
 use stateright::{Model, Property};
 use tollgate_core::execution::{
@@ -32,10 +33,73 @@ pub enum Kind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Variant {
     Production,
-    /// Broken: the scored lane's rows come out in settle order.
+    /// Broken: the scored lane's rows come out in settle order (breaks D2).
     ScoredInSettleOrder,
-    /// Broken: abandonment lists nothing; the worker removes its worktree when it exits.
+    /// Broken: abandonment lists nothing; the worker removes its worktree when it exits (breaks
+    /// both halves of D6).
     WorkerOwnsWorktree,
+    /// Broken: the driver performs each release twice (breaks D1: an item settles twice).
+    DriverRepeatsRelease,
+    /// Broken: the driver ignores the core's abandonments (breaks D1: in a quiescent state an
+    /// abandoned item has not settled).
+    AbandonIgnored,
+    /// Broken: the playbook lane's rows come out in declaration order (breaks D3).
+    PlaybookInDeclarationOrder,
+    /// Broken: the driver loses the last row the lane releases (breaks D4: the run ends with a
+    /// row unreleased).
+    LastRowLost,
+    /// Broken: an abandoned worker's late result is delivered under the index of an item still
+    /// running, which the core takes (breaks D5).
+    LateResultMisrouted,
+    /// Broken: the core is given three times the term grace (breaks D7: the run outlasts ceiling
+    /// plus graces).
+    GraceTripled,
+    /// Broken: every kill reaches its process, whatever it ignores, and its death is reported at
+    /// once (no item is abandoned).
+    KillsAlwaysLand,
+    /// Broken: the driver releases the rows only once the run has ended (no row is out while an
+    /// item still runs).
+    RowsAtTheEnd,
+    /// Broken: `tollgate sweep` never runs (no listed worktree is swept; breaks D6's quiescent
+    /// half).
+    SweepNeverRuns,
+    /// Broken: the core is given no ceiling (the ceiling never ends the run).
+    NoCeiling,
+}
+
+impl Variant {
+    pub const BROKEN: [Variant; 12] = [
+        Variant::ScoredInSettleOrder,
+        Variant::WorkerOwnsWorktree,
+        Variant::DriverRepeatsRelease,
+        Variant::AbandonIgnored,
+        Variant::PlaybookInDeclarationOrder,
+        Variant::LastRowLost,
+        Variant::LateResultMisrouted,
+        Variant::GraceTripled,
+        Variant::KillsAlwaysLand,
+        Variant::RowsAtTheEnd,
+        Variant::SweepNeverRuns,
+        Variant::NoCeiling,
+    ];
+}
+
+/// Property names, as spec/invariants.md names them (the D table).
+pub mod names {
+    pub const D1: &str = "D1 every item settles at most once";
+    pub const D1_QUIESCENT: &str = "D1 in a quiescent state every item has settled once";
+    pub const D2: &str = "D2 scored rows come in declaration order";
+    pub const D3: &str = "D3 playbook rows come in settle order";
+    pub const D4: &str = "D4 a quiescent run has ended with a reason";
+    pub const D5: &str = "D5 an abandoned worker never writes run state";
+    pub const D6: &str = "D6 a worktree is removed at most once, never by a worker";
+    pub const D6_QUIESCENT: &str =
+        "D6 in a quiescent state every created worktree was removed once";
+    pub const D7: &str = "D7 the run ends by ceiling + term grace + join grace";
+    pub const ABANDONED: &str = "an item is abandoned";
+    pub const ROW_WHILE_RUNNING: &str = "a row is out while an item still runs";
+    pub const SWEPT: &str = "a listed worktree is swept";
+    pub const CEILING: &str = "the ceiling ends the run";
 }
 
 #[derive(Clone, Debug)]
@@ -111,13 +175,43 @@ impl ExecutionModel {
     fn lane_for_core(&self) -> Lane {
         match self.variant {
             Variant::ScoredInSettleOrder => Lane::Playbook,
+            Variant::PlaybookInDeclarationOrder => Lane::Scored,
             _ => self.limits.lane,
         }
     }
 
+    /// The limits the core is given: the model's, or a broken variant's.
+    fn limits_for_core(&self) -> Limits {
+        let mut limits = Limits {
+            lane: self.lane_for_core(),
+            ..self.limits
+        };
+        match self.variant {
+            Variant::GraceTripled => limits.term_grace_millis *= 3,
+            Variant::NoCeiling => limits.ceiling_millis = None,
+            _ => {}
+        }
+        limits
+    }
+
     fn apply(&self, s: &mut ExecState, actions: Vec<Action>) {
-        for action in actions {
+        let mut actions = std::collections::VecDeque::from(actions);
+        while let Some(action) = actions.pop_front() {
             match action {
+                // BUG: the kill reaches every process, whatever it ignores, and its death is
+                // reported at once.
+                Action::Kill { index, .. }
+                    if self.variant == Variant::KillsAlwaysLand
+                        && s.workers[index] == Worker::Running =>
+                {
+                    s.workers[index] = Worker::Gone;
+                    if let Ok(more) =
+                        s.core
+                            .on_worker_result(index, s.now_millis, ExitStatus::Signal(9))
+                    {
+                        actions.extend(more);
+                    }
+                }
                 Action::Kill { index, signal } => {
                     let dies = match (self.kinds[index], signal) {
                         (Kind::Normal, _) => true,
@@ -129,12 +223,18 @@ impl ExecutionModel {
                     }
                 }
                 Action::Release { index, worktree } => {
-                    s.settles[index] = s.settles[index].saturating_add(1);
+                    let times = if self.variant == Variant::DriverRepeatsRelease {
+                        2
+                    } else {
+                        1
+                    };
+                    s.settles[index] = s.settles[index].saturating_add(times);
                     s.settled_seen.push(index);
                     if worktree == WorktreeStep::Remove {
                         s.removal_due[index] = true;
                     }
                 }
+                Action::Abandon { .. } if self.variant == Variant::AbandonIgnored => {}
                 Action::Abandon { index, worktree } => {
                     s.settles[index] = s.settles[index].saturating_add(1);
                     s.settled_seen.push(index);
@@ -148,8 +248,20 @@ impl ExecutionModel {
                 }
             }
         }
-        s.rows
-            .extend(s.core.poll_rows().into_iter().map(|row| row.index));
+        if self.variant == Variant::RowsAtTheEnd && s.core.end_reason().is_none() {
+            return;
+        }
+        let mut released: Vec<usize> = s
+            .core
+            .poll_rows()
+            .into_iter()
+            .map(|row| row.index)
+            .collect();
+        if self.variant == Variant::LastRowLost && s.rows.len() + released.len() == s.settles.len()
+        {
+            released.pop();
+        }
+        s.rows.extend(released);
     }
 
     /// Whether nothing more can happen.
@@ -176,11 +288,7 @@ impl Model for ExecutionModel {
                 worktree: true,
             })
             .collect();
-        let limits = Limits {
-            lane: self.lane_for_core(),
-            ..self.limits
-        };
-        let Ok(core) = Execution::new(specs, limits) else {
+        let Ok(core) = Execution::new(specs, self.limits_for_core()) else {
             return Vec::new();
         };
         vec![ExecState {
@@ -222,7 +330,10 @@ impl Model for ExecutionModel {
                 out.push(Step::RunRemoves { index });
                 out.push(Step::RunRemoveFails { index });
             }
-            if s.listed[index] && !self.worker_holds_worktree(s, index) {
+            if s.listed[index]
+                && !self.worker_holds_worktree(s, index)
+                && self.variant != Variant::SweepNeverRuns
+            {
                 out.push(Step::Sweep { index });
             }
         }
@@ -260,10 +371,21 @@ impl Model for ExecutionModel {
             Step::LateExit { index } => {
                 s.workers[index] = Worker::Gone;
                 let before = s.core.clone();
+                // BUG (LateResultMisrouted): delivered under an item that still runs.
+                let delivered_as = match self.variant {
+                    Variant::LateResultMisrouted => (0..s.workers.len())
+                        .find(|&j| {
+                            j != index
+                                && s.core.outcome(j).is_none()
+                                && s.workers[j] == Worker::Running
+                        })
+                        .unwrap_or(index),
+                    _ => index,
+                };
                 // The shell hands the late result to the core like any other; the core must
                 // refuse it and change nothing.
                 if s.core
-                    .on_worker_result(index, s.now_millis, ExitStatus::Code(0))
+                    .on_worker_result(delivered_as, s.now_millis, ExitStatus::Code(0))
                     .is_ok()
                     || s.core != before
                 {
@@ -312,7 +434,7 @@ impl Model for ExecutionModel {
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
-            Property::always("D1 every item settles at most once", |_, s: &ExecState| {
+            Property::always(names::D1, |_, s: &ExecState| {
                 let mut seen = vec![false; s.settles.len()];
                 s.settles.iter().all(|&n| n <= 1)
                     && s.core
@@ -320,76 +442,52 @@ impl Model for ExecutionModel {
                         .iter()
                         .all(|&i| !std::mem::replace(&mut seen[i], true))
             }),
-            Property::always(
-                "D1 in a quiescent state every item has settled once",
-                |m: &ExecutionModel, s: &ExecState| {
-                    !m.quiescent(s) || s.settles.iter().all(|&n| n == 1)
-                },
-            ),
-            Property::always(
-                "D2 scored rows come in declaration order",
-                |m: &ExecutionModel, s: &ExecState| {
-                    m.limits.lane != Lane::Scored || s.rows.iter().enumerate().all(|(k, &i)| k == i)
-                },
-            ),
-            Property::always(
-                "D3 playbook rows come in settle order",
-                |m: &ExecutionModel, s: &ExecState| {
-                    m.limits.lane != Lane::Playbook || s.settled_seen.starts_with(&s.rows)
-                },
-            ),
-            Property::always(
-                "D4 a quiescent run has ended with a reason",
-                |m: &ExecutionModel, s: &ExecState| {
-                    !m.quiescent(s)
-                        || (s.core.end_reason().is_some() && s.rows.len() == s.settles.len())
-                },
-            ),
-            Property::always(
-                "D5 an abandoned worker never writes run state",
-                |_, s: &ExecState| !s.abandoned_wrote,
-            ),
-            Property::always(
-                "D6 a worktree is removed at most once, never by a worker",
-                |_, s: &ExecState| {
-                    (0..s.settles.len()).all(|i| {
-                        s.removed_by_worker[i] == 0
-                            && s.removed_by_run[i] + s.removed_by_sweep[i] <= 1
+            Property::always(names::D1_QUIESCENT, |m: &ExecutionModel, s: &ExecState| {
+                !m.quiescent(s) || s.settles.iter().all(|&n| n == 1)
+            }),
+            Property::always(names::D2, |m: &ExecutionModel, s: &ExecState| {
+                m.limits.lane != Lane::Scored || s.rows.iter().enumerate().all(|(k, &i)| k == i)
+            }),
+            Property::always(names::D3, |m: &ExecutionModel, s: &ExecState| {
+                m.limits.lane != Lane::Playbook || s.settled_seen.starts_with(&s.rows)
+            }),
+            Property::always(names::D4, |m: &ExecutionModel, s: &ExecState| {
+                !m.quiescent(s)
+                    || (s.core.end_reason().is_some() && s.rows.len() == s.settles.len())
+            }),
+            Property::always(names::D5, |_, s: &ExecState| !s.abandoned_wrote),
+            Property::always(names::D6, |_, s: &ExecState| {
+                (0..s.settles.len()).all(|i| {
+                    s.removed_by_worker[i] == 0 && s.removed_by_run[i] + s.removed_by_sweep[i] <= 1
+                })
+            }),
+            Property::always(names::D6_QUIESCENT, |m: &ExecutionModel, s: &ExecState| {
+                !m.quiescent(s)
+                    || (0..s.settles.len()).all(|i| {
+                        s.core.worktree(i) == Some(WorktreeState::Absent)
+                            || s.removed_by_run[i] + s.removed_by_sweep[i] == 1
                     })
-                },
-            ),
-            Property::always(
-                "D6 in a quiescent state every created worktree was removed once",
-                |m: &ExecutionModel, s: &ExecState| {
-                    !m.quiescent(s)
-                        || (0..s.settles.len()).all(|i| {
-                            s.core.worktree(i) == Some(WorktreeState::Absent)
-                                || s.removed_by_run[i] + s.removed_by_sweep[i] == 1
-                        })
-                },
-            ),
-            Property::always(
-                "D7 the run ends by ceiling + term grace + join grace",
-                |m: &ExecutionModel, s: &ExecState| match m.limits.ceiling_millis {
+            }),
+            Property::always(names::D7, |m: &ExecutionModel, s: &ExecState| {
+                match m.limits.ceiling_millis {
                     Some(c) => {
                         s.core.end_reason().is_some()
                             || s.now_millis
                                 <= c + m.limits.term_grace_millis + m.limits.join_grace_millis
                     }
                     None => true,
-                },
-            ),
-            Property::sometimes("an item is abandoned", |_, s: &ExecState| {
+                }
+            }),
+            Property::sometimes(names::ABANDONED, |_, s: &ExecState| {
                 (0..s.settles.len()).any(|i| s.core.outcome(i) == Some(Outcome::Abandoned))
             }),
-            Property::sometimes(
-                "a row is out while an item still runs",
-                |_, s: &ExecState| !s.rows.is_empty() && s.core.active() > 0,
-            ),
-            Property::sometimes("a listed worktree is swept", |_, s: &ExecState| {
+            Property::sometimes(names::ROW_WHILE_RUNNING, |_, s: &ExecState| {
+                !s.rows.is_empty() && s.core.active() > 0
+            }),
+            Property::sometimes(names::SWEPT, |_, s: &ExecState| {
                 s.removed_by_sweep.iter().any(|&n| n > 0)
             }),
-            Property::sometimes("the ceiling ends the run", |_, s: &ExecState| {
+            Property::sometimes(names::CEILING, |_, s: &ExecState| {
                 s.core.end_reason() == Some(tollgate_core::execution::EndReason::Ceiling)
             }),
         ]
@@ -410,66 +508,5 @@ pub fn small_model(lane: Lane, variant: Variant, allow_interrupt: bool) -> Execu
         },
         allow_interrupt,
         variant,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use stateright::Checker;
-
-    fn check(model: ExecutionModel, label: &str) -> impl Checker<ExecutionModel> {
-        let started = std::time::Instant::now();
-        let checker = model.checker().spawn_bfs().join();
-        crate::report(&format!(
-            "execution model {label}: {} unique states ({} total) in {:?}",
-            checker.unique_state_count(),
-            checker.state_count(),
-            started.elapsed()
-        ));
-        checker
-    }
-
-    #[test]
-    fn execution_model_scored_holds() {
-        let checker = check(
-            small_model(Lane::Scored, Variant::Production, false),
-            "scored",
-        );
-        checker.assert_properties();
-    }
-
-    #[test]
-    fn execution_model_playbook_with_interrupt_holds() {
-        let checker = check(
-            small_model(Lane::Playbook, Variant::Production, true),
-            "playbook+interrupt",
-        );
-        checker.assert_properties();
-    }
-
-    #[test]
-    fn execution_model_catches_scored_rows_in_settle_order() {
-        let checker = check(
-            small_model(Lane::Scored, Variant::ScoredInSettleOrder, false),
-            "broken: scored in settle order",
-        );
-        assert!(checker
-            .discovery("D2 scored rows come in declaration order")
-            .is_some());
-    }
-
-    #[test]
-    fn execution_model_catches_worker_owned_worktrees() {
-        let checker = check(
-            small_model(Lane::Playbook, Variant::WorkerOwnsWorktree, false),
-            "broken: worker owns worktree",
-        );
-        assert!(checker
-            .discovery("D6 a worktree is removed at most once, never by a worker")
-            .is_some());
-        assert!(checker
-            .discovery("D6 in a quiescent state every created worktree was removed once")
-            .is_some());
     }
 }

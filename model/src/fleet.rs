@@ -42,9 +42,10 @@
 //!
 //! Properties: `S1` and `S2` over works fleet-wide, partitioned hosts included (a state breaking
 //! them ends its path); `F1` a live work's runner holds an unexpired lease; `F2` a renewal changes
-//! only the sender's own lease, `F5` a drained host spawns no runner (all three checked on every
-//! state without ending the path, so a broken
-//! lease decision is followed to the `S1`/`S2` trail it causes); `S9` in every quiescent state
+//! only the sender's own lease; `F3` no host's section takes a row from another host's process
+//! whose lease has not expired on the database clock; `F5` a drained host spawns no runner (these
+//! four checked on every state without ending the path, so a broken lease decision is followed to
+//! the `S1`/`S2` trail it causes); `S9` in every quiescent state
 //! (nothing can happen any more, so the partition healed) every submitted turn ended and the
 //! queue is empty. States at the time horizon where time would still matter are not quiescent
 //! (the bound cut them, not the protocol).
@@ -128,15 +129,45 @@ pub enum FleetVariant {
     /// A host's liveness answers `may_start` with "yes" whether or not the host is drained
     /// (breaks F5: a drained host starts a turn).
     IgnoreDrain,
+    /// A host's sections read the lease table by the host's own clock where the database's is
+    /// meant: a host whose clock runs ahead takes another host's live executor for dead (breaks
+    /// F3, then S1/S2).
+    HostClockForExpiry,
+    /// The lease table is read as if no lease ever expired: no host takes over a dead or cut-off
+    /// host's turn (breaks S9; the steal examples are never reached).
+    LeasesNeverExpire,
+    /// A runner never fences: cut off, its work runs past its lease's expiry (breaks F1; the
+    /// example "a cut-off runner fenced itself" is never reached).
+    NeverFences,
+    /// The dispatcher publishes in the section of its spawn, so no take-over can run ahead of the
+    /// first publish (the example of the take-over's retry is never reached).
+    PublishAtSpawn,
+    /// A drain stops every host from starting turns, not just the drained one (breaks S9; the
+    /// example "a turn submitted on a drained host ran on another" is never reached).
+    DrainStopsEveryone,
+    /// A cut-off host never reaches the database again (the example "drained after a partition
+    /// healed" is never reached).
+    PartitionNeverHeals,
+    /// A finishing runner's transaction leaves the queue but records no result for its turn
+    /// (breaks S9).
+    FinishRecordsNothing,
 }
 
 impl FleetVariant {
-    pub const BROKEN: [FleetVariant; 5] = [
+    pub const BROKEN: [FleetVariant; 13] = [
         FleetVariant::FenceFromAck,
         FleetVariant::StealBeforeExpiry,
         FleetVariant::RenewOthersLease,
         FleetVariant::ChildLeaseAtTakeOver,
         FleetVariant::NoGuard,
+        FleetVariant::IgnoreDrain,
+        FleetVariant::HostClockForExpiry,
+        FleetVariant::LeasesNeverExpire,
+        FleetVariant::NeverFences,
+        FleetVariant::PublishAtSpawn,
+        FleetVariant::DrainStopsEveryone,
+        FleetVariant::PartitionNeverHeals,
+        FleetVariant::FinishRecordsNothing,
     ];
 }
 
@@ -199,7 +230,9 @@ impl FleetConfig {
         HostId::new(format!("host{host}")).expect("host<N> is a valid host name")
     }
 
-    /// The host's clock when the model starts: the offsets differ wildly and never matter.
+    /// The host's clock when the model starts: the offsets differ wildly (a day between hosts),
+    /// so a section that reads a host's clock where the database's is meant (the lease table's
+    /// expiry, F3) goes wrong at once; read correctly, they never matter.
     pub fn clock_offset_millis(host: usize) -> u64 {
         host as u64 * 86_400_000 + 500
     }
@@ -296,6 +329,9 @@ pub mod violation {
     pub const RENEWED_ANOTHERS_LEASE: u8 = 1;
     /// A drained host's section started a turn: it spawned a runner (F5).
     pub const STARTED_ON_DRAINED: u8 = 2;
+    /// A host's section took a row from another host's process whose lease had not expired on
+    /// the database clock (F3).
+    pub const STOLE_FROM_LIVE_LEASE: u8 = 4;
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -402,12 +438,14 @@ struct HostView<'a> {
     reconciler: ProcessIdentity,
     /// The teeth variant [`FleetVariant::IgnoreDrain`].
     ignore_drain: bool,
+    /// The teeth variant [`FleetVariant::DrainStopsEveryone`]: some host is drained.
+    any_drained: bool,
 }
 
 impl Liveness for HostView<'_> {
     /// The drain flag as the host's section reads it.
     fn may_start(&self) -> bool {
-        self.ignore_drain || !self.host.drained
+        self.ignore_drain || !(self.host.drained || self.any_drained)
     }
 
     fn observe(&self, identity: &ProcessIdentity) -> Observation {
@@ -541,13 +579,15 @@ impl FleetModel {
             host: &st.hosts[host],
             reconciler: Self::reconciler(host),
             ignore_drain: self.cfg.variant == FleetVariant::IgnoreDrain,
+            any_drained: self.cfg.variant == FleetVariant::DrainStopsEveryone
+                && st.hosts.iter().any(|h| h.drained),
         };
         let now = match self.cfg.variant {
             // The broken steal: the lease counts as expired half a lease early.
             FleetVariant::StealBeforeExpiry => {
                 st.now_db_millis + self.cfg.timing.lease_duration_millis / 2 + 1
             }
-            _ => st.now_db_millis,
+            _ => self.lease_clock_millis(st, host),
         };
         let live = LeaseLiveness {
             host: &name,
@@ -559,13 +599,52 @@ impl FleetModel {
         // The core's fleet liveness itself, every answer of it (`may_start` included), not a
         // re-typed wrapper of its observations.
         let result = f(&mut queue, &live);
+        if Self::took_from_live_lease(st, host, &queue) {
+            st.violations |= violation::STOLE_FROM_LIVE_LEASE;
+        }
         st.queue = queue;
         result
     }
 
+    /// The clock host `host`'s sections read the lease table by: the database's.
+    fn lease_clock_millis(&self, st: &FleetState, host: usize) -> u64 {
+        match self.cfg.variant {
+            // BUG: the host's own clock where the database's is meant.
+            FleetVariant::HostClockForExpiry => st.hosts[host].local_millis,
+            // BUG: every lease is read as if it had just been taken.
+            FleetVariant::LeasesNeverExpire => 0,
+            _ => st.now_db_millis,
+        }
+    }
+
+    /// F3, over one section of `host` that turned `st.queue` into `after`: some row named a
+    /// process of another host whose lease has not expired on the database clock (on its
+    /// reservation, as its owner or as its recorded runner), and no longer does. Only its own
+    /// host's sections may take a row from a process with a live lease.
+    fn took_from_live_lease(st: &FleetState, host: usize, after: &QueueState) -> bool {
+        let here = FleetConfig::host_name(host);
+        let names = |q: &QueueState, key: &TurnKey, id: &ProcessIdentity| {
+            let on_row = q
+                .row(key)
+                .is_some_and(|row| crate::slots::state::identities_of(row).contains(id));
+            on_row || q.runner(key).is_some_and(|r| r.identity == *id)
+        };
+        st.leases
+            .leases
+            .iter()
+            .filter(|l| l.holder.host != here && !l.is_expired(st.now_db_millis))
+            .any(|l| {
+                let id = &l.holder.process;
+                st.queue
+                    .entries
+                    .iter()
+                    .any(|e| names(&st.queue, &e.key, id) && !names(after, &e.key, id))
+            })
+    }
+
     /// The spawn for `handoff` on `host` by the dispatcher `by`, in the dispatcher's section:
     /// the child starts, its publishes are left to [`FleetAction::Publish`].
-    fn spawn_for(st: &mut FleetState, host: usize, handoff: Handoff, by: ProcessIdentity) {
+    fn spawn_for(&self, st: &mut FleetState, host: usize, handoff: Handoff, by: ProcessIdentity) {
         if st.hosts[host].drained {
             st.violations |= violation::STARTED_ON_DRAINED;
         }
@@ -587,6 +666,10 @@ impl FleetModel {
         st.hosts[host]
             .dispatching
             .push(Dispatch { by, child, handoff });
+        if self.cfg.variant == FleetVariant::PublishAtSpawn {
+            let last = st.hosts[host].dispatching.len() - 1;
+            self.publish(st, host, last);
+        }
     }
 
     /// Both publishes of a dispatch (one action, see the module docs).
@@ -632,7 +715,9 @@ impl FleetModel {
     }
 
     fn fence_due(&self, st: &FleetState, host: usize, r: &Runner) -> bool {
-        st.hosts[host].up
+        // BUG (NeverFences): the fence deadline is never checked.
+        self.cfg.variant != FleetVariant::NeverFences
+            && st.hosts[host].up
             && st.hosts[host].local_millis
                 >= self
                     .cfg
@@ -702,13 +787,24 @@ impl FleetModel {
                         .as_ref()
                         .is_some_and(|d| d.process == old && d.host != here)
                 });
-                Self::spawn_for(&mut next, host, handoff, me);
+                // F3: the executor replaced was another host's process whose lease still runs.
+                if replaced.is_some_and(|old| {
+                    st.leases.leases.iter().any(|l| {
+                        l.holder.process == old
+                            && l.holder.host != here
+                            && !l.is_expired(st.now_db_millis)
+                    })
+                }) {
+                    next.violations |= violation::STOLE_FROM_LIVE_LEASE;
+                }
+                self.spawn_for(&mut next, host, handoff, me);
             }
             Ok(ReconcileEffect::Kill { work, .. }) => {
                 next.hosts[host].works.retain(|w| w.id != work.id);
             }
             Ok(effect) if effect.is_final() => {
-                fleet::sweep_expired(&mut next.leases, now);
+                let swept_at = self.lease_clock_millis(st, host);
+                fleet::sweep_expired(&mut next.leases, swept_at);
             }
             Ok(_) => {}
             Err(_) => return None,
@@ -788,7 +884,7 @@ impl FleetModel {
                 st.submitted |= bit(turn);
                 if let Ok(decision) = decision {
                     if let SubmitEffect::Spawn(handoff) = decision.effect {
-                        Self::spawn_for(&mut st, host, handoff, me);
+                        self.spawn_for(&mut st, host, handoff, me);
                     }
                 }
             }
@@ -893,10 +989,13 @@ impl FleetModel {
                 });
                 fleet::release(&mut st.leases, &Self::fleet_id(host, r.id));
                 st.hosts[host].runners.remove(runner);
+                // BUG (FinishRecordsNothing): the turn's result is not recorded.
                 if let Ok(next) = result {
-                    st.ended |= bit(r.key.turn);
+                    if self.cfg.variant != FleetVariant::FinishRecordsNothing {
+                        st.ended |= bit(r.key.turn);
+                    }
                     if let Some(handoff) = next {
-                        Self::spawn_for(&mut st, host, handoff, r.id);
+                        self.spawn_for(&mut st, host, handoff, r.id);
                     }
                 }
             }
@@ -1047,6 +1146,7 @@ pub mod names {
     pub const RUNNER_DIED_STOLEN: &str =
         "a runner died on a live host and another host took its slot after the expiry";
     pub const F5: &str = "F5 a drained host starts no turn";
+    pub const F3: &str = "F3 no host takes a row from a process whose lease has not expired";
     pub const DRAINED_ELSEWHERE: &str = "a turn submitted on a drained host ran on another";
 }
 
@@ -1077,6 +1177,10 @@ fn f2_renewal_is_the_owners(_: &FleetModel, st: &FleetState) -> bool {
 
 fn f5_drained_host_starts_nothing(_: &FleetModel, st: &FleetState) -> bool {
     st.violations & violation::STARTED_ON_DRAINED == 0
+}
+
+fn f3_no_steal_before_expiry(_: &FleetModel, st: &FleetState) -> bool {
+    st.violations & violation::STOLE_FROM_LIVE_LEASE == 0
 }
 
 /// A child can attempt its take-over (its host reaches the database) while its dispatcher has
@@ -1172,7 +1276,9 @@ impl Model for FleetModel {
                 actions.push(FleetAction::Reconcile { host });
             }
             if h.cut {
-                actions.push(FleetAction::Heal { host });
+                if self.cfg.variant != FleetVariant::PartitionNeverHeals {
+                    actions.push(FleetAction::Heal { host });
+                }
             } else if st.partitions_left > 0 {
                 actions.push(FleetAction::Cut { host });
             }
@@ -1209,6 +1315,7 @@ impl Model for FleetModel {
             Property::always(names::S2, s2_fleet_one_work_per_turn),
             Property::always(names::F1, f1_live_work_holds_unexpired_lease),
             Property::always(names::F2, f2_renewal_is_the_owners),
+            Property::always(names::F3, f3_no_steal_before_expiry),
             Property::always(names::F5, f5_drained_host_starts_nothing),
             Property::always(names::S9, s9_every_turn_ends),
             Property::sometimes(names::STOLEN, |_, st: &FleetState| st.stolen),
@@ -1224,6 +1331,7 @@ impl Model for FleetModel {
                 names::DRAINED_AFTER_PARTITION,
                 |m: &FleetModel, st: &FleetState| {
                     st.partitions_left < m.cfg.partitions
+                        && st.hosts.iter().all(|h| !h.cut)
                         && st.submitted != 0
                         && m.quiescent(st)
                         && st.submitted == st.ended

@@ -64,8 +64,8 @@ use tollgate_core::slots::{Observation, ProcessIdentity, QueueState, TurnKey};
 pub const WORKERS: usize = 16;
 
 /// Which serves the model drives: production, or one deliberately broken variant (the teeth,
-/// kept here, never in `core/` or `src/`). `tests/model_fleet_dedupe.rs` expects the checker to
-/// reject each with a counterexample for the properties [`Variant::breaks`] names.
+/// kept here, never in `core/` or `src/`). `tests/model_fleet_dedupe.rs` names, per variant, the
+/// properties the checker must find broken and the examples it must never reach.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Variant {
     /// The production sections, unchanged.
@@ -80,23 +80,29 @@ pub enum Variant {
     /// between them leaves a mark without a turn, and a redelivery is answered `duplicate` for an
     /// event nothing will run (breaks A2 and A3 fleet-wide).
     MarkInOwnTransaction,
+    /// A failed delivery's savepoint is released instead of rolled back: its mark stays in the
+    /// table without a turn, and the retry is answered `duplicate` (breaks A2; a withdrawn
+    /// delivery's retry is never accepted).
+    SavepointReleasedOnFailure,
+    /// The platform delivers only to the first serve (no two serves acknowledge one identity, and
+    /// no commit finds another serve's mark).
+    OneServeOnly,
+    /// A serve crashes only while it holds no delivery (none is lost before or after its commit).
+    CrashesOnlyWhenIdle,
+    /// Marks never expire (no redelivery is accepted again after its mark's lifetime).
+    MarksNeverExpire,
 }
 
 impl Variant {
-    pub const BROKEN: [Variant; 3] = [
+    pub const BROKEN: [Variant; 7] = [
         Variant::CheckThenInsert,
         Variant::MarkAfterAck,
         Variant::MarkInOwnTransaction,
+        Variant::SavepointReleasedOnFailure,
+        Variant::OneServeOnly,
+        Variant::CrashesOnlyWhenIdle,
+        Variant::MarksNeverExpire,
     ];
-
-    /// The properties the checker must find violated for this variant (empty for production).
-    pub fn breaks(self) -> &'static [&'static str] {
-        match self {
-            Variant::Production => &[],
-            Variant::CheckThenInsert | Variant::MarkAfterAck => &[names::A6],
-            Variant::MarkInOwnTransaction => &[names::A2, names::A3],
-        }
-    }
 }
 
 /// The size of one model instance.
@@ -345,9 +351,18 @@ impl FleetDedupeModel {
         FleetDedupeModel { cfg }
     }
 
+    /// How long marks live, in the table and in every gate: the configuration's lifetime.
+    fn mark_ttl_millis(&self) -> u64 {
+        match self.cfg.variant {
+            // BUG: a mark outlives every model run.
+            Variant::MarksNeverExpire => u64::MAX / 4,
+            _ => self.cfg.ttl_millis,
+        }
+    }
+
     fn fresh_serve(&self) -> ServeMem {
         ServeMem {
-            admission: Admission::new(self.cfg.limits(), self.cfg.ttl_millis),
+            admission: Admission::new(self.cfg.limits(), self.mark_ttl_millis()),
             pending: Vec::new(),
         }
     }
@@ -474,7 +489,7 @@ impl FleetDedupeModel {
         let Attempt {
             event, at_millis, ..
         } = st.attempts[attempt as usize].clone();
-        let ttl = self.cfg.ttl_millis;
+        let ttl = self.mark_ttl_millis();
         let identity = identity_of(event);
         let stage = match (self.cfg.variant, p.stage) {
             (Variant::Production, Stage::Admitted) => {
@@ -521,7 +536,7 @@ impl FleetDedupeModel {
         match p.stage {
             Stage::CheckedAbsent => {
                 // The insert after the read: whatever it finds, the turn is queued.
-                Self::insert_mark(st, self.cfg.ttl_millis, event, at_millis);
+                Self::insert_mark(st, self.mark_ttl_millis(), event, at_millis);
             }
             Stage::MarkCommitted => {}
             _ => return,
@@ -547,6 +562,11 @@ impl FleetDedupeModel {
         let p = mem.pending.remove(pos);
         mem.admission.withdraw(p.id, &identity_of(event));
         st.attempts[attempt as usize].answer = Some(Answer::Withdrawn);
+        if self.cfg.variant == Variant::SavepointReleasedOnFailure {
+            // BUG: the savepoint's mark insert outlives the failed transaction.
+            let at_millis = st.attempts[attempt as usize].at_millis;
+            Self::insert_mark(st, self.mark_ttl_millis(), event, at_millis);
+        }
     }
 
     fn answer(&self, st: &mut FleetDedupeState, serve: u8, attempt: u8) {
@@ -575,7 +595,7 @@ impl FleetDedupeModel {
         st.attempts[attempt as usize].answer = Some(answer);
         if self.cfg.variant == Variant::MarkAfterAck && matches!(answer, Answer::Accepted { .. }) {
             // The broken order: the durable mark only now, with the 200.
-            Self::insert_mark(st, self.cfg.ttl_millis, event, at_millis);
+            Self::insert_mark(st, self.mark_ttl_millis(), event, at_millis);
         }
     }
 
@@ -594,7 +614,7 @@ impl FleetDedupeModel {
         let mut mem = self.fresh_serve();
         for (event, row) in st.mark_rows.iter().enumerate() {
             if let Some(at) = *row {
-                if at + self.cfg.ttl_millis > st.now {
+                if at + self.mark_ttl_millis() > st.now {
                     mem.admission.restore_mark(&identity_of(event as u8), at);
                 }
             }
@@ -745,7 +765,9 @@ impl Model for FleetDedupeModel {
                 continue;
             };
             for (e, &n) in self.cfg.deliveries.iter().enumerate() {
-                if st.delivered[e] < n {
+                // BUG (OneServeOnly): only the first serve is delivered to.
+                let delivered_to = self.cfg.variant != Variant::OneServeOnly || serve == 0;
+                if delivered_to && st.delivered[e] < n {
                     actions.push(FleetDedupeAction::Deliver {
                         serve,
                         event: e as u8,
@@ -769,7 +791,10 @@ impl Model for FleetDedupeModel {
                     }
                 }
             }
-            if st.crashes < self.cfg.crashes {
+            // BUG (CrashesOnlyWhenIdle): no crash while a delivery is held.
+            let may_crash =
+                self.cfg.variant != Variant::CrashesOnlyWhenIdle || mem.pending.is_empty();
+            if st.crashes < self.cfg.crashes && may_crash {
                 actions.push(FleetDedupeAction::Crash { serve });
             }
         }

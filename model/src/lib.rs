@@ -6,6 +6,7 @@ pub mod admission;
 pub mod execution;
 pub mod fleet;
 pub mod fleet_dedupe;
+pub mod reduction;
 pub mod slots;
 
 /// Records one line of a model check (configuration, unique states, time) on stderr and in

@@ -40,10 +40,11 @@
 //!   start time (reuse budget); observations of the old identity on a reused pid then come back
 //!   either `Gone` or `Ambiguous` (chosen once at reuse time; ambiguous counts as live).
 //!
-//! Time: submitters use their own clocks (later ones run behind, for enqueue coalescing); runners,
-//! reconcilers and cancellers use [`config::LATE_MILLIS`], after every quiet period, so a
-//! debounce waiter is due at every start after its submission (production's waker is such a
-//! start).
+//! Time: the submissions of a run take turns between two clocks 100 ms apart (every second one
+//! runs behind, for enqueue coalescing; [`SlotConfig::clock_millis`]), whichever submitter makes
+//! them; runners, reconcilers and cancellers use [`config::LATE_MILLIS`], after every quiet
+//! period, so a debounce waiter is due at every start after its submission (production's waker is
+//! such a start).
 //!
 //! Bounds: the submissions (submitters × turns, each a new turn), the crash, reuse, reconcile and
 //! cancel budgets. Spawns need no budget of their own: every spawn follows a reservation of a row
@@ -57,19 +58,28 @@
 //! it is indistinguishable from no reuse); after each step the state forgets finished roles, dead
 //! processes nothing refers to, retired tokens no role holds ([`SlotModel`]'s `normalize`). A
 //! state that already breaks a safety property ends its path, so reported trails stop at the first
-//! violation. No symmetry reduction: submitters differ (clocks, scripts).
+//! violation.
+//!
+//! Symmetry reduction (checked with stateright's `symmetry()`; [`canonical`]): a state's
+//! representative is its canonical encoding, in which process ids and tokens are renamed by
+//! order of first appearance, the model's lists that are sets are sorted, and interchangeable
+//! submitters (one task, at most one crash) are permuted to the least encoding. The checker keeps
+//! one state per class; [`crate::reduction::classes`] shows on the CI configurations that every
+//! class of the full state space is met and that every property answers alike within a class.
 //!
 //! Layout, one module per job: [`config`] (sizes, budgets, strategies, the variant), [`state`]
 //! (processes, works, roles and their program counters, the tables the core observes), [`actors`]
 //! (the programs of the processes: each action one core step or one effect), [`transitions`] (one
 //! action applied: the environment's crashes and pid reuse, the transition checks, the state
 //! reduction), [`actions`] (what can happen next: the stateright `Model`), [`properties`]
-//! (S1-S11 over the state), [`broken`] (the deliberately broken variants),
-//! [`render`] (counterexample trails) and [`walk`] (seeded random paths for conformance replays).
+//! (S1-S12 over the state), [`broken`] (the deliberately broken variants), [`canonical`] (the
+//! compact encoding and the representative of symmetry reduction), [`render`] (counterexample
+//! trails) and [`walk`] (seeded random paths for conformance replays).
 
 pub mod actions;
 mod actors;
 mod broken;
+pub mod canonical;
 pub mod config;
 pub mod deps;
 pub mod order;
@@ -86,16 +96,34 @@ pub use render::{describe_action, describe_queue, render_trail, short, token_num
 pub use state::{
     event, token_from_counter, violation, Pc, Proc, ProcKind, ProcTable, Role, SlotState, Then,
 };
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 pub use walk::{initial_state, random_walk};
 
 /// The model: a configuration; the state is [`SlotState`].
 #[derive(Clone, Debug)]
 pub struct SlotModel {
     pub cfg: SlotConfig,
+    /// The event bits of every state any transition of this model produced (shared by the
+    /// checker's threads and by clones): which examples the explored transitions reach.
+    events_generated: Arc<AtomicU32>,
 }
 
 impl SlotModel {
     pub fn new(cfg: SlotConfig) -> Self {
-        SlotModel { cfg }
+        SlotModel {
+            cfg,
+            events_generated: Arc::new(AtomicU32::new(0)),
+        }
+    }
+
+    /// Whether a transition generated so far reached the example (`sometimes` property) named
+    /// `name`. With the symmetry reduction this, not the checker's discoveries, says which
+    /// examples were reached: the canonical encoding leaves the event bits out, so the state a
+    /// new event first appears in may be merged into one without it, but the transition that
+    /// produced the event was generated all the same.
+    pub fn example_generated(&self, name: &str) -> bool {
+        let generated = self.events_generated.load(Ordering::Relaxed);
+        actions::example_event(name).is_some_and(|bit| generated & bit != 0)
     }
 }

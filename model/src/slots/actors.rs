@@ -5,11 +5,14 @@
 //! sequence of primitives itself: what follows a step is decided by the effect it returns.
 
 use super::broken::{
-    enqueue_dropped, keep_superseded, release_even_after_bind, restore_cancelled_rows,
-    signal_dispatchers_too, take_over_unconditionally, VariantRules,
+    enqueue_dropped, keep_superseded, park_bound_row_of_dead_reserver, release_even_after_bind,
+    restore_cancelled_rows, signal_dispatchers_too, take_over_unconditionally, EveryoneAlive,
+    VariantRules,
 };
-use super::config::{Variant, LATE_MILLIS};
-use super::state::{event, turn_bit, violation, Pc, ProcKind, ProcTable, SlotState, Then, Work};
+use super::config::{SlotConfig, Variant, LATE_MILLIS};
+use super::state::{
+    event, token_from_counter, turn_bit, violation, Pc, ProcKind, ProcTable, SlotState, Then, Work,
+};
 use super::SlotModel;
 use tollgate_core::admission::Strategy;
 use tollgate_core::slots::steps::{
@@ -23,6 +26,47 @@ use tollgate_core::slots::{ProcessIdentity, SlotError, SlotToken, TurnKey};
 impl SlotModel {
     pub(super) fn rules(&self) -> VariantRules {
         VariantRules(self.cfg.variant)
+    }
+
+    /// The fresh token a section is given: the model's next one, or (ReusesLastToken) the last
+    /// one installed.
+    fn offered_token(&self, st: &SlotState) -> SlotToken {
+        match self.cfg.variant {
+            // BUG: the token source repeats the last token it handed out.
+            Variant::ReusesLastToken if st.next_token > 1 => token_from_counter(st.next_token - 1),
+            _ => st.fresh_token(),
+        }
+    }
+
+    /// The cap a submit is given.
+    fn submit_cap(&self) -> usize {
+        match self.cfg.variant {
+            // BUG: the submit sees every slot taken.
+            Variant::SubmitSeesNoSlot => 0,
+            // BUG: the submit sees a free slot whatever the cap.
+            Variant::SubmitStartsEverything => self.cfg.cap + 8,
+            _ => self.cfg.cap,
+        }
+    }
+
+    /// The strategy a submit is given for a task of `strategy`.
+    fn submit_strategy(&self, strategy: Strategy) -> Strategy {
+        match self.cfg.variant {
+            // BUG: the submit lets every turn of every task run at once.
+            Variant::SubmitStartsEverything => Strategy::Concurrent {
+                max: tollgate_core::admission::MAX_CONCURRENT,
+            },
+            _ => strategy,
+        }
+    }
+
+    /// The cap a finishing runner or a reconcile is given, when either may start a parked row.
+    fn start_cap(&self) -> usize {
+        match self.cfg.variant {
+            // BUG: a parked row never starts after its submit: finish and reconcile see no slot.
+            Variant::StartsNoParkedRow => 0,
+            _ => self.cfg.cap,
+        }
     }
 
     /// A step that reserved a slot handed back `handoff`: note its token and go spawn.
@@ -62,10 +106,10 @@ impl SlotModel {
         let me = st.me(role);
         let key = self.cfg.script(submitter, index);
         let strategy = self.cfg.strategy(&key.task);
-        let now = self.cfg.clock_millis(submitter);
+        let now = SlotConfig::clock_millis(st.recorded.count_ones());
         st.recorded |= turn_bit(&key);
         let before = st.queue.clone();
-        let fresh = st.fresh_token();
+        let fresh = self.offered_token(st);
         let result = {
             let SlotState {
                 queue,
@@ -80,8 +124,8 @@ impl SlotModel {
                     me,
                     fresh_token: fresh,
                     now_millis: now,
-                    cap: self.cfg.cap,
-                    strategy,
+                    cap: self.submit_cap(),
+                    strategy: self.submit_strategy(strategy),
                     liveness: &ProcTable { procs, works },
                 },
             )
@@ -94,6 +138,12 @@ impl SlotModel {
                 return;
             }
         };
+        if self.cfg.variant == Variant::EnqueuesAtOwnClock {
+            // BUG: the new row keeps the submitter's clock even when it runs behind the last row.
+            if let Ok(row) = st.queue.row_mut(&key) {
+                row.enqueued_at_millis = now;
+            }
+        }
         if self.cfg.variant == Variant::QueueKeepsTwoWaiters && strategy == Strategy::Queue {
             keep_superseded(&mut st.queue, &before, &mut decision);
         }
@@ -138,9 +188,11 @@ impl SlotModel {
         let me = st.me(role);
         let key = self.cfg.script(submitter, index);
         let strategy = self.cfg.strategy(&key.task);
+        let now = SlotConfig::clock_millis(st.recorded.count_ones());
         st.recorded |= turn_bit(&key);
-        let fresh = st.fresh_token();
+        let fresh = self.offered_token(st);
         let active_before = active_rows(&st.queue, &key.task);
+        let before = st.queue.clone();
         let given = match (self.cfg.variant, strategy) {
             // BUG: the attached start sees no running limit.
             (Variant::AttachedIgnoresStrategy, s) if s != Strategy::Drop => Strategy::Concurrent {
@@ -160,11 +212,21 @@ impl SlotModel {
                 key: &key,
                 me,
                 fresh_token: fresh,
-                now_millis: self.cfg.clock_millis(submitter),
+                now_millis: now,
                 strategy: given,
                 liveness: &ProcTable { procs, works },
             },
         );
+        let result = match result {
+            // BUG: the driver never runs an attached start: it waits as if the task were full.
+            Ok(AttachedEffect::Run { .. }) if self.cfg.variant == Variant::AttachedNeverRuns => {
+                st.queue = before;
+                Ok(AttachedEffect::Wait {
+                    running: key.clone(),
+                })
+            }
+            other => other,
+        };
         match result {
             Ok(AttachedEffect::Run { work }) => {
                 st.events |= event::ATTACHED_RUN;
@@ -294,7 +356,7 @@ impl SlotModel {
 
     fn reconcile(&self, st: &mut SlotState, role: usize) {
         let me = st.me(role);
-        let fresh = st.fresh_token();
+        let fresh = self.offered_token(st);
         let mut records = st.turn_records(&self.cfg);
         if self.cfg.variant == Variant::SkipOrphanRequeue {
             // BUG: the shell reads no record of a turn without a row (no orphan candidates).
@@ -310,7 +372,7 @@ impl SlotModel {
             me,
             fresh_token: fresh,
             now_millis: LATE_MILLIS,
-            cap: self.cfg.cap,
+            cap: self.start_cap(),
             strategies: &strategies,
             records: &records,
             liveness: &liveness,
@@ -321,6 +383,25 @@ impl SlotModel {
             | Variant::ReconcileExcludesItself => {
                 reconcile_with(&self.rules(), &mut st.queue, input)
             }
+            Variant::ParksBoundRowOfDeadReserver => {
+                match park_bound_row_of_dead_reserver(&mut st.queue, &liveness) {
+                    Some(key) => Ok(ReconcileEffect::Parked { key }),
+                    None => reconcile(&mut st.queue, input),
+                }
+            }
+            Variant::ReconcileSeesEveryoneAlive => reconcile(
+                &mut st.queue,
+                ReconcileInput {
+                    me,
+                    fresh_token: fresh,
+                    now_millis: LATE_MILLIS,
+                    cap: self.start_cap(),
+                    strategies: &strategies,
+                    records: &records,
+                    // BUG: reconcile sees every process and every work alive.
+                    liveness: &EveryoneAlive,
+                },
+            ),
             _ => reconcile(&mut st.queue, input),
         };
         match outcome {
@@ -360,7 +441,11 @@ impl SlotModel {
 
     fn cancel(&self, st: &mut SlotState, role: usize) {
         let before = st.queue.clone();
-        let task = SlotModel::first_task();
+        let task = match self.cfg.variant {
+            // BUG: the cancel names a task that has no turns.
+            Variant::CancelSelectsNothing => "nothing".to_string(),
+            _ => SlotModel::first_task(),
+        };
         let (procs, works) = (st.procs.clone(), st.works.clone());
         let table = ProcTable {
             procs: &procs,
@@ -441,7 +526,12 @@ impl SlotModel {
         });
         if start == CommandStart::Started {
             let me = st.me(role);
-            if work_started(&mut st.queue, &key, work, me).is_err() {
+            let recorded_as = match self.cfg.variant {
+                // BUG: the leader is recorded under the next turn's key.
+                Variant::LeaderUnderAnotherTurn => TurnKey::new(key.task.clone(), key.turn + 1),
+                _ => key.clone(),
+            };
+            if work_started(&mut st.queue, &recorded_as, work, me).is_err() {
                 st.violations |= violation::CORE_ERROR;
             }
         }
@@ -494,15 +584,22 @@ impl SlotModel {
             } => {
                 let before = st.queue.clone();
                 let (key, token) = (handoff.key().clone(), handoff.token());
-                let mut snapshot_ids = super::state::identities_of(handoff.snapshot());
-                snapshot_ids.push(handoff.reserver());
+                let (snapshot, reserver) = (handoff.snapshot().clone(), handoff.reserver());
                 let result = handoff_publish_first(&mut st.queue, handoff, child);
                 st.check_token_call(&key, token, &before, result.is_ok());
                 match result {
+                    // The two publishes in one section: nothing can come between them.
+                    Ok(bound) if self.cfg.variant == Variant::PublishesInOneSection => {
+                        let before = st.queue.clone();
+                        let result = handoff_publish_second(&mut st.queue, bound);
+                        st.check_token_call(&key, token, &before, result.is_ok());
+                        st.finish_role(role, then);
+                    }
                     Ok(bound) => {
                         st.roles[role].pc = Pc::Handoff {
                             bound,
-                            snapshot_ids,
+                            snapshot,
+                            reserver,
                             then,
                         }
                     }
@@ -549,7 +646,7 @@ impl SlotModel {
                     // BUG: the outcome follows the request, not what the command did.
                     st.cancelled |= turn_bit(&key);
                 }
-                let fresh = st.fresh_token();
+                let fresh = self.offered_token(st);
                 let strategies = self.cfg.strategies();
                 let (procs, works) = (st.procs.clone(), st.works.clone());
                 let outcome = runner_finish(
@@ -559,7 +656,7 @@ impl SlotModel {
                         me,
                         fresh_token: fresh,
                         now_millis: LATE_MILLIS,
-                        cap: self.cfg.cap,
+                        cap: self.start_cap(),
                         strategies: &strategies,
                         liveness: &ProcTable {
                             procs: &procs,
@@ -567,6 +664,10 @@ impl SlotModel {
                         },
                     },
                 );
+                if self.cfg.variant == Variant::QueueIdsRestart && st.queue.entries.is_empty() {
+                    // BUG: an empty queue hands its ids out again from the start.
+                    st.queue.next_queue_id = 1;
+                }
                 match outcome {
                     Ok(Some(handoff)) => self.hold(st, role, handoff, then),
                     Ok(None) => st.finish_role(role, then),

@@ -6,8 +6,8 @@ use super::config::Variant;
 use std::collections::BTreeSet;
 use tollgate_core::slots::steps::{CancelEffect, Handoff, SubmitDecision, TakeOverEffect};
 use tollgate_core::slots::{
-    acting_queue_holder, enqueue, park, Liveness, ProcessIdentity, ProductionRules, QueueState,
-    Reserving, RowState, SlotError, SlotRules, SlotToken, TurnKey, WorkId, WorkRecord,
+    acting_queue_holder, enqueue, park, Liveness, Observation, ProcessIdentity, ProductionRules,
+    QueueState, Reserving, RowState, SlotError, SlotRules, SlotToken, TurnKey, WorkId, WorkRecord,
 };
 
 /// The rules the model passes to the core's `_with` entry points: production's own
@@ -194,5 +194,44 @@ pub(super) fn signal_dispatchers_too(
         if let Some(holder) = holder {
             effect.signal.push((key.clone(), holder));
         }
+    }
+}
+
+/// ParksBoundRowOfDeadReserver, before the production reconcile: the first row whose reserver is
+/// dead while the child bound on its reservation lives (the reserver died between the two
+/// publishes) is parked and its reservation dropped, as if the child were dead too. Returns the
+/// row's turn, or `None` when no row is like that (the production step runs).
+pub(super) fn park_bound_row_of_dead_reserver(
+    state: &mut QueueState,
+    liveness: &impl Liveness,
+) -> Option<TurnKey> {
+    let key = state
+        .entries
+        .iter()
+        .find(|e| {
+            e.slot_reservation.as_ref().is_some_and(|r| {
+                !liveness.is_live(&r.reserver) && r.child.is_some_and(|c| liveness.is_live(&c))
+            }) && state.runner(&e.key).is_none()
+        })?
+        .key
+        .clone();
+    let row = state.row_mut(&key).ok()?;
+    // BUG: the live bound child is not asked about.
+    row.slot_reservation = None;
+    row.state = RowState::Parked;
+    Some(key)
+}
+
+/// ReconcileSeesEveryoneAlive: the liveness reconcile is given answers that every process and
+/// every work lives.
+pub(super) struct EveryoneAlive;
+
+impl Liveness for EveryoneAlive {
+    fn observe(&self, _: &ProcessIdentity) -> Observation {
+        Observation::Matching
+    }
+
+    fn observe_work(&self, _: &WorkRecord) -> Observation {
+        Observation::Matching
     }
 }

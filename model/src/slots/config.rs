@@ -1,5 +1,6 @@
 //! The size, the budgets, the tasks' strategies and the core variant of one slot model instance.
 
+use super::canonical::{SubmitterShape, MAX_SYMMETRIC_SUBMITTERS};
 use std::collections::BTreeMap;
 use std::fmt;
 use tollgate_core::admission::{Strategy, MAX_CONCURRENT};
@@ -21,7 +22,7 @@ pub const LATE_MILLIS: u64 = 1_000_000;
 /// performs its effect); the broken code lives here, never in the core. Each test in
 /// `tests/model_slots.rs` expects the checker to reject its variant with a counterexample for the
 /// property it breaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Variant {
     /// The production core, unchanged.
     Production,
@@ -53,17 +54,51 @@ pub enum Variant {
     /// S12).
     CancelledAfterCompletion,
     /// The attached start is given a strategy without a running limit: a foreground turn runs
-    /// beside a running turn of a `concurrent=1` task (breaks S10).
+    /// beside a running turn of a `concurrent=1` task (breaks S10; no attached start ever waits).
     AttachedIgnoresStrategy,
     /// Cancel also signals the live process that acts for a row being handed off (the
     /// dispatcher that reserved it, or its spawned runner before it is recorded), as the step
     /// did before S13: a submitter, reconciler or finishing runner is killed mid-handoff (breaks
     /// S13).
     CancelSignalsDispatchers,
+    /// Reconcile takes the row of a reserver that died between the two publishes from the live
+    /// child bound on it: it drops the reservation and parks the row (breaks S5, and S4).
+    ParksBoundRowOfDeadReserver,
+    /// A finishing runner and reconcile are given no free slot, so a row that a submit parked
+    /// never starts (breaks S6, and S9).
+    StartsNoParkedRow,
+    /// A new row keeps its submitter's clock when that runs behind the last row's (no enqueue
+    /// coalescing; breaks S7: `enqueued_at_millis` falls along the queue).
+    EnqueuesAtOwnClock,
+    /// A queue that empties hands its queue ids out again from 1 (breaks S7: `next_queue_id`
+    /// falls).
+    QueueIdsRestart,
+    /// The token source repeats the last token it handed out (breaks S8).
+    ReusesLastToken,
+    /// A runner records its work's leader under the next turn's key, a call the core refuses
+    /// (breaks "core accepts every call the shell makes").
+    LeaderUnderAnotherTurn,
+    /// A submit is given no free slot: no submit spawns (the example "submit: spawn" is never
+    /// reached).
+    SubmitSeesNoSlot,
+    /// A submit reserves a slot for its turn whatever the cap and its task's strategy say (breaks
+    /// S1, and S10 under `drop`; no submit parks, waits, supersedes or drops).
+    SubmitStartsEverything,
+    /// Reconcile sees every process and work alive: it never kills a dead runner's work nor
+    /// replaces it (breaks S9; its kill and replace examples are never reached).
+    ReconcileSeesEveryoneAlive,
+    /// The two publishes of a handoff run in one section, so nothing can die between them (the
+    /// example "crash between the two publishes" is never reached).
+    PublishesInOneSection,
+    /// The driver never runs an attached start: it waits as if the task were full (the example
+    /// "attached start runs" is never reached).
+    AttachedNeverRuns,
+    /// Cancel names a task without turns (the example "cancel removes a row" is never reached).
+    CancelSelectsNothing,
 }
 
 impl Variant {
-    pub const BROKEN: [Variant; 13] = [
+    pub const BROKEN: [Variant; 25] = [
         Variant::OccupancyPerReserverPid,
         Variant::ExcludeDropsReservations,
         Variant::ReconcileExcludesItself,
@@ -77,6 +112,18 @@ impl Variant {
         Variant::CancelledAfterCompletion,
         Variant::AttachedIgnoresStrategy,
         Variant::CancelSignalsDispatchers,
+        Variant::ParksBoundRowOfDeadReserver,
+        Variant::StartsNoParkedRow,
+        Variant::EnqueuesAtOwnClock,
+        Variant::QueueIdsRestart,
+        Variant::ReusesLastToken,
+        Variant::LeaderUnderAnotherTurn,
+        Variant::SubmitSeesNoSlot,
+        Variant::SubmitStartsEverything,
+        Variant::ReconcileSeesEveryoneAlive,
+        Variant::PublishesInOneSection,
+        Variant::AttachedNeverRuns,
+        Variant::CancelSelectsNothing,
     ];
 }
 
@@ -207,9 +254,29 @@ impl SlotConfig {
         self.tasks.iter().any(pred)
     }
 
-    /// The submitter's clock: later submitters run behind, so enqueue coalescing is exercised.
-    pub fn clock_millis(&self, submitter: usize) -> u64 {
-        1_000 - 100 * submitter as u64
+    /// The clock of a submission, given how many turn records were written before it: the
+    /// submissions of a run take turns between two clocks 100 ms apart (the second, fourth, …
+    /// run behind), so a submit whose clock is behind the last row's (enqueue coalescing, S7) and
+    /// one whose clock is ahead both happen. The clock belongs to the submission, not to the
+    /// submitter, so submitters stay interchangeable (symmetry reduction, [`Self::symmetric`]).
+    pub fn clock_millis(submissions_before: u32) -> u64 {
+        1_000 - 100 * u64::from(submissions_before % 2)
+    }
+
+    /// The submitters' shape when they are interchangeable: one task (every submission goes to
+    /// it), at least two detached submitters (at most [`MAX_SYMMETRIC_SUBMITTERS`]), and at most
+    /// one crash, so reconcile (which requeues orphaned turns in turn order) never holds two
+    /// orphans at once whose order a permutation could swap. Attached submitters are never
+    /// permuted.
+    pub fn symmetric(&self) -> Option<SubmitterShape> {
+        let shape = SubmitterShape {
+            count: u8::try_from(self.submitters).ok()?,
+            turns: u8::try_from(self.turns).ok()?,
+        };
+        (self.tasks.len() == 1
+            && (2..=MAX_SYMMETRIC_SUBMITTERS).contains(&shape.count)
+            && self.crash_budget <= 1)
+            .then_some(shape)
     }
 }
 

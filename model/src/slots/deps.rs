@@ -50,6 +50,30 @@ pub enum DepsVariant {
     RequeueAfterCommit,
     /// BUG: a failure that is not retried settles no dependent (R2 fails: B waits forever).
     NoSettleOnFailure,
+    /// BUG: dependents read a failed dependency as a success, at B's submit and at A's
+    /// departure: B starts after A failed (R2 fails; B never ends dependency-failed).
+    FailureCountsAsSuccess,
+    /// BUG: the retry's record is created anew without looking for one a crashed finish already
+    /// wrote: a turn is retried twice (R3 fails).
+    RetryNotReused,
+    /// BUG: a failed turn is never retried (R3 fails; the example of a retry that succeeds is
+    /// never reached).
+    NoRetry,
+    /// BUG: the finishing runner's section names the submitter as the one leaving, a call the
+    /// core refuses (the "core accepts every call" property fails).
+    FinishesAsAnotherProcess,
+}
+
+impl DepsVariant {
+    pub const BROKEN: [DepsVariant; 7] = [
+        DepsVariant::IgnoreDependencies,
+        DepsVariant::RequeueAfterCommit,
+        DepsVariant::NoSettleOnFailure,
+        DepsVariant::FailureCountsAsSuccess,
+        DepsVariant::RetryNotReused,
+        DepsVariant::NoRetry,
+        DepsVariant::FinishesAsAnotherProcess,
+    ];
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -102,6 +126,15 @@ impl Rec {
             attempts,
             backoff_millis: 0,
         })
+    }
+}
+
+/// How dependents read how a dependency ended: as it ended, or (FailureCountsAsSuccess) a failure
+/// as a success.
+fn as_dependents_read(ended: Ended, variant: DepsVariant) -> Ended {
+    match (variant, ended) {
+        (DepsVariant::FailureCountsAsSuccess, Ended::Failed) => Ended::Succeeded,
+        _ => ended,
     }
 }
 
@@ -237,8 +270,11 @@ impl DepsState {
     }
 
     /// The retry's record, as `crate::deps::departed` creates it (or finds it).
-    fn retry_record(&mut self, failed: &TurnKey, plan: RetryPlan) -> TurnKey {
-        if let Some(existing) = self.existing_retry(failed) {
+    fn retry_record(&mut self, failed: &TurnKey, plan: RetryPlan, variant: DepsVariant) -> TurnKey {
+        if let Some(existing) = self
+            .existing_retry(failed)
+            .filter(|_| variant != DepsVariant::RetryNotReused)
+        {
             return existing;
         }
         let turn = self
@@ -275,14 +311,14 @@ impl DepsState {
         {
             return;
         }
-        let retry_key =
-            slots::retry_due(ended, rec.retry_plan()).map(|p| self.retry_record(key, p));
+        let plan = rec.retry_plan().filter(|_| variant != DepsVariant::NoRetry);
+        let retry_key = slots::retry_due(ended, plan).map(|p| self.retry_record(key, p, variant));
         let departed = slots::depart(
             &mut self.queue,
             DepartInput {
                 key,
-                ended,
-                retry: rec.retry_plan(),
+                ended: as_dependents_read(ended, variant),
+                retry: plan,
                 retry_key: retry_key.as_ref(),
                 me,
                 now_millis: NOW,
@@ -327,7 +363,7 @@ impl DepsState {
                 .filter(|d| self.queue.row(&d.key).is_none())
                 .map(|d| {
                     let ended = self.records.get(&d.key).map_or(Ended::Stopped, Rec::ended);
-                    (d.key.clone(), ended)
+                    (d.key.clone(), as_dependents_read(ended, variant))
                 })
                 .collect();
             slots::submit_after(&mut self.queue, input, &after, &ended, Default::default())
@@ -349,16 +385,20 @@ impl DepsState {
     }
 
     /// `steps::runner_finish` for runner `i` (its row leaves; the next parked row may start).
-    fn runner_finish(&mut self, i: usize) {
+    fn runner_finish(&mut self, i: usize, variant: DepsVariant) {
         let runner = self.runners.remove(i);
         let token = self.fresh_token();
         let live = self.live(Some(runner.id));
         let strategies = BTreeMap::new();
+        let me = match variant {
+            DepsVariant::FinishesAsAnotherProcess => SUBMITTER,
+            _ => runner.id,
+        };
         match steps::runner_finish(
             &mut self.queue,
             FinishInput {
                 key: &runner.key,
-                me: runner.id,
+                me,
                 fresh_token: token,
                 now_millis: NOW,
                 cap: CAP,
@@ -524,7 +564,7 @@ impl Model for DepsModel {
                     }
                     Ok(TakeOverEffect::AlreadySettled) => {
                         st.depart(&runner.key, runner.id, variant);
-                        st.runner_finish(i);
+                        st.runner_finish(i, variant);
                     }
                     Ok(TakeOverEffect::Refused { .. } | TakeOverEffect::Cancelled) => {
                         st.runners.remove(i);
@@ -551,17 +591,17 @@ impl Model for DepsModel {
                     }
                     if due.is_some() {
                         let runner = st.runners[i].clone();
-                        st.runner_finish(i);
+                        st.runner_finish(i, variant);
                         st.runners.push(Runner {
                             pc: RunnerPc::Requeue,
                             ..runner
                         });
                     } else {
-                        st.runner_finish(i);
+                        st.runner_finish(i, variant);
                     }
                 } else {
                     st.depart(&key, me, variant);
-                    st.runner_finish(i);
+                    st.runner_finish(i, variant);
                 }
             }
             DepsAction::Requeue(i) => {
@@ -569,7 +609,7 @@ impl Model for DepsModel {
                 // Its row already left: only the retry's half of the departure.
                 let rec = st.records.get(&runner.key).cloned();
                 if let Some(plan) = rec.and_then(|r| slots::retry_due(r.ended(), r.retry_plan())) {
-                    let retry = st.retry_record(&runner.key, plan);
+                    let retry = st.retry_record(&runner.key, plan, variant);
                     if slots::enqueue(&mut st.queue, &retry, runner.id, NOW).is_err()
                         || slots::park(&mut st.queue, &retry).is_err()
                     {
@@ -602,7 +642,7 @@ impl Model for DepsModel {
                 });
                 failed.outcome = Some(Outcome::Failed);
                 let due = slots::retry_due(failed.ended(), failed.retry_plan());
-                let retry = due.map(|plan| st.retry_record(&runner.key, plan));
+                let retry = due.map(|plan| st.retry_record(&runner.key, plan, variant));
                 if writes >= 2 {
                     failed.retried_as = retry.map(|k| k.turn);
                     st.records.insert(runner.key.clone(), failed);

@@ -55,8 +55,24 @@ pub enum OrderVariant {
     IgnoresPause,
     /// Finish, reconcile and resume decide as if every row were due (breaks Q2).
     IgnoresNotBefore,
-    /// Finish, reconcile and resume decide as if every priority were 0: FIFO only (breaks Q3).
+    /// Finish, reconcile and resume decide as if every priority were 0: FIFO only (breaks Q3; no
+    /// higher priority overtakes an older row).
     FifoOnly,
+    /// Resume lifts the pause but starts nothing, as if no slot were free (a held row starts only
+    /// later; "resume starts a held row" is never reached).
+    ResumeStartsNothing,
+    /// Submit drops `--delay` (no delayed row starts, as none is delayed).
+    SubmitDropsNotBefore,
+}
+
+impl OrderVariant {
+    pub const BROKEN: [OrderVariant; 5] = [
+        OrderVariant::IgnoresPause,
+        OrderVariant::IgnoresNotBefore,
+        OrderVariant::FifoOnly,
+        OrderVariant::ResumeStartsNothing,
+        OrderVariant::SubmitDropsNotBefore,
+    ];
 }
 
 /// One scripted submit: its task, `--priority`, and `--delay` in clock ticks (0: none).
@@ -270,7 +286,9 @@ fn broken<R>(
     step: impl FnOnce(&mut QueueState) -> R,
 ) -> R {
     match variant {
-        OrderVariant::Production => step(queue),
+        OrderVariant::Production
+        | OrderVariant::ResumeStartsNothing
+        | OrderVariant::SubmitDropsNotBefore => step(queue),
         OrderVariant::IgnoresPause => {
             let paused = std::mem::take(&mut queue.paused);
             let out = step(queue);
@@ -417,7 +435,10 @@ impl Model for OrderModel {
                     let token = st.fresh_token();
                     let schedule = Schedule {
                         priority: script.priority,
-                        not_before_millis: if script.delay_ticks > 0 {
+                        // BUG (SubmitDropsNotBefore): the delay is not passed on.
+                        not_before_millis: if script.delay_ticks > 0
+                            && variant != OrderVariant::SubmitDropsNotBefore
+                        {
                             now + script.delay_ticks * TICK_MILLIS
                         } else {
                             0
@@ -467,7 +488,12 @@ impl Model for OrderModel {
                                 me: RESUMER,
                                 fresh_tokens: &tokens,
                                 now_millis: now,
-                                cap: self.cfg.cap,
+                                // BUG (ResumeStartsNothing): no slot is free for the resume.
+                                cap: if variant == OrderVariant::ResumeStartsNothing {
+                                    0
+                                } else {
+                                    self.cfg.cap
+                                },
                                 strategies: &strategies,
                                 liveness: &all_live,
                             },

@@ -1,6 +1,7 @@
 //! The model's state: the real queue, the process table the core observes, each role's program
 //! counter, and the bookkeeping the properties read (events, violations, retired tokens).
 
+use super::canonical::SubmitterShape;
 use std::collections::BTreeSet;
 use tollgate_core::slots::steps::{BoundHandoff, Handoff, TurnOnDisk, TurnRecords};
 use tollgate_core::slots::{
@@ -90,11 +91,14 @@ pub enum Pc {
         child: ProcessIdentity,
         then: Then,
     },
-    /// Second, fenced publish (`steps::handoff_publish_second`). `snapshot_ids`: the identities
-    /// the reserving snapshot names, kept so the state reduction never forgets one.
+    /// Second, fenced publish (`steps::handoff_publish_second`). `snapshot` and `reserver`: the
+    /// reserving snapshot and its reserver, which the bound handoff carries but does not show,
+    /// kept so the state reduction never forgets an identity they name and the state's encoding
+    /// (`canonical`) covers everything the fenced publish compares.
     Handoff {
         bound: BoundHandoff,
-        snapshot_ids: Vec<ProcessIdentity>,
+        snapshot: QueueEntry,
+        reserver: ProcessIdentity,
         then: Then,
     },
     /// A spawned runner: `steps::runner_take_over`.
@@ -231,6 +235,12 @@ pub struct SlotState {
     pub reconciled_clean: bool,
     pub events: u32,
     pub violations: u16,
+    /// The submitters when they are interchangeable (a constant of the configuration, kept here
+    /// because a representative is computed from the state alone).
+    pub submitters: Option<SubmitterShape>,
+    /// Set on a representative only (symmetry reduction): the canonical encoding of the states
+    /// it stands for ([`super::canonical`]); every other field of a representative is empty.
+    pub canonical: Option<Box<[u8]>>,
 }
 
 /// Fresh tokens from the model's counter: distinct, non-nil UUIDs.
@@ -283,7 +293,8 @@ pub(super) fn turn_bit(key: &TurnKey) -> u16 {
     1u16.checked_shl(key.turn.saturating_sub(1)).unwrap_or(0)
 }
 
-pub(super) fn identities_of(entry: &QueueEntry) -> Vec<ProcessIdentity> {
+/// Every process identity a row names: its owners and its reservation's reserver and child.
+pub fn identities_of(entry: &QueueEntry) -> Vec<ProcessIdentity> {
     let mut ids = match entry.state {
         RowState::Waiting {
             enqueue_owner,

@@ -226,12 +226,14 @@ impl SlotModel {
                 }
                 Pc::Handoff {
                     bound,
-                    snapshot_ids,
+                    snapshot,
+                    reserver,
                     ..
                 } => {
                     held.insert(bound.token());
                     referenced.insert(bound.child());
-                    referenced.extend(snapshot_ids.iter().copied());
+                    referenced.insert(*reserver);
+                    referenced.extend(identities_of(snapshot));
                 }
                 Pc::TakeOver { token, .. } => {
                     held.insert(*token);
@@ -285,6 +287,8 @@ impl SlotModel {
             reconciled_clean: false,
             events: 0,
             violations: 0,
+            submitters: self.cfg.symmetric(),
+            canonical: None,
         };
         for submitter in 0..self.cfg.submitters {
             let proc = st.new_proc(ProcKind::Submitter(submitter as u8), None, false);

@@ -614,5 +614,11 @@ pub fn apply_writes(
         }
         write_turn(home, &write.record, write.create)?;
     }
+    for key in &writes.removed_turns {
+        remove_turn(home, key)?;
+    }
+    for name in &writes.removed_tasks {
+        remove_task(home, name)?;
+    }
     Ok(())
 }

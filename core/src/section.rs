@@ -269,11 +269,19 @@ pub struct Writes {
     /// Lines for the operator (a rewound task counter, say): the runner logs them after the
     /// commit. Bounded by the writes that cause them.
     pub warnings: Vec<String>,
+    /// Turns removed with their logs (`clean`), after the writes above.
+    pub removed_turns: BTreeSet<TurnKey>,
+    /// Tasks removed with their folders (`clean`), after their turns.
+    pub removed_tasks: BTreeSet<String>,
 }
 
 impl Writes {
     pub fn is_empty(&self) -> bool {
-        self.turns.is_empty() && self.tasks.is_empty() && self.leases.is_none()
+        self.turns.is_empty()
+            && self.tasks.is_empty()
+            && self.leases.is_none()
+            && self.removed_turns.is_empty()
+            && self.removed_tasks.is_empty()
     }
 
     /// Whether a write records a turn's outcome: the store syncs such a commit (an outcome is
@@ -391,6 +399,24 @@ impl<'a> Draft<'a> {
         self.writes.leases.as_ref().unwrap_or(&view.leases)
     }
 
+    /// Removes the turn's record and its logs. A step never writes and removes one turn.
+    pub fn remove_turn(&mut self, key: TurnKey) {
+        debug_assert!(
+            !self.writes.turns.contains_key(&key),
+            "a turn written and removed"
+        );
+        self.writes.removed_turns.insert(key);
+    }
+
+    /// Removes the task's record and its folder. A step never writes and removes one task.
+    pub fn remove_task(&mut self, name: String) {
+        debug_assert!(
+            !self.writes.tasks.contains_key(&name),
+            "a task written and removed"
+        );
+        self.writes.removed_tasks.insert(name);
+    }
+
     pub fn warn(&mut self, line: String) {
         self.writes.warnings.push(line);
     }
@@ -415,6 +441,8 @@ impl<'a> Draft<'a> {
         }
         self.writes.tasks.extend(writes.tasks);
         self.writes.warnings.extend(writes.warnings);
+        self.writes.removed_turns.extend(writes.removed_turns);
+        self.writes.removed_tasks.extend(writes.removed_tasks);
         if writes.leases.is_some() {
             self.writes.leases = writes.leases;
         }

@@ -4,6 +4,7 @@ use super::submit::{submit_request, How};
 use super::turnref;
 use super::{exit, CliError};
 use crate::home::Home;
+use crate::protocol::slots::sections::{CleanEffect, CleanScope, CleanSection, Cleaned};
 use crate::protocol::slots::TurnKey;
 use crate::runtime::Runtime;
 use crate::submit::SubmitRequest;
@@ -241,71 +242,32 @@ pub fn clean(home: Option<PathBuf>, args: CleanArgs) -> Result<i32, CliError> {
     let cutoff = args
         .older_than
         .map(|d| now.saturating_sub(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
-    let names = match &args.task {
-        Some(task) => {
-            if tasks::load_task(&rt.home, task)?.is_none() {
-                return Err(CliError::Usage(format!(
-                    "unknown task {task:?}: no such task in {}",
-                    rt.home.root().display()
-                )));
-            }
-            vec![task.clone()]
+    let listed;
+    let scope = match &args.task {
+        Some(task) => CleanScope::Task(task),
+        None => {
+            listed = tasks::list_tasks(&rt.home)?;
+            CleanScope::Tasks(&listed)
         }
-        None => tasks::list_tasks(&rt.home)?,
     };
-    // Under the queue lock: a turn with a queue row is never removed, even if its record already
-    // holds an outcome (its runner has not left the queue yet).
-    let (removed, removed_tasks) = rt.store.transact(|queue| {
-        let mut ended = Vec::new();
-        let mut turns_of = std::collections::BTreeMap::new();
-        for task in &names {
-            let numbers = tasks::list_turns(&rt.home, task)?;
-            for &n in &numbers {
-                let key = TurnKey::new(task.clone(), n);
-                if queue.row(&key).is_some() {
-                    continue;
-                }
-                if let Some(turn) = tasks::load_turn(&rt.home, &key)? {
-                    if turn.is_settled() {
-                        ended.push(turn);
-                    }
-                }
-            }
-            turns_of.insert(task.clone(), numbers.len());
+    let section = CleanSection {
+        scope,
+        keep: args.keep,
+        ended_before_millis: cutoff,
+        dry_run: args.dry_run,
+    };
+    let Cleaned {
+        turns: removed,
+        tasks: removed_tasks,
+    } = match crate::section::run(&rt, &section)? {
+        CleanEffect::Cleaned(cleaned) => cleaned,
+        CleanEffect::UnknownTask(task) => {
+            return Err(CliError::Usage(format!(
+                "unknown task {task:?}: no such task in {}",
+                rt.home.root().display()
+            )))
         }
-        // Newest first across the tasks (by id; turns from before ids by their submit time);
-        // keep the first `keep`.
-        ended.sort_by_key(|t| {
-            std::cmp::Reverse((t.id.unwrap_or(0), t.submitted_at_millis, t.key.clone()))
-        });
-        let mut removed = Vec::new();
-        for turn in ended.into_iter().skip(args.keep) {
-            let old_enough = cutoff.is_none_or(|c| turn.ended_at_millis.is_some_and(|e| e <= c));
-            if !old_enough {
-                continue;
-            }
-            if !args.dry_run {
-                tasks::remove_turn(&rt.home, &turn.key)?;
-            }
-            removed.push(turn.key);
-        }
-        // A task left with no turn and no row goes too, unless it holds a setting.
-        let mut removed_tasks = Vec::new();
-        for (task, count) in turns_of {
-            let left = count - removed.iter().filter(|k| k.task == task).count();
-            let settings = queue.paused.tasks.contains(&task)
-                || tasks::load_task(&rt.home, &task)?
-                    .is_some_and(|t| t.strategy != Default::default());
-            if left > 0 || settings || queue.entries.iter().any(|e| e.key.task == task) {
-                continue;
-            }
-            if !args.dry_run {
-                tasks::remove_task(&rt.home, &task)?;
-            }
-            removed_tasks.push(task);
-        }
-        Ok::<_, CliError>((removed, removed_tasks))
-    })?;
+    };
     if args.json {
         let list: Vec<_> = removed
             .iter()

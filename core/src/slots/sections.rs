@@ -7,6 +7,7 @@
 
 mod attached;
 mod cancel;
+mod clean;
 mod finish;
 mod handoff;
 mod pause;
@@ -18,6 +19,7 @@ mod work;
 
 pub use attached::{attached, Attached, AttachedSection, AttachedStart};
 pub use cancel::{cancel, CancelSection};
+pub use clean::{clean, CleanEffect, CleanScope, CleanSection, Cleaned};
 pub use finish::{finish, FinishEffect, FinishSection};
 pub use handoff::{PublishFirst, PublishSecond, SpawnFailed};
 pub use pause::{PauseSection, Paused, ResumeSection};

@@ -1,6 +1,8 @@
 //! Conformance of the shell with the core: seeded random walks where every step calls a real shell
-//! entry point (`submit_detached`, `runner::take_over`, `runner::record_leader`,
-//! `runner::leave_and_start_next`, `reconcile`, `cancel`) against the in-memory store, a fixture
+//! entry point the production paths call (`submit_detached`, the detached runner's
+//! `runner::take_over_to_run`, `runner::record_leader`, its finish `runner::finish_with` with the
+//! result written in the finish section, `runner::leave_and_start_next` for a turn found settled,
+//! `reconcile`, `cancel`) against the in-memory store, a fixture
 //! spawner and a fixture liveness, and the same step through the core's steps directly on a mirror
 //! (the sequence spec/slots.md prescribes for the section and its effect). After every step the
 //! store's queue must equal the mirror's, and the shell's fixture world (processes spawned, works
@@ -21,6 +23,7 @@ use tollgate::protocol::admission::Strategy;
 use tollgate::protocol::slots::steps::*;
 use tollgate::protocol::slots::*;
 use tollgate::queue::{MemoryStore, Store};
+use tollgate::runner::Execution;
 use tollgate::runtime::Runtime;
 use tollgate::submit::{submit_detached, SubmitRequest};
 use tollgate::tasks::{self, TurnOutcome};
@@ -377,6 +380,10 @@ struct Child {
     token: SlotToken,
     me: ProcessIdentity,
     phase: Phase,
+    /// The turn's record as its take-over left it.
+    record: Option<tasks::TurnRecord>,
+    /// What its command did (or that a cancel came first): written in its finish section.
+    result: Option<Execution>,
 }
 
 struct Walk {
@@ -461,6 +468,8 @@ impl Walk {
                 token: *token,
                 me: *me,
                 phase: Phase::Starting,
+                record: None,
+                result: None,
             });
         }
     }
@@ -505,9 +514,20 @@ impl Walk {
                 Some(c) => {
                     let child = self.children[c].clone();
                     let mirrored = self.mirror.take_over(&child.key, child.token, child.me);
-                    let shell =
-                        tollgate::runner::take_over(&self.rt, &child.key, child.token, child.me)
-                            .map(|(effect, _)| effect);
+                    let taken = tollgate::runner::take_over_to_run(
+                        &self.rt,
+                        &child.key,
+                        child.token,
+                        child.me,
+                        None,
+                    );
+                    let shell = match taken {
+                        Ok((effect, record)) => {
+                            self.children[c].record = Some(record);
+                            Ok(effect)
+                        }
+                        Err(e) => Err(e),
+                    };
                     let same = match (&mirrored, &shell) {
                         (Ok(a), Ok(b)) => a == b,
                         (Err(a), Err(tollgate::dispatch::DispatchError::Slot(b))) => a == b,
@@ -533,14 +553,8 @@ impl Walk {
                         }
                         Ok(TakeOverEffect::AlreadySettled) => Phase::Leaving,
                         Ok(TakeOverEffect::Cancelled) => {
-                            // The runner records the honoured cancel, as it does before leaving.
-                            let mut turn = tasks::load_turn(&self.rt.home, &child.key)
-                                .expect("load turn")
-                                .expect("the turn's record");
-                            turn.outcome = Some(TurnOutcome::Cancelled);
-                            turn.ended_at_millis = Some(self.mirror.world.now_millis);
-                            tasks::save_turn(&self.rt.home, &turn).expect("save turn");
-                            self.mirror.settled.insert(child.key.clone());
+                            // The runner records the honoured cancel in its finish.
+                            self.children[c].result = Some(Execution::cancelled_before_start());
                             Phase::Leaving
                         }
                         Ok(TakeOverEffect::Refused { .. }) | Err(_) => Phase::Done,
@@ -560,25 +574,32 @@ impl Walk {
                             w.live_works.remove(&work);
                         });
                     }
-                    // The runner records the outcome (outside any section), as `Execution::record`.
-                    let mut turn = tasks::load_turn(&self.rt.home, &child.key)
-                        .expect("load turn")
-                        .expect("the turn's record");
-                    turn.outcome = Some(TurnOutcome::Completed);
-                    turn.ended_at_millis = Some(self.mirror.world.now_millis);
-                    tasks::save_turn(&self.rt.home, &turn).expect("save turn");
-                    self.mirror.settled.insert(child.key.clone());
+                    // The runner keeps the outcome for its finish section, which records it.
+                    self.children[c].result = Some(Execution {
+                        outcome: TurnOutcome::Completed,
+                        exit_code: Some(0),
+                        signal: None,
+                        error: None,
+                    });
                     self.children[c].phase = Phase::Leaving;
-                    format!("the work of {} ends; its outcome is recorded", child.key)
+                    format!("the work of {} ends", child.key)
                 }
             },
             49..=60 => match self.pick(|p| *p == Phase::Leaving) {
                 None => "leave: nobody leaves".to_string(),
                 Some(c) => {
                     let child = self.children[c].clone();
+                    // The runner's finish: with a result, the detached runner's own
+                    // (`finish_with`, the record written in the section); a turn found settled
+                    // at its take-over only leaves.
+                    let shell = match (child.result, child.record) {
+                        (Some(result), Some(mut record)) => {
+                            self.mirror.settled.insert(child.key.clone());
+                            tollgate::runner::finish_with(&self.rt, &mut record, &result, child.me)
+                        }
+                        _ => tollgate::runner::leave_and_start_next(&self.rt, &child.key, child.me),
+                    };
                     let mirrored = self.mirror.leave(&child.key, child.me);
-                    let shell =
-                        tollgate::runner::leave_and_start_next(&self.rt, &child.key, child.me);
                     self.children[c].phase = Phase::Done;
                     // The runner exits.
                     self.both(|w| {

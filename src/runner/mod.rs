@@ -67,7 +67,7 @@ pub fn run_worker<L: Liveness, S: Store>(
     let cgroup = work::cgroup_for(&containment, WorkId::from_token(token));
     let cgroup_text = cgroup.as_ref().map(|d| d.display().to_string());
     let take_over_sent = crate::fleet::boottime_millis();
-    let (effect, turn) = take_over_retrying(rt, key, token, me, cgroup_text.as_deref())?;
+    let (effect, turn) = take_over_to_run(rt, key, token, me, cgroup_text.as_deref())?;
     let work = match effect {
         TakeOverEffect::Refused { holder } => return Ok(WorkerOutcome::Refused { holder }),
         TakeOverEffect::AlreadySettled => {
@@ -78,8 +78,7 @@ pub fn run_worker<L: Liveness, S: Store>(
         TakeOverEffect::Cancelled => {
             // The cancel came first: nothing was spawned, and the record says so.
             let mut turn = turn;
-            Execution::cancelled_before_start().record(&mut turn, tasks::now_millis());
-            let next = record_and_start_next(rt, &turn, me)?;
+            let next = finish_with(rt, &mut turn, &Execution::cancelled_before_start(), me)?;
             crate::process::settle::announce_settled();
             hooks::run_hooks(&rt.home, &rt.config.hooks, &turn);
             return Ok(WorkerOutcome::Ran {
@@ -102,9 +101,8 @@ pub fn run_worker<L: Liveness, S: Store>(
     if let Some(output) = output {
         output.finish(); // before the outcome: a reader that sees it ended has all the output
     }
-    execution.record(&mut turn, tasks::now_millis());
     let outcome = execution.outcome;
-    let next = record_and_start_next(rt, &turn, me)?;
+    let next = finish_with(rt, &mut turn, &execution, me)?;
     // The outcome is committed: a `submit --wait` that started us may return now.
     crate::process::settle::announce_settled();
     // After the result is recorded and the slot freed (the next row may already run).
@@ -130,27 +128,15 @@ fn start_guard_if_fleet<L: Liveness, S: Store>(rt: &Runtime<L, S>) -> Option<gua
     }
 }
 
-/// The runner's first critical section: read the turn's record and take the reserved slot over
-/// under `token`.
-pub fn take_over<L: Liveness, S: Store>(
-    rt: &Runtime<L, S>,
-    key: &TurnKey,
-    token: SlotToken,
-    me: ProcessIdentity,
-) -> Result<(TakeOverEffect, TurnRecord), DispatchError> {
-    take_over_section(rt, key, token, me, None, false)
-}
-
 /// The take-over section ([`sections::take_over`]), recording `cgroup` (the work's group, not
-/// created yet) on the work and, when `record_started`, the turn as started by `me` if the effect
-/// is `Run`: one internal commit for both, so a power loss loses or keeps them together.
-fn take_over_section<L: Liveness, S: Store>(
+/// created yet) on the work and the turn as started by `me` if the effect is `Run`: one internal
+/// commit for both, so a power loss loses or keeps them together.
+fn take_over_started<L: Liveness, S: Store>(
     rt: &Runtime<L, S>,
     key: &TurnKey,
     token: SlotToken,
     me: ProcessIdentity,
     cgroup: Option<&str>,
-    record_started: bool,
 ) -> Result<(TakeOverEffect, TurnRecord), DispatchError> {
     crate::section::run(
         rt,
@@ -159,21 +145,10 @@ fn take_over_section<L: Liveness, S: Store>(
             token,
             me,
             cgroup,
-            record_started,
+            record_started: true,
             now_millis: tasks::now_millis(),
         },
     )
-}
-
-/// [`take_over_section`] as the runner runs it: the started record in the same section.
-fn take_over_started<L: Liveness, S: Store>(
-    rt: &Runtime<L, S>,
-    key: &TurnKey,
-    token: SlotToken,
-    me: ProcessIdentity,
-    cgroup: Option<&str>,
-) -> Result<(TakeOverEffect, TurnRecord), DispatchError> {
-    take_over_section(rt, key, token, me, cgroup, true)
 }
 
 /// How long a runner on a fleet retries a take-over that found no lease of its own: the child can
@@ -181,10 +156,11 @@ fn take_over_started<L: Liveness, S: Store>(
 /// publish follows within milliseconds. Past this, the take-over's error stands.
 const TAKE_OVER_LEASE_WAIT_MILLIS: u64 = 2_000;
 
-/// [`take_over_started`], retried while the runner's lease is not there yet (see
-/// [`TAKE_OVER_LEASE_WAIT_MILLIS`]); each attempt is its own section, so a failed one changed
-/// nothing. On one host the first attempt is the answer.
-fn take_over_retrying<L: Liveness, S: Store>(
+/// The detached runner's take-over of its reserved slot under `token` ([`take_over_started`]),
+/// retried while the runner's lease is not there yet (see [`TAKE_OVER_LEASE_WAIT_MILLIS`]); each
+/// attempt is its own section, so a failed one changed nothing. On one host the first attempt is
+/// the answer. Returns the effect and the turn's record as the section left it.
+pub fn take_over_to_run<L: Liveness, S: Store>(
     rt: &Runtime<L, S>,
     key: &TurnKey,
     token: SlotToken,
@@ -327,6 +303,18 @@ pub fn leave_and_start_next<L: Liveness, S: Store>(
 ) -> Result<Option<Handoff>, DispatchError> {
     let effect = finish_section(rt, key, me, None)?;
     perform_finish(rt, effect)
+}
+
+/// The detached runner's finish: `execution` written into `turn` (its record as the take-over
+/// left it), then [`record_and_start_next`].
+pub fn finish_with<L: Liveness, S: Store>(
+    rt: &Runtime<L, S>,
+    turn: &mut TurnRecord,
+    execution: &Execution,
+    me: ProcessIdentity,
+) -> Result<Option<Handoff>, DispatchError> {
+    execution.record(turn, tasks::now_millis());
+    record_and_start_next(rt, turn, me)
 }
 
 /// Records the result of `turn` (whose command has run) and leaves the queue in one critical

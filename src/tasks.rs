@@ -61,12 +61,6 @@ pub fn predicted_turn_id(state: &crate::protocol::slots::QueueState) -> u64 {
     state.id_of_next_enqueue()
 }
 
-/// The core's [`next_queue_id`](crate::protocol::slots::next_queue_id): what a store's unlocked
-/// hint computes from the counter and the highest row id alone.
-pub fn predicted_id(next_queue_id: u64, last_queue_id: Option<u64>) -> u64 {
-    crate::protocol::slots::next_queue_id(next_queue_id, last_queue_id)
-}
-
 /// Where a record in the database is named in errors: the database and the record's place.
 fn db_record_path(home: &Home, place: String) -> PathBuf {
     PathBuf::from(format!(

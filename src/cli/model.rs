@@ -319,6 +319,9 @@ where
     lines
 }
 
+/// A model's symmetry reduction: a state's representative of its class.
+type ClassOf<S> = fn(&S) -> S;
+
 /// Checks `model` exhaustively (with `symmetry`, one state per class of its representatives) and
 /// prints the shape every `model check` shares: states explored and time, then a counterexample
 /// trail per broken `always` property, or the `sometimes` properties without an example (judged
@@ -326,7 +329,7 @@ where
 fn check_model<M>(
     model: M,
     threads: usize,
-    symmetry: Option<fn(&M::State) -> M::State>,
+    symmetry: Option<ClassOf<M::State>>,
     reached: Option<fn(&M, &str) -> bool>,
     render: impl Fn(&M, Vec<(M::State, Option<M::Action>)>) -> Vec<String>,
 ) -> i32

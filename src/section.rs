@@ -1,14 +1,14 @@
 //! The one section runner (spec/steps.md): every locked section of the shell is a [`Section`], a
 //! core step with its input, run here. The runner opens the store's transaction on the part of
-//! the queue the section reads, calls the step with a [`View`] of what the section has read,
-//! reads the records the step asks for in the same transaction and calls it again (bounded by
-//! [`MAX_READ_ROUNDS`]), rolls back and runs once more on the whole queue when the step says its
+//! the queue the section reads, calls the step with what the section has read, reading the
+//! records the step asks for in the same transaction and calling it again (the core's [`decide`],
+//! bounded by [`MAX_READ_ROUNDS`], which the models call too), rolls back and runs once more on the whole queue when the step says its
 //! part did not suffice, applies the step's record and lease writes, and commits. The effect is
 //! returned to the caller, which hands it to [`crate::driver`]. No other code takes the lock.
 
 use crate::dispatch::DispatchError;
 pub use crate::protocol::section::Section;
-use crate::protocol::section::{Halt, Records, Unread, View, MAX_READ_ROUNDS};
+use crate::protocol::section::{decide, Undecided, MAX_READ_ROUNDS};
 use crate::protocol::slots::steps::Reads;
 use crate::protocol::slots::{Liveness, SlotError};
 use crate::queue::{Store, StoreError};
@@ -128,47 +128,39 @@ fn run_reading<L: Liveness, S: Store, X: Section>(
 ) -> Result<(X::Effect, Vec<String>), Stop> {
     rt.store
         .transact_section(section.commit(), reads, |part, loaded, fleet| {
-            let mut records = Records::default();
-            for _ in 0..MAX_READ_ROUNDS {
-                let mut attempt = part.clone();
-                let view = View {
-                    loaded,
-                    records: &records,
-                    liveness: &rt.liveness,
-                    fleet: fleet.as_ref(),
-                };
-                match section.step(&mut attempt, &view) {
-                    Ok(step) => {
-                        crate::tasks::apply_writes(&rt.home, &step.writes)
-                            .map_err(|e| Stop::Failed(e.into()))?;
-                        if let (Some(leases), Some(view)) = (step.writes.leases, fleet.as_mut()) {
-                            view.leases = leases;
-                        }
-                        *part = attempt;
-                        if let Some(keep) = decided {
-                            keep.keep(&step.effect);
-                        }
-                        return Ok((step.effect, step.writes.warnings));
-                    }
-                    Err(Halt::Unread(Unread::Records(need))) => {
-                        debug_assert!(
-                            !records.missing(&need).is_empty(),
-                            "asked again for what it read"
-                        );
-                        crate::tasks::read_records(&rt.home, &need, &mut records)
-                            .map_err(|e| Stop::Failed(e.into()))?;
-                    }
-                    Err(Halt::Unread(Unread::Queue(next))) => return Err(Stop::Widen(next)),
-                    Err(Halt::Refused(e)) => return Err(Stop::Failed(refusal(&rt.home, e))),
-                    Err(Halt::Fleet(e)) => return Err(Stop::Failed(e.into())),
+            let decision = decide(
+                section,
+                part,
+                loaded,
+                &rt.liveness,
+                fleet.as_ref(),
+                |need, records| crate::tasks::read_records(&rt.home, need, records),
+            );
+            let (attempt, step) = match decision {
+                Ok(decision) => decision,
+                Err(Undecided::Widen(next)) => return Err(Stop::Widen(next)),
+                Err(Undecided::Refused(e)) => return Err(Stop::Failed(refusal(&rt.home, e))),
+                Err(Undecided::Fleet(e)) => return Err(Stop::Failed(e.into())),
+                Err(Undecided::Read(e)) => return Err(Stop::Failed(e.into())),
+                Err(Undecided::TooManyReads) => {
+                    return Err(Stop::Failed(DispatchError::io(
+                        "section",
+                        std::io::Error::other(format!(
+                            "a step asked for records more than {MAX_READ_ROUNDS} times"
+                        )),
+                    )))
                 }
+            };
+            crate::tasks::apply_writes(&rt.home, &step.writes)
+                .map_err(|e| Stop::Failed(e.into()))?;
+            if let (Some(leases), Some(view)) = (step.writes.leases, fleet.as_mut()) {
+                view.leases = leases;
             }
-            Err(Stop::Failed(DispatchError::io(
-                "section",
-                std::io::Error::other(format!(
-                    "a step asked for records more than {MAX_READ_ROUNDS} times"
-                )),
-            )))
+            *part = attempt;
+            if let Some(keep) = decided {
+                keep.keep(&step.effect);
+            }
+            Ok((step.effect, step.writes.warnings))
         })
 }
 

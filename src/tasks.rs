@@ -583,36 +583,40 @@ pub fn read_records(
     Ok(())
 }
 
-/// Applies a step's record writes: the task records first (a counter moved on before the turn it
-/// numbers, so a crash between two writes on files skips a number instead of leaving a turn its
-/// task does not list), then the turn records (a new one refused where its place holds one).
+/// Applies a step's record writes in the core's order ([`Writes::in_order`]: the task records, then
+/// the turn records by key; a new turn refused where its place holds one).
+///
+/// [`Writes::in_order`]: crate::protocol::section::Writes::in_order
 pub fn apply_writes(
     home: &Home,
     writes: &crate::protocol::section::Writes,
 ) -> Result<(), FileError> {
-    for task in writes.tasks.values() {
-        if !records::in_database(home) {
-            fsutil::create_private_dir(&home.task_dir(&task.name))?;
-        }
-        save_task(home, task)?;
-    }
-    for write in writes.turns.values() {
-        if write.create && !records::in_database(home) {
-            fsutil::create_private_dir(&home.task_dir(&write.record.key.task).join("turns"))?;
-            if !create_exclusive_dir(&home.turn_dir(&write.record.key))? {
-                return Err(FileError::Refused {
-                    path: home.turn_dir(&write.record.key),
-                    detail: "a turn directory exists already".to_string(),
-                });
+    use crate::protocol::section::RecordWrite;
+    for write in writes.in_order() {
+        match write {
+            RecordWrite::Task(task) => {
+                if !records::in_database(home) {
+                    fsutil::create_private_dir(&home.task_dir(&task.name))?;
+                }
+                save_task(home, task)?;
             }
+            RecordWrite::Turn(write) => {
+                if write.create && !records::in_database(home) {
+                    fsutil::create_private_dir(
+                        &home.task_dir(&write.record.key.task).join("turns"),
+                    )?;
+                    if !create_exclusive_dir(&home.turn_dir(&write.record.key))? {
+                        return Err(FileError::Refused {
+                            path: home.turn_dir(&write.record.key),
+                            detail: "a turn directory exists already".to_string(),
+                        });
+                    }
+                }
+                write_turn(home, &write.record, write.create)?;
+            }
+            RecordWrite::RemoveTurn(key) => remove_turn(home, key)?,
+            RecordWrite::RemoveTask(name) => remove_task(home, name)?,
         }
-        write_turn(home, &write.record, write.create)?;
-    }
-    for key in &writes.removed_turns {
-        remove_turn(home, key)?;
-    }
-    for name in &writes.removed_tasks {
-        remove_task(home, name)?;
     }
     Ok(())
 }

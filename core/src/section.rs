@@ -10,6 +10,8 @@
 //! more of the queue than the part returns [`Unread::Queue`]: the runner rolls back and runs it
 //! once more on the whole queue. Nothing a step depends on reaches it any other way, so the
 //! models, which call the same steps with their own records, check what production runs.
+//! [`decide`] is that call-read-call loop, shared by the shell's runner and the models, each with
+//! its own way to read a record.
 
 use crate::fleet::{FleetError, FleetView, LeaseTable};
 use crate::records::{TaskRecord, TurnRecord};
@@ -60,6 +62,58 @@ pub trait Section {
         part: &mut QueueState,
         view: &View<'_, L>,
     ) -> Result<Step<Self::Effect>, Halt>;
+}
+
+/// Why [`decide`] returned no decision; the section publishes nothing.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Undecided<E> {
+    /// The step needs more of the queue than the part: run again on what this names.
+    Widen(Reads),
+    Refused(SlotError),
+    Fleet(FleetError),
+    /// Reading the records the step asked for failed.
+    Read(E),
+    /// The step still asked for records after [`MAX_READ_ROUNDS`] rounds.
+    TooManyReads,
+}
+
+/// Decides `section` on `part` as loaded: calls its step on a fresh copy of the part, and while
+/// the step asks for records it has not read ([`Unread::Records`]), reads them with `read` into
+/// the section's [`Records`] and calls it again on the part as loaded, at most
+/// [`MAX_READ_ROUNDS`] times. Returns the part as the step changed it with the step's decision;
+/// applying the writes and committing is the caller's.
+pub fn decide<X: Section, L: Liveness, E>(
+    section: &X,
+    part: &QueueState,
+    loaded: &Loaded,
+    liveness: &L,
+    fleet: Option<&FleetView>,
+    mut read: impl FnMut(&Need, &mut Records) -> Result<(), E>,
+) -> Result<(QueueState, Step<X::Effect>), Undecided<E>> {
+    let mut records = Records::default();
+    for _ in 0..MAX_READ_ROUNDS {
+        let mut attempt = part.clone();
+        let view = View {
+            loaded,
+            records: &records,
+            liveness,
+            fleet,
+        };
+        match section.step(&mut attempt, &view) {
+            Ok(step) => return Ok((attempt, step)),
+            Err(Halt::Unread(Unread::Records(need))) => {
+                debug_assert!(
+                    !records.missing(&need).is_empty(),
+                    "asked again for what it read"
+                );
+                read(&need, &mut records).map_err(Undecided::Read)?;
+            }
+            Err(Halt::Unread(Unread::Queue(next))) => return Err(Undecided::Widen(next)),
+            Err(Halt::Refused(e)) => return Err(Undecided::Refused(e)),
+            Err(Halt::Fleet(e)) => return Err(Undecided::Fleet(e)),
+        }
+    }
+    Err(Undecided::TooManyReads)
 }
 
 /// What the store holds at a turn's place.
@@ -289,6 +343,35 @@ impl Writes {
     pub fn records_an_outcome(&self) -> bool {
         self.turns.values().any(|w| w.record.is_settled())
     }
+
+    /// The record writes in the order a store applies them, which is what a crash between two
+    /// of them on record files leaves (spec/slots.md, "Dependencies and retries"): the task
+    /// records first (a counter moved on before the turn it numbers, so a crash skips a number
+    /// instead of leaving a turn its task does not list), then the turn records by key (a
+    /// leaving turn before its retry, a later turn of its task), then the removals (`clean`): the
+    /// turns before their tasks, so a crash never leaves a turn without its task.
+    pub fn in_order(&self) -> impl Iterator<Item = RecordWrite<'_>> {
+        let tasks = self.tasks.values().map(RecordWrite::Task);
+        tasks
+            .chain(self.turns.values().map(RecordWrite::Turn))
+            .chain(self.removed_turns.iter().map(RecordWrite::RemoveTurn))
+            .chain(
+                self.removed_tasks
+                    .iter()
+                    .map(|t| RecordWrite::RemoveTask(t)),
+            )
+    }
+}
+
+/// One record write of a step ([`Writes::in_order`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordWrite<'a> {
+    Task(&'a TaskRecord),
+    Turn(&'a TurnWrite),
+    /// The turn's record and its logs go.
+    RemoveTurn(&'a TurnKey),
+    /// The task's record and its folder go.
+    RemoveTask(&'a str),
 }
 
 /// What a step decided: its record writes (the queue's change is the part it changed in place)

@@ -86,6 +86,7 @@ pub mod order;
 pub mod properties;
 pub mod render;
 pub mod state;
+pub mod store;
 mod transitions;
 pub mod walk;
 

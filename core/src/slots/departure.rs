@@ -11,6 +11,8 @@
 use super::deps::{depart, retry_due, DepartInput};
 use super::{ProcessIdentity, QueueState, TurnKey};
 use crate::records::TurnOutcome;
+#[cfg(doc)]
+use crate::section::Writes;
 use crate::section::{Draft, Halt, Need};
 use crate::turns::{claim_turn, create_turn, end_dependency_failed, NewTurn};
 
@@ -53,12 +55,22 @@ pub fn leave(
     let retry = match (due, &record) {
         (Some(next), Some(failed)) => {
             // A departure repeated after a rolled-back section finds no retry; one repeated on a
-            // record that names its retry already (a settled turn's row left again) reuses it.
-            let retry_key = match failed.retried_as {
-                Some(turn) => TurnKey::new(key.task.clone(), turn),
-                None => claim_turn(draft, &key.task, None, input.now_millis)?.0,
+            // record that names its retry already (a settled turn's row left again) reuses it,
+            // and makes its record when that place is empty: the store writes the leaving record
+            // before its retry's ([`Writes::in_order`]), so a crash between the two on record
+            // files leaves the name without the record.
+            let (retry_key, recorded) = match failed.retried_as {
+                Some(turn) => {
+                    let named = TurnKey::new(key.task.clone(), turn);
+                    let recorded = draft.turn(&named)?.is_some();
+                    (named, recorded)
+                }
+                None => (
+                    claim_turn(draft, &key.task, None, input.now_millis)?.0,
+                    false,
+                ),
             };
-            Some((retry_key, next, failed.clone()))
+            Some((retry_key, recorded, next, failed.clone()))
         }
         _ => None,
     };
@@ -79,9 +91,9 @@ pub fn leave(
         "the core's depart and the record rule disagree on a retry"
     );
     let mut retried_as = None;
-    if let (Some(requeued), Some((retry_key, next, failed))) = (&departure.retry, retry) {
+    if let (Some(requeued), Some((retry_key, recorded, next, failed))) = (&departure.retry, retry) {
         debug_assert_eq!(requeued.key, retry_key);
-        if failed.retried_as.is_none() {
+        if !recorded {
             let id = state.row(&retry_key).map(|r| r.queue_id);
             debug_assert!(id.is_some(), "a new retry's row is enqueued by depart");
             let new = NewTurn {
@@ -97,6 +109,8 @@ pub fn leave(
                 delivery: None,
             };
             create_turn(draft, retry_key.clone(), new, id, input.now_millis)?;
+        }
+        if failed.retried_as.is_none() {
             let mut leaving = failed;
             leaving.retried_as = Some(retry_key.turn);
             draft.write_turn(leaving, false);
@@ -277,10 +291,40 @@ mod tests {
         let mut named = records.turn(&key).expect("read").cloned().expect("record");
         named.retried_as = Some(2);
         records.put_turn(key.clone(), TurnSlot::Record(Box::new(named)));
+        let retry = TurnKey::new("a", 2);
+        let mut draft = Draft::new(&records);
+        let recorded = draft_turn(&mut draft, &retry, NewTurn::default());
+        records.put_turn(retry, TurnSlot::Record(Box::new(recorded)));
         let (left, writes) = run(&mut state, &mut records, &key);
         assert_eq!(left.retried_as, Some(2));
         assert!(writes.turns.is_empty(), "{writes:?}");
         assert!(writes.tasks.is_empty());
+    }
+
+    /// A record that names a retry whose own record a crash kept from being written (the store
+    /// writes the leaving record first): the departure makes the retry's record at the place
+    /// named, with the id its row got, and writes the leaving record no second time (R3).
+    #[test]
+    fn a_retry_named_but_never_recorded_is_recorded_at_its_place() {
+        let key = TurnKey::new("a", 1);
+        let (mut state, mut records) =
+            leaving(&key, TurnOutcome::Failed, Some(RetryPlan::first(2, 0)));
+        let mut named = records.turn(&key).expect("read").cloned().expect("record");
+        named.retried_as = Some(2);
+        records.put_turn(key.clone(), TurnSlot::Record(Box::new(named)));
+        let (left, writes) = run(&mut state, &mut records, &key);
+        let retry = TurnKey::new("a", 2);
+        assert_eq!(left.retried_as, Some(2));
+        let row = state.row(&retry).expect("the retry's row");
+        let record = &writes.turns[&retry];
+        assert!(record.create);
+        assert_eq!(record.record.id, Some(row.queue_id));
+        assert_eq!(record.record.retry_of, Some(1));
+        assert!(!writes.turns.contains_key(&key), "{writes:?}");
+        assert!(
+            writes.tasks.is_empty(),
+            "the counter moved on before the crash"
+        );
     }
 
     /// The first call asks for the leaving turn's record, and for nothing it has read.

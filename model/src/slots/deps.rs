@@ -4,28 +4,36 @@
 //! anywhere, including inside the finish section after some of its record writes and before the
 //! queue's commit; a reconciler that repairs whatever a crash left, when nothing else runs.
 //!
-//! Every locked section calls the production core: `steps::submit` / `slots::submit_after`,
-//! `steps::runner_take_over`, the finish section as the shell runs it (`slots::retry_due` →
-//! the retry's record → `slots::depart` → the leaving record → `steps::runner_finish`), and
-//! `steps::reconcile` with `slots::depart` where it removes a row. Reductions: a spawn and its
-//! two publishes are one action (the handoff's own interleavings are the slot model's subject);
-//! a work ends with its runner (works outliving runners are the slot model's subject too); a
-//! reconcile pass runs whole, only when no runner is alive. Retries have no backoff (time does
-//! not matter to R1..R3). Records are files in production: the model keeps them apart from the
-//! queue, and a crash keeps the record writes done before it and loses the queue's section.
+//! Every locked section is the core's own section step, run as the shell's section runner runs
+//! it ([`Store::decide`], the core's `section::decide`): `SubmitSection` (B with `--after`, A
+//! with `--retry`), the handoff's `PublishFirst`/`PublishSecond`, `TakeOverSection`,
+//! `FinishSection` with the turn's result record (the departure, the retry's record, the
+//! dependents' ends are the core's `slots::leave`), and `ReconcileSection` (a removed row's
+//! departure). The model holds the records as the core's records and applies each step's writes;
+//! it types no sequence of primitives itself. Reductions: a spawn and its two publishes are one
+//! action (the handoff's own interleavings are the slot model's subject); a work ends with its
+//! runner (works outliving runners are the slot model's subject too); a reconcile pass runs
+//! whole, only when no runner is alive. Retries have no backoff (time does not matter to
+//! R1..R3). Records are files on a PostgreSQL home and the file store: a crash in a section keeps
+//! the record writes done before it, in the order a store applies them (`Writes::in_order`), and
+//! loses the queue's change.
 
 use super::state::token_from_counter;
+use super::store::{Decided, Store};
 use stateright::{Model, Property};
-use std::collections::{BTreeMap, BTreeSet};
-use tollgate_core::admission::Strategy;
-use tollgate_core::slots::steps::{
-    self, FinishInput, Handoff, ReconcileEffect, ReconcileInput, SubmitEffect, SubmitInput,
-    TakeOverEffect, TakeOverInput, TurnOnDisk, TurnRecords,
+use std::collections::BTreeSet;
+use tollgate_core::records::{TurnOutcome, TurnRecord};
+use tollgate_core::section::{Section, Step};
+use tollgate_core::slots::sections::{
+    on_disk, FinishEffect, FinishSection, Placement, PublishFirst, PublishSecond, ReconcileSection,
+    SubmitSection, TakeOverSection,
 };
+use tollgate_core::slots::steps::{self, Handoff, TakeOverEffect, TurnRecords};
 use tollgate_core::slots::{
-    self as slots, AfterRule, AfterSubmit, DepartInput, Dependency, Ended, Liveness, Observation,
-    ProcessIdentity, QueueState, RetryPlan, SlotToken, TurnKey, WorkRecord,
+    self as slots, AfterRule, Dependency, Liveness, Observation, ProcessIdentity, RetryPlan,
+    SlotToken, TurnKey, WorkRecord,
 };
+use tollgate_core::turns::NewTurn;
 
 /// The property names (spec/invariants.md).
 pub mod names {
@@ -39,25 +47,30 @@ pub mod names {
     pub const DEPENDENCY_FAILED: &str = "example: every attempt fails and B ends dependency-failed";
 }
 
-/// Which of production's decisions the model breaks (teeth; never in the core).
+/// Which of production's decisions the model breaks (teeth; never in the core). Each is a wrapper
+/// around a production section that changes one thing of its input or of its output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DepsVariant {
     Production,
-    /// BUG: B is submitted as if it had no dependencies (R1 fails).
+    /// BUG: B is submitted as if it had no dependencies (its submit's `after` is empty; R1
+    /// fails).
     IgnoreDependencies,
-    /// BUG: the retry is re-queued in a section of its own after the finish committed; a crash
-    /// in between loses it (R3 fails).
+    /// BUG: the finish records the result without its retry plan and the retry is submitted in a
+    /// section of its own after the finish committed; a crash in between loses it (R3 fails).
     RequeueAfterCommit,
-    /// BUG: a failure that is not retried settles no dependent (R2 fails: B waits forever).
+    /// BUG: a section's writes that end a dependent dependency-failed are dropped (R2 fails: B
+    /// has left the queue and never ends).
     NoSettleOnFailure,
-    /// BUG: dependents read a failed dependency as a success, at B's submit and at A's
-    /// departure: B starts after A failed (R2 fails; B never ends dependency-failed).
+    /// BUG: dependents read a failed dependency as a success: B is submitted with the rule of
+    /// `--after` (any end) instead of `--after-success`, at its submit and at A's departure; B
+    /// starts after A failed (R2 fails; B never ends dependency-failed).
     FailureCountsAsSuccess,
-    /// BUG: the retry's record is created anew without looking for one a crashed finish already
-    /// wrote: a turn is retried twice (R3 fails).
+    /// BUG: a section reads the leaving turn's record without the retry a crashed finish already
+    /// named in it (`retried_as`), so it creates a retry anew: a turn is retried twice (R3
+    /// fails).
     RetryNotReused,
-    /// BUG: a failed turn is never retried (R3 fails; the example of a retry that succeeds is
-    /// never reached).
+    /// BUG: A is submitted without its retry plan, so a failure is never retried (R3 fails; the
+    /// example of a retry that succeeds is never reached).
     NoRetry,
     /// BUG: the finishing runner's section names the submitter as the one leaving, a call the
     /// core refuses (the "core accepts every call" property fails).
@@ -74,6 +87,24 @@ impl DepsVariant {
         DepsVariant::NoRetry,
         DepsVariant::FinishesAsAnotherProcess,
     ];
+
+    /// A turn record as this variant's sections read it.
+    fn seen(self, mut record: TurnRecord) -> TurnRecord {
+        if self == DepsVariant::RetryNotReused {
+            record.retried_as = None;
+        }
+        record
+    }
+
+    /// A section's decision as this variant lets it stand.
+    fn decided<E>(self, mut step: Step<E>) -> Step<E> {
+        if self == DepsVariant::NoSettleOnFailure {
+            step.writes
+                .turns
+                .retain(|_, w| w.create || w.record.outcome != Some(TurnOutcome::DependencyFailed));
+        }
+        step
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -94,73 +125,32 @@ impl std::fmt::Display for DepsConfig {
     }
 }
 
-/// What a turn's record holds (the fields the finish and reconcile sections read).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Rec {
-    pub outcome: Option<Outcome>,
-    pub started: bool,
-    pub plan: Option<(u32, u32)>,
-    pub retry_of: Option<u32>,
-    pub retried_as: Option<u32>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Outcome {
-    Completed,
-    Failed,
-    DependencyFailed,
-}
-
-impl Rec {
-    fn ended(&self) -> Ended {
-        match self.outcome {
-            Some(Outcome::Completed) => Ended::Succeeded,
-            Some(Outcome::Failed) => Ended::Failed,
-            _ => Ended::Stopped,
-        }
-    }
-
-    fn retry_plan(&self) -> Option<RetryPlan> {
-        self.plan.map(|(attempt, attempts)| RetryPlan {
-            attempt,
-            attempts,
-            backoff_millis: 0,
-        })
-    }
-}
-
-/// How dependents read how a dependency ended: as it ended, or (FailureCountsAsSuccess) a failure
-/// as a success.
-fn as_dependents_read(ended: Ended, variant: DepsVariant) -> Ended {
-    match (variant, ended) {
-        (DepsVariant::FailureCountsAsSuccess, Ended::Failed) => Ended::Succeeded,
-        _ => ended,
-    }
-}
-
 /// Where a runner is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RunnerPc {
     /// Spawned: its take-over is next.
     Spawned,
-    /// Its command runs.
+    /// Its command runs, on the record its take-over returned.
     Running,
-    /// (RequeueAfterCommit only) the finish committed; the retry's section is next.
-    Requeue,
+    /// (RequeueAfterCommit only) the finish committed; the retry's own section is next, with
+    /// the retry plan the finish did not record.
+    Requeue(RetryPlan),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Runner {
     pub id: ProcessIdentity,
     pub key: TurnKey,
     pub token: SlotToken,
     pub pc: RunnerPc,
+    /// The turn's record as its take-over returned it: the runner records the result on it.
+    pub turn: Option<Box<TurnRecord>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct DepsState {
-    pub queue: QueueState,
-    pub records: BTreeMap<TurnKey, Rec>,
+    /// The queue and the records (the core's).
+    pub store: Store,
     pub runners: Vec<Runner>,
     pub submitted: u8,
     pub crashes_left: u8,
@@ -179,8 +169,8 @@ pub enum DepsAction {
     TakeOver(usize),
     /// The command ended (`true`: completed) and the finish section ran whole.
     Finish(usize, bool),
-    /// The command failed; the runner died in the finish section after `writes` of its record
-    /// writes (1: the retry's record, 2: and the failed turn's result), before the commit.
+    /// The command failed; the runner died in the finish section after the first `writes` of
+    /// its record writes, before the queue's commit.
     CrashInFinish(usize, u8),
     /// The runner died outside a section.
     Crash(usize),
@@ -199,6 +189,9 @@ const RECONCILER: ProcessIdentity = ProcessIdentity {
 };
 const NOW: u64 = 1_000;
 const CAP: usize = 1;
+/// The most record writes of one finish in the model: A's task counter, A's result, its retry's
+/// record (or B's dependency-failed end).
+const MAX_FINISH_WRITES: u8 = 3;
 
 fn a(turn: u32) -> TurnKey {
     TurnKey::new("a", turn)
@@ -225,6 +218,18 @@ impl Liveness for Live {
     }
 }
 
+/// The turn's record with the result of its command, as the runner records it.
+fn with_result(mut turn: TurnRecord, completed: bool) -> TurnRecord {
+    turn.ended_at_millis = Some(NOW);
+    turn.exit_code = Some(if completed { 0 } else { 1 });
+    turn.outcome = Some(if completed {
+        TurnOutcome::Completed
+    } else {
+        TurnOutcome::Failed
+    });
+    turn
+}
+
 impl DepsState {
     fn live(&self, extra: Option<ProcessIdentity>) -> Live {
         Live(self.runners.iter().map(|r| r.id).chain(extra).collect())
@@ -235,7 +240,50 @@ impl DepsState {
         token_from_counter(self.tokens)
     }
 
-    fn spawn(&mut self, handoff: Handoff) {
+    fn record(&self, key: &TurnKey) -> Option<&TurnRecord> {
+        self.store.turns.get(key)
+    }
+
+    /// Decides `section` with the runners and `me` (the process running it, when it is not a
+    /// runner) alive, under `variant`'s wrappers; `None` when the core refused it.
+    fn decide<X: Section>(
+        &mut self,
+        section: &X,
+        me: Option<ProcessIdentity>,
+        variant: DepsVariant,
+    ) -> Option<Decided<X::Effect>> {
+        let live = self.live(me);
+        match self.store.decide(section, &live, |r| variant.seen(r)) {
+            Ok(Decided { queue, step }) => Some(Decided {
+                queue,
+                step: variant.decided(step),
+            }),
+            Err(_) => {
+                self.core_refused = true;
+                None
+            }
+        }
+    }
+
+    /// Runs `section` whole: decided, then committed.
+    fn run<X: Section>(
+        &mut self,
+        section: &X,
+        me: Option<ProcessIdentity>,
+        variant: DepsVariant,
+    ) -> Option<X::Effect> {
+        let decided = self.decide(section, me, variant)?;
+        match self.store.commit(decided) {
+            Ok(effect) => Some(effect),
+            Err(_) => {
+                self.core_refused = true;
+                None
+            }
+        }
+    }
+
+    /// The spawn of `handoff`'s runner and its two publishes.
+    fn spawn(&mut self, handoff: Handoff, variant: DepsVariant) {
         self.next_pid += 1;
         let child = ProcessIdentity {
             pid: self.next_pid,
@@ -243,9 +291,16 @@ impl DepsState {
         };
         let key = handoff.key().clone();
         let token = handoff.token();
-        let published = steps::handoff_publish_first(&mut self.queue, handoff, child)
-            .and_then(|bound| steps::handoff_publish_second(&mut self.queue, bound));
-        if published.is_err() {
+        let first = PublishFirst { handoff, child };
+        let Some(published) = self.run(&first, Some(child), variant) else {
+            return;
+        };
+        let second = published.map(|bound| PublishSecond { bound });
+        let published = match second {
+            Ok(second) => self.run(&second, Some(child), variant),
+            Err(_) => None,
+        };
+        if !matches!(published, Some(Ok(_))) {
             self.core_refused = true;
             return;
         }
@@ -254,179 +309,71 @@ impl DepsState {
             key,
             token,
             pc: RunnerPc::Spawned,
+            turn: None,
         });
     }
 
-    /// The latest attempt of task `a` (what `--after-success a` names at submit).
-    fn latest_a(&self) -> Option<TurnKey> {
-        self.records.keys().filter(|k| k.task == "a").max().cloned()
-    }
-
-    fn existing_retry(&self, failed: &TurnKey) -> Option<TurnKey> {
-        self.records
-            .iter()
-            .find(|(k, r)| k.task == failed.task && r.retry_of == Some(failed.turn))
-            .map(|(k, _)| k.clone())
-    }
-
-    /// The retry's record, as `crate::deps::departed` creates it (or finds it).
-    fn retry_record(&mut self, failed: &TurnKey, plan: RetryPlan, variant: DepsVariant) -> TurnKey {
-        if let Some(existing) = self
-            .existing_retry(failed)
-            .filter(|_| variant != DepsVariant::RetryNotReused)
-        {
-            return existing;
-        }
-        let turn = self
-            .records
-            .keys()
-            .filter(|k| k.task == failed.task)
-            .map(|k| k.turn)
-            .max()
-            .unwrap_or(0)
-            + 1;
-        let key = TurnKey::new(failed.task.clone(), turn);
-        self.records.insert(
-            key.clone(),
-            Rec {
-                outcome: None,
-                started: false,
-                plan: Some((plan.attempt, plan.attempts)),
-                retry_of: Some(failed.turn),
-                retried_as: None,
-            },
-        );
-        key
-    }
-
-    /// The shell's departure of `key` (`crate::deps::departed`), under the caller's section.
-    fn depart(&mut self, key: &TurnKey, me: ProcessIdentity, variant: DepsVariant) {
-        let Some(rec) = self.records.get(key).cloned() else {
-            return;
-        };
-        let ended = rec.ended();
-        if variant == DepsVariant::NoSettleOnFailure
-            && ended != Ended::Succeeded
-            && slots::retry_due(ended, rec.retry_plan()).is_none()
-        {
-            return;
-        }
-        let plan = rec.retry_plan().filter(|_| variant != DepsVariant::NoRetry);
-        let retry_key = slots::retry_due(ended, plan).map(|p| self.retry_record(key, p, variant));
-        let departed = slots::depart(
-            &mut self.queue,
-            DepartInput {
-                key,
-                ended: as_dependents_read(ended, variant),
-                retry: plan,
-                retry_key: retry_key.as_ref(),
-                me,
-                now_millis: NOW,
-            },
-        );
-        let Ok(departure) = departed else {
-            self.core_refused = true;
-            return;
-        };
-        if let Some(retry) = &departure.retry {
-            if let Some(r) = self.records.get_mut(key) {
-                r.retried_as = Some(retry.key.turn);
-            }
-        }
-        for (dependent, _) in &departure.dependency_failed {
-            if let Some(r) = self.records.get_mut(dependent) {
-                if r.outcome.is_none() {
-                    r.outcome = Some(Outcome::DependencyFailed);
-                }
-            }
-        }
-    }
-
-    fn submit(&mut self, key: TurnKey, rec: Rec, after: Vec<Dependency>, variant: DepsVariant) {
-        self.records.insert(key.clone(), rec);
-        let token = self.fresh_token();
-        let live = self.live(Some(SUBMITTER));
-        let input = SubmitInput {
-            key: &key,
+    /// A detached submit of `new` to `task` by the submitter, and the spawn it asks for.
+    fn submit(&mut self, task: &str, new: &NewTurn, variant: DepsVariant) {
+        let fresh_token = self.fresh_token();
+        let section = SubmitSection {
+            task: Some(task),
+            fallback_task: task,
+            planned: Some(task),
+            strategy: None,
+            new,
+            schedule: Default::default(),
             me: SUBMITTER,
-            fresh_token: token,
+            fresh_token,
             now_millis: NOW,
             cap: CAP,
-            strategy: Strategy::default(),
-            liveness: &live,
         };
-        let decided = if variant == DepsVariant::IgnoreDependencies {
-            steps::submit(&mut self.queue, input).map(|d| AfterSubmit::Submitted(Box::new(d)))
-        } else {
-            let ended: BTreeMap<TurnKey, Ended> = after
-                .iter()
-                .filter(|d| self.queue.row(&d.key).is_none())
-                .map(|d| {
-                    let ended = self.records.get(&d.key).map_or(Ended::Stopped, Rec::ended);
-                    (d.key.clone(), as_dependents_read(ended, variant))
-                })
-                .collect();
-            slots::submit_after(&mut self.queue, input, &after, &ended, Default::default())
-        };
-        match decided {
-            Ok(AfterSubmit::Submitted(decision)) => {
-                if let SubmitEffect::Spawn(handoff) = decision.effect {
-                    self.spawn(handoff);
-                }
+        if let Some(submitted) = self.run(&section, Some(SUBMITTER), variant) {
+            if let Placement::Spawn(handoff) = submitted.placement {
+                self.spawn(handoff, variant);
             }
-            Ok(AfterSubmit::Held { .. }) => {}
-            Ok(AfterSubmit::DependencyFailed { .. }) => {
-                if let Some(r) = self.records.get_mut(&key) {
-                    r.outcome = Some(Outcome::DependencyFailed);
-                }
-            }
-            Err(_) => self.core_refused = true,
         }
     }
 
-    /// `steps::runner_finish` for runner `i` (its row leaves; the next parked row may start).
-    fn runner_finish(&mut self, i: usize, variant: DepsVariant) {
+    /// The finish section of runner `i` (`result`: the turn's record with its command's result,
+    /// `None` after a take-over found it settled), not committed; the runner is gone from the
+    /// model's processes once it returns.
+    fn finish(
+        &mut self,
+        i: usize,
+        result: Option<&TurnRecord>,
+        variant: DepsVariant,
+    ) -> Option<Decided<FinishEffect>> {
         let runner = self.runners.remove(i);
-        let token = self.fresh_token();
-        let live = self.live(Some(runner.id));
-        let strategies = BTreeMap::new();
+        let fresh_token = self.fresh_token();
         let me = match variant {
             DepsVariant::FinishesAsAnotherProcess => SUBMITTER,
             _ => runner.id,
         };
-        match steps::runner_finish(
-            &mut self.queue,
-            FinishInput {
-                key: &runner.key,
-                me,
-                fresh_token: token,
-                now_millis: NOW,
-                cap: CAP,
-                strategies: &strategies,
-                liveness: &live,
-            },
-        ) {
-            Ok(Some(handoff)) => self.spawn(handoff),
-            Ok(None) => {}
-            Err(_) => self.core_refused = true,
-        }
+        let section = FinishSection {
+            key: &runner.key,
+            me,
+            result,
+            fresh_token,
+            now_millis: NOW,
+            cap: CAP,
+        };
+        self.decide(&section, Some(runner.id), variant)
     }
 
-    fn on_disk(&self) -> TurnRecords {
-        self.records
-            .iter()
-            .map(|(k, r)| {
-                (
-                    k.clone(),
-                    TurnOnDisk::Record {
-                        settled: r.outcome.is_some(),
-                        attached: false,
-                        started: r.started,
-                        runner: r.started,
-                    },
-                )
-            })
-            .collect()
+    /// Commits a finish and spawns the next row it started.
+    fn commit_finish(&mut self, decided: Option<Decided<FinishEffect>>, variant: DepsVariant) {
+        let Some(decided) = decided else {
+            return;
+        };
+        match self.store.commit(decided) {
+            Ok(effect) => {
+                if let Some(next) = effect.next {
+                    self.spawn(next, variant);
+                }
+            }
+            Err(_) => self.core_refused = true,
+        }
     }
 
     fn quiescent(&self) -> bool {
@@ -436,13 +383,51 @@ impl DepsState {
     /// A's last attempt: A's first turn followed along `retried_as`.
     fn last_a(&self) -> TurnKey {
         let mut key = a(1);
-        while let Some(next) = self.records.get(&key).and_then(|r| r.retried_as) {
+        while let Some(next) = self.record(&key).and_then(|r| r.retried_as) {
             if next <= key.turn {
                 break;
             }
             key = a(next);
         }
         key
+    }
+
+    /// The latest turn of task `a` (what `--after-success a` names at submit).
+    fn latest_a(&self) -> TurnKey {
+        let keys = self.store.turns.keys().filter(|k| k.task == "a");
+        keys.max().cloned().unwrap_or_else(|| a(1))
+    }
+
+    /// A reconcile pass by the reconciler, performing each effect, as `tollgate reconcile` runs.
+    fn reconcile(&mut self, variant: DepsVariant) {
+        let unfinished: TurnRecords = self
+            .store
+            .turns
+            .values()
+            .filter(|t| !t.is_settled())
+            .map(|t| (t.key.clone(), on_disk(Some(t))))
+            .collect();
+        let candidates = steps::orphan_candidates(&self.store.queue, &unfinished);
+        for _ in 0..=slots::MAX_QUEUE_ROWS.min(32) {
+            let fresh_token = self.fresh_token();
+            let section = ReconcileSection {
+                me: RECONCILER,
+                fresh_token,
+                now_millis: NOW,
+                cap: CAP,
+                orphan_candidates: &candidates,
+            };
+            let Some(done) = self.run(&section, Some(RECONCILER), variant) else {
+                return;
+            };
+            let go_on = done.effect.continues(true);
+            if let steps::ReconcileEffect::Spawn { handoff, .. } = done.effect {
+                self.spawn(handoff, variant);
+            }
+            if !go_on {
+                return;
+            }
+        }
     }
 }
 
@@ -455,6 +440,35 @@ impl DepsModel {
     pub fn new(cfg: DepsConfig) -> Self {
         DepsModel { cfg }
     }
+
+    /// A's first turn as submitted: `--retry attempts-1` (NoRetry: none).
+    fn new_a(&self) -> NewTurn {
+        let retries = self.cfg.attempts.saturating_sub(1);
+        NewTurn {
+            argv: vec!["a".into()],
+            retry: Some(RetryPlan::first(retries, 0))
+                .filter(|_| self.cfg.variant != DepsVariant::NoRetry),
+            ..NewTurn::default()
+        }
+    }
+
+    /// B as submitted: `--after-success` A's latest turn (FailureCountsAsSuccess: `--after`;
+    /// IgnoreDependencies: none).
+    fn new_b(&self, on: TurnKey) -> NewTurn {
+        let rule = match self.cfg.variant {
+            DepsVariant::FailureCountsAsSuccess => AfterRule::Ended,
+            _ => AfterRule::Succeeded,
+        };
+        let after = vec![Dependency { key: on, rule }];
+        NewTurn {
+            argv: vec!["b".into()],
+            after: match self.cfg.variant {
+                DepsVariant::IgnoreDependencies => Vec::new(),
+                _ => after,
+            },
+            ..NewTurn::default()
+        }
+    }
 }
 
 impl Model for DepsModel {
@@ -463,8 +477,7 @@ impl Model for DepsModel {
 
     fn init_states(&self) -> Vec<DepsState> {
         vec![DepsState {
-            queue: QueueState::default(),
-            records: BTreeMap::new(),
+            store: Store::default(),
             runners: Vec::new(),
             submitted: 0,
             crashes_left: self.cfg.crash_budget,
@@ -491,11 +504,12 @@ impl Model for DepsModel {
                     actions.push(DepsAction::Finish(i, true));
                     actions.push(DepsAction::Finish(i, false));
                     if st.crashes_left > 0 {
-                        actions.push(DepsAction::CrashInFinish(i, 1));
-                        actions.push(DepsAction::CrashInFinish(i, 2));
+                        for writes in 1..=MAX_FINISH_WRITES {
+                            actions.push(DepsAction::CrashInFinish(i, writes));
+                        }
                     }
                 }
-                RunnerPc::Requeue => actions.push(DepsAction::Requeue(i)),
+                RunnerPc::Requeue(_) => actions.push(DepsAction::Requeue(i)),
             }
             if st.crashes_left > 0 {
                 actions.push(DepsAction::Crash(i));
@@ -513,139 +527,95 @@ impl Model for DepsModel {
         match action {
             DepsAction::SubmitA => {
                 st.submitted = 1;
-                let rec = Rec {
-                    outcome: None,
-                    started: false,
-                    plan: Some((1, self.cfg.attempts)),
-                    retry_of: None,
-                    retried_as: None,
-                };
-                st.submit(a(1), rec, Vec::new(), variant);
+                st.submit("a", &self.new_a(), variant);
             }
             DepsAction::SubmitB => {
                 st.submitted = 2;
-                let on = st.latest_a().unwrap_or_else(|| a(1));
-                let after = vec![Dependency {
-                    key: on,
-                    rule: AfterRule::Succeeded,
-                }];
-                let rec = Rec {
-                    outcome: None,
-                    started: false,
-                    plan: None,
-                    retry_of: None,
-                    retried_as: None,
-                };
-                st.submit(b(), rec, after, variant);
+                let new = self.new_b(st.latest_a());
+                st.submit("b", &new, variant);
             }
             DepsAction::TakeOver(i) => {
                 let runner = st.runners[i].clone();
-                let settled = st
-                    .records
-                    .get(&runner.key)
-                    .is_some_and(|r| r.outcome.is_some());
-                let live = st.live(None);
-                match steps::runner_take_over(
-                    &mut st.queue,
-                    TakeOverInput {
-                        key: &runner.key,
-                        token: runner.token,
-                        me: runner.id,
-                        settled,
-                        cgroup: None,
-                        liveness: &live,
-                    },
-                ) {
-                    Ok(TakeOverEffect::Run { .. }) => {
-                        if let Some(r) = st.records.get_mut(&runner.key) {
-                            r.started = true;
-                        }
+                let section = TakeOverSection {
+                    key: &runner.key,
+                    token: runner.token,
+                    me: runner.id,
+                    cgroup: None,
+                    record_started: true,
+                    now_millis: NOW,
+                };
+                match st.run(&section, None, variant) {
+                    Some((TakeOverEffect::Run { .. }, turn)) => {
                         st.runners[i].pc = RunnerPc::Running;
+                        st.runners[i].turn = Some(Box::new(turn));
                     }
-                    Ok(TakeOverEffect::AlreadySettled) => {
-                        st.depart(&runner.key, runner.id, variant);
-                        st.runner_finish(i, variant);
+                    Some((TakeOverEffect::AlreadySettled, _)) => {
+                        let decided = st.finish(i, None, variant);
+                        st.commit_finish(decided, variant);
                     }
-                    Ok(TakeOverEffect::Refused { .. } | TakeOverEffect::Cancelled) => {
+                    Some((TakeOverEffect::Cancelled, mut turn)) => {
+                        // The cancel came first: the runner records it, and finishes.
+                        turn.ended_at_millis = Some(NOW);
+                        turn.outcome = Some(TurnOutcome::Cancelled);
+                        let decided = st.finish(i, Some(&turn), variant);
+                        st.commit_finish(decided, variant);
+                    }
+                    Some((TakeOverEffect::Refused { .. }, _)) => {
                         st.runners.remove(i);
                     }
-                    Err(_) => st.core_refused = true,
+                    None => {}
                 }
             }
             DepsAction::Finish(i, completed) => {
-                let key = st.runners[i].key.clone();
-                let me = st.runners[i].id;
-                if let Some(r) = st.records.get_mut(&key) {
-                    r.outcome = Some(if completed {
-                        Outcome::Completed
-                    } else {
-                        Outcome::Failed
+                let turn = st.runners[i].turn.clone()?;
+                let mut result = with_result(*turn, completed);
+                // RequeueAfterCommit: the finish records no retry plan; the retry's own section
+                // comes after the commit, if one is due.
+                let due = match variant {
+                    DepsVariant::RequeueAfterCommit => {
+                        let ended = TurnOutcome::ended(result.outcome);
+                        slots::retry_due(ended, result.retry.take())
+                    }
+                    _ => None,
+                };
+                let runner = st.runners[i].clone();
+                let decided = st.finish(i, Some(&result), variant);
+                st.commit_finish(decided, variant);
+                if let Some(plan) = due {
+                    st.runners.push(Runner {
+                        pc: RunnerPc::Requeue(plan),
+                        ..runner
                     });
-                }
-                if variant == DepsVariant::RequeueAfterCommit {
-                    // The finish commits without its retry; the retry comes in its own section.
-                    let rec = st.records.get(&key).cloned();
-                    let due = rec.and_then(|r| slots::retry_due(r.ended(), r.retry_plan()));
-                    if due.is_none() {
-                        st.depart(&key, me, variant);
-                    }
-                    if due.is_some() {
-                        let runner = st.runners[i].clone();
-                        st.runner_finish(i, variant);
-                        st.runners.push(Runner {
-                            pc: RunnerPc::Requeue,
-                            ..runner
-                        });
-                    } else {
-                        st.runner_finish(i, variant);
-                    }
-                } else {
-                    st.depart(&key, me, variant);
-                    st.runner_finish(i, variant);
                 }
             }
             DepsAction::Requeue(i) => {
                 let runner = st.runners.remove(i);
-                // Its row already left: only the retry's half of the departure.
-                let rec = st.records.get(&runner.key).cloned();
-                if let Some(plan) = rec.and_then(|r| slots::retry_due(r.ended(), r.retry_plan())) {
-                    let retry = st.retry_record(&runner.key, plan, variant);
-                    if slots::enqueue(&mut st.queue, &retry, runner.id, NOW).is_err()
-                        || slots::park(&mut st.queue, &retry).is_err()
-                    {
-                        st.core_refused = true;
-                    }
-                    if let Some(r) = st.records.get_mut(&runner.key) {
-                        r.retried_as = Some(retry.turn);
-                    }
-                    if let Some(row) = st.queue.entries.iter_mut().find(|e| e.key == b()) {
-                        for d in row.after.iter_mut() {
-                            if d.key == runner.key {
-                                d.key = retry.clone();
-                            }
-                        }
-                    }
-                }
+                let RunnerPc::Requeue(plan) = runner.pc else {
+                    return None;
+                };
+                let new = NewTurn {
+                    retry: Some(plan),
+                    retry_of: Some(runner.key.turn),
+                    ..self.new_a()
+                };
+                st.submit("a", &new, variant);
             }
             DepsAction::CrashInFinish(i, writes) => {
                 st.crashes_left -= 1;
-                let runner = st.runners.remove(i);
-                // The failed command's section, cut after `writes` record writes: the queue's
-                // changes are lost, the files written stay.
-                let rec = st.records.get(&runner.key).cloned();
-                let mut failed = rec.unwrap_or(Rec {
-                    outcome: None,
-                    started: true,
-                    plan: None,
-                    retry_of: None,
-                    retried_as: None,
-                });
-                failed.outcome = Some(Outcome::Failed);
-                let due = slots::retry_due(failed.ended(), failed.retry_plan());
-                let retry = due.map(|plan| st.retry_record(&runner.key, plan, variant));
-                if writes >= 2 {
-                    failed.retried_as = retry.map(|k| k.turn);
-                    st.records.insert(runner.key.clone(), failed);
+                let turn = st.runners[i].turn.clone()?;
+                let result = with_result(*turn, false);
+                let decided = st.finish(i, Some(&result), variant)?;
+                // The section cut after `writes` record writes: the files written stay, the
+                // queue's change is lost.
+                if usize::from(writes) > decided.step.writes.in_order().count() {
+                    return None;
+                }
+                if st
+                    .store
+                    .write(&decided.step.writes, usize::from(writes))
+                    .is_err()
+                {
+                    st.core_refused = true;
                 }
             }
             DepsAction::Crash(i) => {
@@ -654,49 +624,7 @@ impl Model for DepsModel {
             }
             DepsAction::Reconcile => {
                 st.dirty = false;
-                let candidates = steps::orphan_candidates(&st.queue, &st.on_disk());
-                for _ in 0..=slots::MAX_QUEUE_ROWS.min(32) {
-                    let mut records = TurnRecords::new();
-                    let on_disk = st.on_disk();
-                    let live = st.live(Some(RECONCILER));
-                    let needed: Vec<TurnKey> =
-                        steps::records_needed(&st.queue, &candidates, CAP, &live)
-                            .cloned()
-                            .collect();
-                    for key in needed {
-                        if let Some(r) = on_disk.get(&key) {
-                            records.insert(key, *r);
-                        }
-                    }
-                    let token = st.fresh_token();
-                    let strategies = BTreeMap::new();
-                    let effect = steps::reconcile(
-                        &mut st.queue,
-                        ReconcileInput {
-                            me: RECONCILER,
-                            fresh_token: token,
-                            now_millis: NOW,
-                            cap: CAP,
-                            strategies: &strategies,
-                            records: &records,
-                            liveness: &live,
-                        },
-                    );
-                    match effect {
-                        Ok(
-                            ReconcileEffect::Removed { key } | ReconcileEffect::Forgotten { key },
-                        ) => {
-                            st.depart(&key, RECONCILER, variant);
-                        }
-                        Ok(ReconcileEffect::Spawn { handoff, .. }) => st.spawn(handoff),
-                        Ok(effect) if effect.is_final() => break,
-                        Ok(_) => {}
-                        Err(_) => {
-                            st.core_refused = true;
-                            break;
-                        }
-                    }
-                }
+                st.reconcile(variant);
                 // A pass that started a runner leaves work behind: not quiescent yet.
                 if !st.runners.is_empty() {
                     st.dirty = true;
@@ -710,62 +638,60 @@ impl Model for DepsModel {
         vec![
             Property::always(names::R1, |_, st: &DepsState| {
                 // B started ⇒ the attempt of A it waits for (A's retry chain followed) ended.
-                let b_started = st.records.get(&b()).is_some_and(|r| r.started);
-                !b_started
-                    || st
-                        .records
-                        .get(&st.last_a())
-                        .is_some_and(|r| r.outcome.is_some())
+                let b_started = st.record(&b()).is_some_and(started);
+                !b_started || st.record(&st.last_a()).is_some_and(TurnRecord::is_settled)
             }),
             Property::always(names::R2, |_, st: &DepsState| {
-                let last = st.records.get(&st.last_a()).and_then(|r| r.outcome);
-                let b_rec = st.records.get(&b());
-                let b_started = b_rec.is_some_and(|r| r.started);
-                let never_without_success = !b_started || last == Some(Outcome::Completed);
+                let last = st.record(&st.last_a()).and_then(|r| r.outcome);
+                let b_rec = st.record(&b());
+                let b_started = b_rec.is_some_and(started);
+                let never_without_success = !b_started || last == Some(TurnOutcome::Completed);
                 // When all is done and A's last attempt did not succeed, B ended
                 // dependency-failed.
                 let settled = !st.quiescent()
-                    || last == Some(Outcome::Completed)
-                    || b_rec.is_some_and(|r| r.outcome == Some(Outcome::DependencyFailed));
+                    || last == Some(TurnOutcome::Completed)
+                    || b_rec.is_some_and(|r| r.outcome == Some(TurnOutcome::DependencyFailed));
                 never_without_success && settled
             }),
             Property::always(names::R3, |model: &DepsModel, st: &DepsState| {
                 // Never two retries of one turn; when all is done, every failed attempt with
                 // attempts left has its one retry.
                 let retries_of = |turn: u32| {
-                    st.records
+                    st.store
+                        .turns
                         .iter()
                         .filter(|(k, r)| k.task == "a" && r.retry_of == Some(turn))
                         .count()
                 };
-                let never_doubled = st
-                    .records
-                    .keys()
-                    .filter(|k| k.task == "a")
-                    .all(|k| retries_of(k.turn) <= 1);
+                let attempts_of_a = st.store.turns.iter().filter(|(k, _)| k.task == "a");
+                let never_doubled = attempts_of_a.clone().all(|(k, _)| retries_of(k.turn) <= 1);
                 let none_lost = !st.quiescent()
-                    || st.records.iter().all(|(k, r)| {
-                        k.task != "a"
-                            || r.outcome != Some(Outcome::Failed)
-                            || r.plan.is_some_and(|(n, _)| n >= model.cfg.attempts)
+                    || attempts_of_a.clone().all(|(k, r)| {
+                        r.outcome != Some(TurnOutcome::Failed)
+                            || r.retry.is_some_and(|p| p.attempt >= model.cfg.attempts)
                             || retries_of(k.turn) == 1
                     });
                 never_doubled && none_lost
             }),
             Property::always(names::CORE, |_, st: &DepsState| !st.core_refused),
             Property::sometimes(names::RETRIED_SUCCESS, |_, st: &DepsState| {
-                st.records.iter().any(|(k, r)| {
-                    k.task == "a" && r.retry_of.is_some() && r.outcome == Some(Outcome::Completed)
+                st.store.turns.iter().any(|(k, r)| {
+                    k.task == "a"
+                        && r.retry_of.is_some()
+                        && r.outcome == Some(TurnOutcome::Completed)
                 }) && st
-                    .records
-                    .get(&b())
-                    .is_some_and(|r| r.outcome.is_some() && r.started)
+                    .record(&b())
+                    .is_some_and(|r| r.is_settled() && started(r))
             }),
             Property::sometimes(names::DEPENDENCY_FAILED, |_, st: &DepsState| {
-                st.records
-                    .get(&b())
-                    .is_some_and(|r| r.outcome == Some(Outcome::DependencyFailed))
+                st.record(&b())
+                    .is_some_and(|r| r.outcome == Some(TurnOutcome::DependencyFailed))
             }),
         ]
     }
+}
+
+/// Whether the record says the turn started.
+fn started(record: &TurnRecord) -> bool {
+    record.started_at_millis.is_some()
 }

@@ -178,7 +178,7 @@ mod tests {
     use super::*;
     use crate::admission::Strategy;
     use crate::records::{TaskRecord, TurnOutcome, TASK_FORMAT_VERSION};
-    use crate::section::{Records, TurnSlot, Unread, Writes};
+    use crate::section::{decide, Records, TurnSlot, Writes};
     use crate::slots::steps::Loaded;
     use crate::slots::{enqueue, Observation, ProcessIdentity, WorkRecord};
     use crate::turns::{create_turn, NewTurn};
@@ -241,33 +241,29 @@ mod tests {
         records
     }
 
-    /// Runs the section the way the section runner does: the records it asks for come from
-    /// `all`, round by round.
+    /// Decides the section the way the section runner does ([`decide`]), the records it asks
+    /// for read from `all`.
     fn run(state: &QueueState, all: &Records, input: CleanSection<'_>) -> (CleanEffect, Writes) {
-        let mut read = Records::default();
-        for _ in 0..crate::section::MAX_READ_ROUNDS {
-            let view = View {
-                loaded: &Loaded::Whole,
-                records: &read,
-                liveness: &NoneAlive,
-                fleet: None,
-            };
-            match clean(state, &view, input) {
-                Ok(step) => return (step.effect, step.writes),
-                Err(Halt::Unread(Unread::Records(need))) => {
-                    for task in need.tasks.iter().chain(&need.numbers) {
-                        read.put_task(task.clone(), all.task(task).expect("task").cloned(), true);
-                        read.put_numbers(task.clone(), all.numbers(task).expect("n").to_vec());
-                    }
-                    for key in &need.turns {
-                        let slot = all.slot(key).cloned().unwrap_or(TurnSlot::Free);
-                        read.put_turn(key.clone(), slot);
-                    }
-                }
-                Err(other) => panic!("clean halted: {other:?}"),
+        let read = |need: &Need, read: &mut Records| -> Result<(), ()> {
+            for task in need.tasks.iter().chain(&need.numbers) {
+                let record = all.task(task).map_err(|_| ())?.cloned();
+                read.put_task(task.clone(), record, true);
+                let numbers = all.numbers(task).map_err(|_| ())?.to_vec();
+                read.put_numbers(task.clone(), numbers);
             }
+            for key in &need.turns {
+                let slot = all.slot(key).cloned().unwrap_or(TurnSlot::Free);
+                read.put_turn(key.clone(), slot);
+            }
+            Ok(())
+        };
+        match decide(&input, state, &Loaded::Whole, &NoneAlive, None, read) {
+            Ok((after, step)) => {
+                assert_eq!(&after, state, "clean changes no row");
+                (step.effect, step.writes)
+            }
+            Err(other) => panic!("clean undecided: {other:?}"),
         }
-        panic!("clean kept asking for records");
     }
 
     fn everything(tasks: &[String], keep: usize) -> CleanSection<'_> {

@@ -319,6 +319,9 @@ where
     lines
 }
 
+/// The representative of a state's symmetry class (stateright's `symmetry_fn`).
+type ClassOf<M> = fn(&<M as Model>::State) -> <M as Model>::State;
+
 /// Checks `model` exhaustively (with `symmetry`, one state per class of its representatives) and
 /// prints the shape every `model check` shares: states explored and time, then a counterexample
 /// trail per broken `always` property, or the `sometimes` properties without an example (judged
@@ -326,7 +329,7 @@ where
 fn check_model<M>(
     model: M,
     threads: usize,
-    symmetry: Option<fn(&M::State) -> M::State>,
+    symmetry: Option<ClassOf<M>>,
     reached: Option<fn(&M, &str) -> bool>,
     render: impl Fn(&M, Vec<(M::State, Option<M::Action>)>) -> Vec<String>,
 ) -> i32

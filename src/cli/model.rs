@@ -36,7 +36,7 @@ pub enum ModelCommand {
 /// The models that can be checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ModelName {
-    /// The runner slot protocol (spec/slots.md, invariants S1-S9).
+    /// The runner slot protocol (spec/slots.md, invariants S1-S13).
     Slots,
     /// The admission bound and the strategies (spec/admission.md, invariants A1-A5).
     Admission,

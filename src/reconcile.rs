@@ -38,7 +38,7 @@ pub fn reconcile<L: Liveness, S: Store>(
     let mut report = ReconcileReport::default();
     let queue = rt.store.load()?;
     let candidates = steps::orphan_candidates(&queue, &home_turns(rt)?);
-    let bound = 3 * (queue.entries.len() + queue.works.len() + candidates.len()) + 2;
+    let bound = steps::reconcile_pass_bound(&queue, &candidates);
     for _ in 0..bound {
         let effect = reconcile_once(rt, me, &candidates)?;
         report.steps.push(effect.step());

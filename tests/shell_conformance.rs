@@ -285,7 +285,7 @@ impl Mirror {
             .filter(|k| self.state.row(k).is_none() && !self.settled.contains(k))
             .cloned()
             .collect();
-        let bound = 3 * (self.state.entries.len() + self.state.works.len() + candidates.len()) + 2;
+        let bound = reconcile_pass_bound(&self.state, &candidates);
         for _ in 0..bound {
             // What the shell reads from the records: the turns the core names (the rows that
             // are not parked, the parked ones when a slot may be free, and the candidates).

@@ -272,6 +272,14 @@ pub fn orphan_candidates(state: &QueueState, on_disk: &TurnRecords) -> Vec<TurnK
         .collect()
 }
 
+/// The most reconcile sections one pass runs over `state` with `candidates`: every section but a
+/// kill and the last changes a row for good (a row started, removed or re-queued, a work killed
+/// once per row and work), so a pass that runs longer is repeating itself. The shell's pass and
+/// the conformance mirror both stop here.
+pub fn reconcile_pass_bound(state: &QueueState, candidates: &[TurnKey]) -> usize {
+    3 * (state.entries.len() + state.works.len() + candidates.len()) + 2
+}
+
 /// The turns whose records one reconcile section needs, read under its lock (spec/slots.md,
 /// "What reconcile reads"): every row's that is not parked (a dead executor's turn: settled or
 /// not?), the pass's orphan candidates, and the parked rows' (record gone? then the row is

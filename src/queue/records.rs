@@ -3,10 +3,10 @@
 //!
 //! **Why the open transaction is lent to the record layer instead of passed to it.** Every
 //! record function keeps its `&Home` signature ([`crate::tasks`]): about 40 call sites in 14
-//! files call them, inside and outside locked sections, and other branches edit those files at
-//! the same time. So while [`crate::queue::SqliteStore`] runs a section's closure it moves its
-//! connection, in the middle of its `BEGIN IMMEDIATE` transaction, into a thread-local slot
-//! ([`Section`]), and takes it back when the closure returns (or unwinds). A record read or
+//! files call them, inside and outside locked sections; passing the transaction to each is the
+//! change still owed (spec/steps.md, "Not yet one section value"). Until then, while
+//! [`crate::queue::SqliteStore`] runs a section's closure it moves its connection, in the middle
+//! of its `BEGIN IMMEDIATE` transaction, into a thread-local slot ([`Section`]), and takes it back when the closure returns (or unwinds). A record read or
 //! write of that home on that thread during the closure runs on the lent connection: it commits
 //! with the step, in the step's durability class, and reads see the step's own writes. The
 //! closure never leaves its thread (sections are synchronous), so the slot is exactly "the

@@ -8,6 +8,8 @@
 //! run with `TOLLGATE_MODEL_FULL=1`.
 #![cfg(feature = "model-check")]
 
+#[path = "common/teeth.rs"]
+mod teeth;
 use stateright::{Checker, HasDiscoveries, Model};
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -396,10 +398,6 @@ teeth_tests! {
 /// test above.
 #[test]
 fn every_property_has_a_tooth() {
-    for variant in Variant::BROKEN {
-        assert!(TESTED.contains(&variant), "{variant:?} has no teeth test");
-        assert!(!teeth(variant).is_empty(), "{variant:?} has no tooth");
-    }
     let mut listed: BTreeSet<&'static str> = BTreeSet::new();
     let configs = ci_configs().into_iter().chain(
         Variant::BROKEN
@@ -409,20 +407,15 @@ fn every_property_has_a_tooth() {
     for cfg in configs {
         listed.extend(AdmissionModel::new(cfg).properties().iter().map(|p| p.name));
     }
-    let bitten: BTreeSet<&'static str> = Variant::BROKEN
-        .into_iter()
-        .flat_map(teeth)
-        .flat_map(|t| {
-            t.breaks
-                .iter()
-                .chain(t.unreached)
-                .copied()
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    let toothless: Vec<&str> = listed.difference(&bitten).copied().collect();
-    assert!(
-        toothless.is_empty(),
-        "properties without a tooth: {toothless:?}"
+    teeth::assert_every_property_has_a_tooth(
+        &Variant::BROKEN,
+        TESTED,
+        |v| {
+            teeth(v)
+                .into_iter()
+                .map(|t| (t.breaks, t.unreached))
+                .collect()
+        },
+        &listed,
     );
 }

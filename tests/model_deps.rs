@@ -4,6 +4,8 @@
 //! `sometimes` example), by name.
 #![cfg(feature = "model-check")]
 
+#[path = "common/teeth.rs"]
+mod teeth;
 use stateright::{Checker, Expectation, Model};
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -187,10 +189,6 @@ teeth_tests! {
 /// variant has its test above.
 #[test]
 fn every_property_has_a_tooth() {
-    for variant in DepsVariant::BROKEN {
-        assert!(TESTED.contains(&variant), "{variant:?} has no teeth test");
-        assert!(!teeth(variant).is_empty(), "{variant:?} has no tooth");
-    }
     let mut listed: BTreeSet<&'static str> = BTreeSet::new();
     let configs = ci_configs().into_iter().chain(
         DepsVariant::BROKEN
@@ -200,20 +198,15 @@ fn every_property_has_a_tooth() {
     for cfg in configs {
         listed.extend(DepsModel::new(cfg).properties().iter().map(|p| p.name));
     }
-    let bitten: BTreeSet<&'static str> = DepsVariant::BROKEN
-        .into_iter()
-        .flat_map(teeth)
-        .flat_map(|t| {
-            t.breaks
-                .iter()
-                .chain(t.unreached)
-                .copied()
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    let toothless: Vec<&str> = listed.difference(&bitten).copied().collect();
-    assert!(
-        toothless.is_empty(),
-        "properties without a tooth: {toothless:?}"
+    teeth::assert_every_property_has_a_tooth(
+        &DepsVariant::BROKEN,
+        TESTED,
+        |v| {
+            teeth(v)
+                .into_iter()
+                .map(|t| (t.breaks, t.unreached))
+                .collect()
+        },
+        &listed,
     );
 }

@@ -5,6 +5,8 @@
 //! (`TOLLGATE_MODEL_REPIN=1` reports them without asserting).
 #![cfg(feature = "model-check")]
 
+#[path = "common/teeth.rs"]
+mod teeth;
 use stateright::{Checker, Model};
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -186,28 +188,19 @@ teeth_tests! {
 /// variant has its test above.
 #[test]
 fn every_property_has_a_tooth() {
-    for variant in Variant::BROKEN {
-        assert!(TESTED.contains(&variant), "{variant:?} has no teeth test");
-        assert!(!teeth(variant).is_empty(), "{variant:?} has no tooth");
-    }
     let mut listed: BTreeSet<&'static str> = BTreeSet::new();
     for (model, _) in ci_configs() {
         listed.extend(model.properties().iter().map(|p| p.name));
     }
-    let bitten: BTreeSet<&'static str> = Variant::BROKEN
-        .into_iter()
-        .flat_map(teeth)
-        .flat_map(|t| {
-            t.breaks
-                .iter()
-                .chain(t.unreached)
-                .copied()
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    let toothless: Vec<&str> = listed.difference(&bitten).copied().collect();
-    assert!(
-        toothless.is_empty(),
-        "properties without a tooth: {toothless:?}"
+    teeth::assert_every_property_has_a_tooth(
+        &Variant::BROKEN,
+        TESTED,
+        |v| {
+            teeth(v)
+                .into_iter()
+                .map(|t| (t.breaks, t.unreached))
+                .collect()
+        },
+        &listed,
     );
 }

@@ -17,6 +17,8 @@
 //! counts only. `TOLLGATE_MODEL_REPIN=1` reports every count without asserting it.
 #![cfg(feature = "model-check")]
 
+#[path = "common/teeth.rs"]
+mod teeth;
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -407,10 +409,6 @@ teeth_tests! {
 /// test above.
 #[test]
 fn every_property_has_a_tooth() {
-    for variant in FleetVariant::BROKEN {
-        assert!(TESTED.contains(&variant), "{variant:?} has no teeth test");
-        assert!(!teeth(variant).is_empty(), "{variant:?} has no tooth");
-    }
     let mut listed: BTreeSet<&'static str> = BTreeSet::new();
     let configs = ci_configs().into_iter().chain(
         FleetVariant::BROKEN
@@ -420,20 +418,15 @@ fn every_property_has_a_tooth() {
     for cfg in configs {
         listed.extend(FleetModel::new(cfg).properties().iter().map(|p| p.name));
     }
-    let bitten: BTreeSet<&'static str> = FleetVariant::BROKEN
-        .into_iter()
-        .flat_map(teeth)
-        .flat_map(|t| {
-            t.breaks
-                .iter()
-                .chain(t.unreached)
-                .copied()
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    let toothless: Vec<&str> = listed.difference(&bitten).copied().collect();
-    assert!(
-        toothless.is_empty(),
-        "properties without a tooth: {toothless:?}"
+    teeth::assert_every_property_has_a_tooth(
+        &FleetVariant::BROKEN,
+        TESTED,
+        |v| {
+            teeth(v)
+                .into_iter()
+                .map(|t| (t.breaks, t.unreached))
+                .collect()
+        },
+        &listed,
     );
 }

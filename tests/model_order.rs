@@ -5,6 +5,8 @@
 //! model's (`TOLLGATE_MODEL_REPIN=1` reports without asserting).
 #![cfg(feature = "model-check")]
 
+#[path = "common/teeth.rs"]
+mod teeth;
 use stateright::{Checker, Expectation, Model};
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -146,28 +148,14 @@ teeth_tests! {
 /// variant has its test above.
 #[test]
 fn every_property_has_a_tooth() {
-    for variant in OrderVariant::BROKEN {
-        assert!(TESTED.contains(&variant), "{variant:?} has no teeth test");
-        let (breaks, unreached) = teeth(variant);
-        assert!(
-            !(breaks.is_empty() && unreached.is_empty()),
-            "{variant:?} has no tooth"
-        );
-    }
     let mut listed: BTreeSet<&'static str> = BTreeSet::new();
     for cfg in ci_configs() {
         listed.extend(OrderModel::new(cfg).properties().iter().map(|p| p.name));
     }
-    let bitten: BTreeSet<&'static str> = OrderVariant::BROKEN
-        .into_iter()
-        .flat_map(|v| {
-            let (breaks, unreached) = teeth(v);
-            breaks.iter().chain(unreached).copied().collect::<Vec<_>>()
-        })
-        .collect();
-    let toothless: Vec<&str> = listed.difference(&bitten).copied().collect();
-    assert!(
-        toothless.is_empty(),
-        "properties without a tooth: {toothless:?}"
+    teeth::assert_every_property_has_a_tooth(
+        &OrderVariant::BROKEN,
+        TESTED,
+        |v| vec![teeth(v)],
+        &listed,
     );
 }

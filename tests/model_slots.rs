@@ -13,6 +13,8 @@
 //! take minutes. `TOLLGATE_MODEL_REPIN=1` reports every count without asserting it.
 #![cfg(feature = "model-check")]
 
+#[path = "common/teeth.rs"]
+mod teeth;
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -643,11 +645,6 @@ teeth_tests! {
 /// test above. A property added without a tooth, or a variant without a test, fails here.
 #[test]
 fn every_property_has_a_tooth() {
-    let tested: BTreeSet<Variant> = TESTED.iter().copied().collect();
-    for variant in Variant::BROKEN {
-        assert!(tested.contains(&variant), "{variant:?} has no teeth test");
-        assert!(!teeth(variant).is_empty(), "{variant:?} has no tooth");
-    }
     let mut listed: BTreeSet<&'static str> = BTreeSet::new();
     let configs = ci().into_iter().map(|c| c.cfg).chain(
         Variant::BROKEN
@@ -657,21 +654,16 @@ fn every_property_has_a_tooth() {
     for cfg in configs {
         listed.extend(SlotModel::new(cfg).properties().iter().map(|p| p.name));
     }
-    let bitten: BTreeSet<&'static str> = Variant::BROKEN
-        .into_iter()
-        .flat_map(teeth)
-        .flat_map(|t| {
-            t.breaks
-                .iter()
-                .chain(t.unreached)
-                .copied()
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    let toothless: Vec<&str> = listed.difference(&bitten).copied().collect();
-    assert!(
-        toothless.is_empty(),
-        "properties without a tooth: {toothless:?}"
+    teeth::assert_every_property_has_a_tooth(
+        &Variant::BROKEN,
+        TESTED,
+        |v| {
+            teeth(v)
+                .into_iter()
+                .map(|t| (t.breaks, t.unreached))
+                .collect()
+        },
+        &listed,
     );
 }
 

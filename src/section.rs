@@ -3,7 +3,9 @@
 //! the queue the section reads, calls the step with what the section has read, reading the
 //! records the step asks for in the same transaction and calling it again (the core's [`decide`],
 //! bounded by [`MAX_READ_ROUNDS`], which the models call too), rolls back and runs once more on the whole queue when the step says its
-//! part did not suffice, applies the step's record and lease writes, and commits. The effect is
+//! part did not suffice, applies the step's record and lease writes, and commits. The records are
+//! read and written in the store's transaction, which the store hands the section as its
+//! [`crate::queue::RecordTx`]. The effect is
 //! returned to the caller, which hands it to [`crate::driver`]. No other code takes the lock.
 
 use crate::dispatch::DispatchError;
@@ -127,14 +129,14 @@ fn run_reading<L: Liveness, S: Store, X: Section>(
     decided: Option<&Keep<X::Effect>>,
 ) -> Result<(X::Effect, Vec<String>), Stop> {
     rt.store
-        .transact_section(section.commit(), reads, |part, loaded, fleet| {
+        .transact_section(section.commit(), reads, |part, loaded, fleet, tx| {
             let decision = decide(
                 section,
                 part,
                 loaded,
                 &rt.liveness,
                 fleet.as_ref(),
-                |need, records| crate::tasks::read_records(&rt.home, need, records),
+                |need, records| crate::tasks::read_records(&rt.home, tx, need, records),
             );
             let (attempt, step) = match decision {
                 Ok(decision) => decision,
@@ -151,7 +153,7 @@ fn run_reading<L: Liveness, S: Store, X: Section>(
                     )))
                 }
             };
-            crate::tasks::apply_writes(&rt.home, &step.writes)
+            crate::tasks::apply_writes(&rt.home, tx, &step.writes)
                 .map_err(|e| Stop::Failed(e.into()))?;
             if let (Some(leases), Some(view)) = (step.writes.leases, fleet.as_mut()) {
                 view.leases = leases;

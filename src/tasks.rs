@@ -8,10 +8,11 @@
 //! (spec/turns.md, "The turn folder").
 //!
 //! The queue lock guards the records too: a turn number is handed out, its record written and its
-//! row enqueued in one critical section. In the database that section is one transaction: a
-//! record written inside `Store::transact` commits with the step (the store lends its open
-//! transaction to [`crate::queue::records`] for the closure's duration, so these functions keep
-//! their `&Home` signatures), and one written outside a section commits on its own.
+//! row enqueued in one critical section. In the database that section is one transaction: the
+//! section runner hands the store's [`RecordTx`] (`Store::transact_section`) to
+//! [`read_records`] and [`apply_writes`], so the records a step reads and writes are read and
+//! written in its transaction and commit with it. The `&Home` functions here are record accesses
+//! outside any section: each commits on its own.
 //!
 //! Records are never overwritten by a new turn: a turn's directory is created exclusively (with
 //! the records in a database: its record is inserted only where none exists and no folder is
@@ -26,7 +27,7 @@ use crate::protocol::admission::Strategy;
 use crate::protocol::section::{Draft, Halt, Records, Unread};
 use crate::protocol::slots::{Dependency, RetryPlan, TurnKey};
 use crate::protocol::turns;
-use crate::queue::records;
+use crate::queue::records::{self, RecordTx};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Write};
@@ -69,15 +70,17 @@ fn db_record_path(home: &Home, place: String) -> PathBuf {
     ))
 }
 
-/// Runs `f` on `home`'s database ([`records::with_db`]), SQLite's errors naming the database.
+/// Runs `f` on `home`'s database in `tx` ([`records::with_db_in`]), SQLite's errors naming the
+/// database.
 fn db<T>(
     home: &Home,
+    tx: &mut RecordTx<'_>,
     access: records::Access,
     changed: Option<PathBuf>,
     f: impl FnOnce(&mut records::Db<'_>) -> Result<T, records::DbError>,
 ) -> Result<T, FileError> {
     let path = records::database_name(home);
-    records::with_db(home, access, changed, |conn| {
+    records::with_db_in(home, tx, access, changed, |conn| {
         f(conn).map_err(|e| records::db_error(&path, e))
     })
 }
@@ -91,9 +94,18 @@ fn body<T: Serialize>(path: &Path, record: &T) -> Result<String, FileError> {
 }
 
 pub fn load_task(home: &Home, task: &str) -> Result<Option<TaskRecord>, FileError> {
+    load_task_in(home, &mut RecordTx::outside(), task)
+}
+
+/// [`load_task`] in `tx`.
+fn load_task_in(
+    home: &Home,
+    tx: &mut RecordTx<'_>,
+    task: &str,
+) -> Result<Option<TaskRecord>, FileError> {
     if records::in_database(home) {
         let path = db_record_path(home, format!("tasks/{task}"));
-        return db(home, records::Access::Read, None, |c| c.task_body(task))?
+        return db(home, tx, records::Access::Read, None, |c| c.task_body(task))?
             .map(|text| parse_task(&path, text.as_bytes()))
             .transpose();
     }
@@ -129,9 +141,18 @@ pub fn turn_record_location(home: &Home, key: &TurnKey) -> String {
 }
 
 pub fn load_turn(home: &Home, key: &TurnKey) -> Result<Option<TurnRecord>, FileError> {
+    load_turn_in(home, &mut RecordTx::outside(), key)
+}
+
+/// [`load_turn`] in `tx`.
+pub fn load_turn_in(
+    home: &Home,
+    tx: &mut RecordTx<'_>,
+    key: &TurnKey,
+) -> Result<Option<TurnRecord>, FileError> {
     if records::in_database(home) {
         let path = db_record_path(home, format!("turns/{}/{}", key.task, key.turn));
-        return db(home, records::Access::Read, None, |c| {
+        return db(home, tx, records::Access::Read, None, |c| {
             c.turn_body(&key.task, key.turn)
         })?
         .map(|text| parse_turn(&path, text.as_bytes(), key))
@@ -144,7 +165,7 @@ pub fn load_turn(home: &Home, key: &TurnKey) -> Result<Option<TurnRecord>, FileE
     }
 }
 
-fn save_task(home: &Home, record: &TaskRecord) -> Result<(), FileError> {
+fn save_task(home: &Home, tx: &mut RecordTx<'_>, record: &TaskRecord) -> Result<(), FileError> {
     let path = home.task_file(&record.name);
     check_task(record).map_err(|detail| FileError::Refused {
         path: path.clone(),
@@ -152,7 +173,7 @@ fn save_task(home: &Home, record: &TaskRecord) -> Result<(), FileError> {
     })?;
     if records::in_database(home) {
         let text = body(&path, record)?;
-        return db(home, records::Access::Write, None, |c| {
+        return db(home, tx, records::Access::Write, None, |c| {
             c.put_task(&record.name, record.next_turn, &text)
         });
     }
@@ -160,13 +181,27 @@ fn save_task(home: &Home, record: &TaskRecord) -> Result<(), FileError> {
 }
 
 pub fn save_turn(home: &Home, turn: &TurnRecord) -> Result<(), FileError> {
-    write_turn(home, turn, false)
+    save_turn_in(home, &mut RecordTx::outside(), turn)
+}
+
+/// [`save_turn`] in `tx`.
+pub fn save_turn_in(
+    home: &Home,
+    tx: &mut RecordTx<'_>,
+    turn: &TurnRecord,
+) -> Result<(), FileError> {
+    write_turn(home, tx, turn, false)
 }
 
 /// Writes `turn`'s record; `create`: a new turn, refused when its number already has a record
 /// (the database's primary key; on files the exclusive `mkdir` of [`claim_turn_dir`] is that
 /// guard), so a record is never overwritten by a new turn.
-fn write_turn(home: &Home, turn: &TurnRecord, create: bool) -> Result<(), FileError> {
+fn write_turn(
+    home: &Home,
+    tx: &mut RecordTx<'_>,
+    turn: &TurnRecord,
+    create: bool,
+) -> Result<(), FileError> {
     let path = home.turn_file(&turn.key);
     check_turn(turn, &turn.key).map_err(|detail| FileError::Refused {
         path: path.clone(),
@@ -192,7 +227,7 @@ fn write_turn(home: &Home, turn: &TurnRecord, create: bool) -> Result<(), FileEr
         // A new turn's record signals no folder: nobody watches a turn before it exists, and its
         // folder is made later (a `utimensat` of a missing folder is a wasted syscall).
         let changed = (!create).then(|| home.turn_dir(&turn.key));
-        let written = db(home, access, changed, |c| c.put_turn(&row, create))?;
+        let written = db(home, tx, access, changed, |c| c.put_turn(&row, create))?;
         if !written {
             return Err(FileError::Refused {
                 path: db_record_path(home, format!("turns/{}/{}", turn.key.task, turn.key.turn)),
@@ -207,9 +242,22 @@ fn write_turn(home: &Home, turn: &TurnRecord, create: bool) -> Result<(), FileEr
 /// Hands out the next turn number of `task` (creating the task) and writes the turn's record,
 /// outside any section (tests, fixtures): the core's rules ([`turns::claim_turn`],
 /// [`turns::create_turn`]) on the records read here.
-#[allow(clippy::too_many_arguments)]
 pub fn create_turn(
     home: &Home,
+    task: &str,
+    argv: Argv,
+    cwd: Option<PathBuf>,
+    env: Env,
+    attached: bool,
+    now_millis: u64,
+) -> Result<TurnRecord, FileError> {
+    let at = (home, &mut RecordTx::outside());
+    create_turn_in(at, task, argv, cwd, env, attached, now_millis)
+}
+
+/// [`create_turn`] in `tx` (a test's section).
+pub fn create_turn_in(
+    (home, tx): (&Home, &mut RecordTx<'_>),
     task: &str,
     argv: Argv,
     cwd: Option<PathBuf>,
@@ -224,7 +272,7 @@ pub fn create_turn(
         attached,
         ..turns::NewTurn::default()
     };
-    with_records(home, task, |draft| {
+    with_records(home, tx, task, |draft| {
         let (key, _) = turns::claim_turn(draft, task, None, now_millis)?;
         turns::create_turn(draft, key, new.clone(), None, now_millis)
     })
@@ -235,6 +283,7 @@ pub fn create_turn(
 /// error naming `task`'s record.
 fn with_records<T>(
     home: &Home,
+    tx: &mut RecordTx<'_>,
     task: &str,
     rule: impl Fn(&mut Draft<'_>) -> Result<T, Halt>,
 ) -> Result<T, FileError> {
@@ -243,10 +292,12 @@ fn with_records<T>(
         let mut draft = Draft::new(&records);
         match rule(&mut draft) {
             Ok(value) => {
-                apply_writes(home, &draft.into_writes())?;
+                apply_writes(home, tx, &draft.into_writes())?;
                 return Ok(value);
             }
-            Err(Halt::Unread(Unread::Records(need))) => read_records(home, &need, &mut records)?,
+            Err(Halt::Unread(Unread::Records(need))) => {
+                read_records(home, tx, &need, &mut records)?
+            }
             Err(Halt::Unread(Unread::Queue(_))) => unreachable!("record rules read no queue"),
             Err(Halt::Refused(e)) => {
                 return Err(FileError::Refused {
@@ -380,7 +431,18 @@ pub fn end_unrun(
     outcome: TurnOutcome,
     now_millis: u64,
 ) -> Result<(), FileError> {
-    with_records(home, &key.task, |draft| {
+    end_unrun_in(home, &mut RecordTx::outside(), key, outcome, now_millis)
+}
+
+/// [`end_unrun`] in `tx` (a test's section).
+pub fn end_unrun_in(
+    home: &Home,
+    tx: &mut RecordTx<'_>,
+    key: &TurnKey,
+    outcome: TurnOutcome,
+    now_millis: u64,
+) -> Result<(), FileError> {
+    with_records(home, tx, &key.task, |draft| {
         turns::end_unrun(draft, key, outcome, now_millis)
     })
 }
@@ -407,7 +469,13 @@ pub fn parked_strategies(
 /// Names of every task in the home, sorted.
 pub fn list_tasks(home: &Home) -> Result<Vec<String>, FileError> {
     if records::in_database(home) {
-        return db(home, records::Access::Read, None, |c| c.task_names());
+        return db(
+            home,
+            &mut RecordTx::outside(),
+            records::Access::Read,
+            None,
+            |c| c.task_names(),
+        );
     }
     let dir = home.tasks_dir();
     let entries = match std::fs::read_dir(&dir) {
@@ -428,8 +496,15 @@ pub fn list_tasks(home: &Home) -> Result<Vec<String>, FileError> {
 
 /// Turn numbers recorded for `task`, ascending.
 pub fn list_turns(home: &Home, task: &str) -> Result<Vec<u32>, FileError> {
+    list_turns_in(home, &mut RecordTx::outside(), task)
+}
+
+/// [`list_turns`] in `tx`.
+fn list_turns_in(home: &Home, tx: &mut RecordTx<'_>, task: &str) -> Result<Vec<u32>, FileError> {
     if records::in_database(home) {
-        return db(home, records::Access::Read, None, |c| c.turn_numbers(task));
+        return db(home, tx, records::Access::Read, None, |c| {
+            c.turn_numbers(task)
+        });
     }
     dir_turns(home, task)
 }
@@ -439,7 +514,10 @@ pub fn list_turns(home: &Home, task: &str) -> Result<Vec<u32>, FileError> {
 /// not every turn ever recorded); on files every record is read.
 pub fn unfinished_turns(home: &Home) -> Result<Vec<TurnRecord>, FileError> {
     if records::in_database(home) {
-        let rows = db(home, records::Access::Read, None, |c| c.unfinished())?;
+        let outside = &mut RecordTx::outside();
+        let rows = db(home, outside, records::Access::Read, None, |c| {
+            c.unfinished()
+        })?;
         return rows
             .into_iter()
             .map(|(task, turn, text)| {
@@ -470,7 +548,10 @@ pub fn unfinished_turn_keys(home: &Home) -> Result<Option<BTreeSet<TurnKey>>, Fi
     if !records::in_database(home) {
         return Ok(None);
     }
-    let rows = db(home, records::Access::Read, None, |c| c.unfinished_keys())?;
+    let outside = &mut RecordTx::outside();
+    let rows = db(home, outside, records::Access::Read, None, |c| {
+        c.unfinished_keys()
+    })?;
     Ok(Some(
         rows.into_iter()
             .map(|(task, turn)| TurnKey::new(task, turn))
@@ -484,9 +565,13 @@ pub fn turns_with_id(home: &Home, id: u64) -> Result<Option<Vec<TurnKey>>, FileE
     if !records::in_database(home) {
         return Ok(None);
     }
-    let rows = db(home, records::Access::Read, None, |c| {
-        c.turns_with_short_id(id)
-    })?;
+    let rows = db(
+        home,
+        &mut RecordTx::outside(),
+        records::Access::Read,
+        None,
+        |c| c.turns_with_short_id(id),
+    )?;
     Ok(Some(
         rows.into_iter()
             .map(|(task, turn)| TurnKey::new(task, turn))
@@ -496,8 +581,13 @@ pub fn turns_with_id(home: &Home, id: u64) -> Result<Option<Vec<TurnKey>>, FileE
 
 /// Removes a settled turn: its record and its folder (logs). Call under the queue lock.
 pub fn remove_turn(home: &Home, key: &TurnKey) -> Result<(), FileError> {
+    remove_turn_in(home, &mut RecordTx::outside(), key)
+}
+
+/// [`remove_turn`] in `tx`.
+fn remove_turn_in(home: &Home, tx: &mut RecordTx<'_>, key: &TurnKey) -> Result<(), FileError> {
     if records::in_database(home) {
-        db(home, records::Access::Write, None, |c| {
+        db(home, tx, records::Access::Write, None, |c| {
             c.delete_turn(&key.task, key.turn)
         })?;
     }
@@ -512,8 +602,15 @@ pub fn remove_turn(home: &Home, key: &TurnKey) -> Result<(), FileError> {
 /// Removes a task that has no turns left: its record and its folder. Call under the queue lock,
 /// after its last turn was removed and with no queue row of it.
 pub fn remove_task(home: &Home, name: &str) -> Result<(), FileError> {
+    remove_task_in(home, &mut RecordTx::outside(), name)
+}
+
+/// [`remove_task`] in `tx`.
+fn remove_task_in(home: &Home, tx: &mut RecordTx<'_>, name: &str) -> Result<(), FileError> {
     if records::in_database(home) {
-        db(home, records::Access::Write, None, |c| c.delete_task(name))?;
+        db(home, tx, records::Access::Write, None, |c| {
+            c.delete_task(name)
+        })?;
     }
     let dir = home.task_dir(name);
     match std::fs::remove_dir_all(&dir) {
@@ -547,15 +644,18 @@ pub use crate::clock::now_millis;
 
 /// Reads what `need` names into `records`: each turn's record, or whether its place is free (no
 /// record and no folder left there) or holds a leftover folder; each task's record; each task's
-/// recorded turn numbers (with the numbered folders left on disk, which are taken too).
+/// recorded turn numbers (with the numbered folders left on disk, which are taken too). A
+/// section's records are read in its transaction (`tx`), so they are as the step's own writes
+/// left them.
 pub fn read_records(
     home: &Home,
+    tx: &mut RecordTx<'_>,
     need: &crate::protocol::section::Need,
     records: &mut crate::protocol::section::Records,
 ) -> Result<(), FileError> {
     use crate::protocol::section::TurnSlot;
     for key in &need.turns {
-        let slot = match load_turn(home, key)? {
+        let slot = match load_turn_in(home, tx, key)? {
             Some(record) => TurnSlot::Record(Box::new(record)),
             None => match std::fs::symlink_metadata(home.turn_dir(key)) {
                 Ok(_) => TurnSlot::Leftover,
@@ -571,10 +671,10 @@ pub fn read_records(
             Err(e) if e.kind() == io::ErrorKind::NotFound => false,
             Err(e) => return Err(FileError::io(&home.task_dir(task), e)),
         };
-        records.put_task(task.clone(), load_task(home, task)?, dir_exists);
+        records.put_task(task.clone(), load_task_in(home, tx, task)?, dir_exists);
     }
     for task in &need.numbers {
-        let mut numbers = list_turns(home, task)?;
+        let mut numbers = list_turns_in(home, tx, task)?;
         if records::in_database(home) {
             numbers.extend(dir_turns(home, task)?);
         }
@@ -584,11 +684,13 @@ pub fn read_records(
 }
 
 /// Applies a step's record writes in the core's order ([`Writes::in_order`]: the task records, then
-/// the turn records by key; a new turn refused where its place holds one).
+/// the turn records by key; a new turn refused where its place holds one), in `tx`: a section's
+/// writes commit with its queue change, or not at all.
 ///
 /// [`Writes::in_order`]: crate::protocol::section::Writes::in_order
 pub fn apply_writes(
     home: &Home,
+    tx: &mut RecordTx<'_>,
     writes: &crate::protocol::section::Writes,
 ) -> Result<(), FileError> {
     use crate::protocol::section::RecordWrite;
@@ -598,7 +700,7 @@ pub fn apply_writes(
                 if !records::in_database(home) {
                     fsutil::create_private_dir(&home.task_dir(&task.name))?;
                 }
-                save_task(home, task)?;
+                save_task(home, tx, task)?;
             }
             RecordWrite::Turn(write) => {
                 if write.create && !records::in_database(home) {
@@ -612,10 +714,10 @@ pub fn apply_writes(
                         });
                     }
                 }
-                write_turn(home, &write.record, write.create)?;
+                write_turn(home, tx, &write.record, write.create)?;
             }
-            RecordWrite::RemoveTurn(key) => remove_turn(home, key)?,
-            RecordWrite::RemoveTask(name) => remove_task(home, name)?,
+            RecordWrite::RemoveTurn(key) => remove_turn_in(home, tx, key)?,
+            RecordWrite::RemoveTask(name) => remove_task_in(home, tx, name)?,
         }
     }
     Ok(())

@@ -167,3 +167,102 @@ fn the_cycle_check_finds_a_cycle_and_passes_a_chain() {
         vec!["tasks", "queue"]
     );
 }
+
+/// The one per-thread cell the shell may keep: SQLite's busy handler gets no context argument
+/// that reaches the wait's start, so its timer is per thread; it carries no protocol state.
+const ALLOWED_THREAD_LOCALS: &[(&str, &str)] = &[("src/queue/busy.rs", "WAIT_BEGAN")];
+
+/// The statics declared inside each `thread_local!` block of `text`, with their line numbers
+/// (1-based), comments ignored.
+fn thread_locals(text: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    let mut depth: Option<i32> = None;
+    for (n, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        if depth.is_none() {
+            if let Some(at) = code.find("thread_local!") {
+                let rest = &code[at..];
+                collect_static(rest, n + 1, &mut found);
+                // Open until its brackets close: on this line for a one-line block.
+                let opened = rest.contains('{') || rest.contains('(');
+                let delta = brace_delta(rest);
+                depth = (delta > 0 || !opened).then_some(delta);
+            }
+            continue;
+        }
+        collect_static(code, n + 1, &mut found);
+        let d = depth.map(|d| d + brace_delta(code));
+        depth = d.filter(|d| *d > 0);
+    }
+    found
+}
+
+fn brace_delta(code: &str) -> i32 {
+    code.chars()
+        .map(|c| match c {
+            '{' | '(' => 1,
+            '}' | ')' => -1,
+            _ => 0,
+        })
+        .sum()
+}
+
+fn collect_static(code: &str, line: usize, found: &mut Vec<(usize, String)>) {
+    let spaced = code.replace(['(', '{'], " ");
+    let mut words = spaced.split_whitespace();
+    while let Some(word) = words.next() {
+        if word == "static" {
+            if let Some(name) = words.next() {
+                let name: String = name
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                found.push((line, name));
+            }
+        }
+    }
+}
+
+/// No thread-local carries protocol state (issue 26, "No hidden inputs"): a section's open
+/// transaction, the fleet's view, drain or a side connection reach the code that uses them as
+/// arguments, so a reader of a signature sees what it depends on. The only per-thread cell
+/// allowed is SQLite's busy-handler wait timer; the test names the file and line of any other.
+#[test]
+fn no_thread_local_in_the_shell_carries_protocol_state() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut others = Vec::new();
+    for file in rust_files(&root.join("src")) {
+        let text = std::fs::read_to_string(&file).expect("read a source file");
+        let relative = file.strip_prefix(root).expect("under the crate");
+        let relative = relative.to_string_lossy().into_owned();
+        for (line, name) in thread_locals(&text) {
+            if !ALLOWED_THREAD_LOCALS.contains(&(relative.as_str(), name.as_str())) {
+                others.push(format!("  {relative}:{line}: thread_local {name}"));
+            }
+        }
+    }
+    assert!(
+        others.is_empty(),
+        "thread-locals other than the busy handler's wait timer:\n{}",
+        others.join("\n")
+    );
+}
+
+/// The thread-local scan finds each static of a block, one-line blocks included, and skips
+/// comments (its teeth).
+#[test]
+fn the_thread_local_scan_finds_every_static_of_a_block() {
+    let text = "// thread_local! { static NOT: u8 = 0; }\n\
+                thread_local! {\n    /// doc\n    static A: Cell<u8> = const { Cell::new(0) };\n\
+                    static B: RefCell<Option<u8>> = RefCell::new(None);\n}\n\
+                static OUTSIDE: u8 = 0;\n\
+                thread_local!(static C: u8 = 0);\n";
+    assert_eq!(
+        thread_locals(text),
+        vec![
+            (4, "A".to_string()),
+            (5, "B".to_string()),
+            (8, "C".to_string())
+        ]
+    );
+}

@@ -202,8 +202,9 @@ fn records_commit_and_roll_back_with_their_postgres_section() {
     use std::time::Duration;
     use tollgate::config::Durability;
     use tollgate::home::Home;
+    use tollgate::protocol::slots::steps::Reads;
     use tollgate::queue::records::{register, RecordHome};
-    use tollgate::queue::{PostgresStore, PostgresUrl, Store, StoreError};
+    use tollgate::queue::{Commit, PostgresStore, PostgresUrl, Store, StoreError};
     use tollgate::tasks::{self, TurnOutcome};
 
     let Some(url) = server() else { return };
@@ -224,9 +225,9 @@ fn records_commit_and_roll_back_with_their_postgres_section() {
     let store = PostgresStore::new(parsed, queue.clone(), timeout, Durability::Fsync)
         .for_home(home.clone());
     let turn = store
-        .transact(|_| {
-            let turn = tasks::create_turn(
-                &home,
+        .transact_section(Commit::Promise, &Reads::Everything, |_, _, _, tx| {
+            let turn = tasks::create_turn_in(
+                (&home, tx),
                 "t",
                 vec!["true".into()],
                 Some(tmp.path().to_path_buf()),
@@ -235,7 +236,7 @@ fn records_commit_and_roll_back_with_their_postgres_section() {
                 1,
             )?;
             assert!(
-                tasks::load_turn(&home, &turn.key)?.is_some(),
+                tasks::load_turn_in(&home, tx, &turn.key)?.is_some(),
                 "read inside the section"
             );
             assert_eq!(rows(&url, &queue).0, 0, "not visible before the commit");
@@ -245,11 +246,12 @@ fn records_commit_and_roll_back_with_their_postgres_section() {
     assert_eq!(rows(&url, &queue), (1, 0, 1));
     assert!(!home.turn_file(&turn.key).exists(), "no record file");
 
-    let failed: Result<(), StoreError> = store.transact_internal(|q| {
-        q.next_queue_id += 100;
-        tasks::end_unrun(&home, &turn.key, TurnOutcome::Cancelled, 2)?;
-        Err(StoreError::Poisoned)
-    });
+    let failed: Result<(), StoreError> =
+        store.transact_section(Commit::Internal, &Reads::Everything, |q, _, _, tx| {
+            q.next_queue_id += 100;
+            tasks::end_unrun_in(&home, tx, &turn.key, TurnOutcome::Cancelled, 2)?;
+            Err(StoreError::Poisoned)
+        });
     assert!(failed.is_err());
     let back = tasks::load_turn(&home, &turn.key)
         .expect("load")
@@ -264,8 +266,8 @@ fn records_commit_and_roll_back_with_their_postgres_section() {
     );
 
     store
-        .transact_internal(|_| {
-            tasks::end_unrun(&home, &turn.key, TurnOutcome::Cancelled, 2)?;
+        .transact_section(Commit::Internal, &Reads::Everything, |_, _, _, tx| {
+            tasks::end_unrun_in(&home, tx, &turn.key, TurnOutcome::Cancelled, 2)?;
             Ok::<_, StoreError>(())
         })
         .expect("internal section");

@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use tollgate::config::Durability;
 use tollgate::home::Home;
+use tollgate::protocol::slots::steps::Reads;
 use tollgate::queue::records::{register, RecordHome};
-use tollgate::queue::{SqliteStore, Store, StoreError};
+use tollgate::queue::{Commit, SqliteStore, Store, StoreError};
 use tollgate::tasks::{self, TurnOutcome};
 
 /// A record written inside a section is read back inside it and committed with it; one
@@ -21,9 +22,9 @@ fn records_commit_and_roll_back_with_their_section() {
     register(&home, RecordHome::Sqlite, Duration::from_secs(10));
     let store = SqliteStore::new(home.clone(), Duration::from_secs(10), Durability::Fsync);
     let turn = store
-        .transact(|_| {
-            let turn = tasks::create_turn(
-                &home,
+        .transact_section(Commit::Promise, &Reads::Everything, |_, _, _, tx| {
+            let turn = tasks::create_turn_in(
+                (&home, tx),
                 "t",
                 vec!["true".into()],
                 None,
@@ -32,7 +33,7 @@ fn records_commit_and_roll_back_with_their_section() {
                 1,
             )?;
             assert!(
-                tasks::load_turn(&home, &turn.key)?.is_some(),
+                tasks::load_turn_in(&home, tx, &turn.key)?.is_some(),
                 "read inside the section"
             );
             Ok::<_, StoreError>(turn)
@@ -40,10 +41,11 @@ fn records_commit_and_roll_back_with_their_section() {
         .expect("section");
     assert!(home.db_path().is_file());
     assert!(!home.turn_file(&turn.key).exists(), "no record file");
-    let failed: Result<(), StoreError> = store.transact_internal(|_| {
-        tasks::end_unrun(&home, &turn.key, TurnOutcome::Cancelled, 2)?;
-        Err(StoreError::Poisoned)
-    });
+    let failed: Result<(), StoreError> =
+        store.transact_section(Commit::Internal, &Reads::Everything, |_, _, _, tx| {
+            tasks::end_unrun_in(&home, tx, &turn.key, TurnOutcome::Cancelled, 2)?;
+            Err(StoreError::Poisoned)
+        });
     assert!(failed.is_err());
     let back = tasks::load_turn(&home, &turn.key)
         .expect("load")
@@ -53,8 +55,8 @@ fn records_commit_and_roll_back_with_their_section() {
         "the failed section's write was rolled back"
     );
     store
-        .transact_internal(|_| {
-            tasks::end_unrun(&home, &turn.key, TurnOutcome::Cancelled, 2)?;
+        .transact_section(Commit::Internal, &Reads::Everything, |_, _, _, tx| {
+            tasks::end_unrun_in(&home, tx, &turn.key, TurnOutcome::Cancelled, 2)?;
             Ok::<_, StoreError>(())
         })
         .expect("internal section");
@@ -68,9 +70,9 @@ fn records_commit_and_roll_back_with_their_section() {
 /// A turn made in a section of `store`.
 fn made_turn(store: &SqliteStore, home: &Home) -> tasks::TurnRecord {
     store
-        .transact(|_| {
-            tasks::create_turn(
-                home,
+        .transact_section(Commit::Promise, &Reads::Everything, |_, _, _, tx| {
+            tasks::create_turn_in(
+                (home, tx),
                 "t",
                 vec!["true".into()],
                 None,
@@ -117,8 +119,8 @@ fn a_committed_record_wakes_the_folders_watch_and_makes_no_file() {
         "outside a section"
     );
     store
-        .transact_internal(|_| {
-            tasks::end_unrun(&home, &turn.key, TurnOutcome::Cancelled, 3)?;
+        .transact_section(Commit::Internal, &Reads::Everything, |_, _, _, tx| {
+            tasks::end_unrun_in(&home, tx, &turn.key, TurnOutcome::Cancelled, 3)?;
             Ok::<_, StoreError>(())
         })
         .expect("internal section");
@@ -150,8 +152,8 @@ fn records_outside_a_section_use_the_stores_connection() {
     assert_eq!(descriptors_on(&home.db_path()), 1, "no second connection");
     // The store's next section sees the write and still commits.
     store
-        .transact_internal(|_| {
-            tasks::end_unrun(&home, &turn.key, TurnOutcome::Cancelled, 3)?;
+        .transact_section(Commit::Internal, &Reads::Everything, |_, _, _, tx| {
+            tasks::end_unrun_in(&home, tx, &turn.key, TurnOutcome::Cancelled, 3)?;
             Ok::<_, StoreError>(())
         })
         .expect("internal section");
@@ -177,7 +179,7 @@ fn a_read_beside_another_threads_section_does_not_wait_for_it() {
     let (found, read_during_section) = std::thread::scope(|scope| {
         let section = scope.spawn(move || {
             store
-                .transact_internal(|_| {
+                .transact_section(Commit::Internal, &Reads::Everything, |_, _, _, _| {
                     entered_tx.send(()).expect("tell the reader");
                     // Held until the reader has read; bounded, so a reader that waited for
                     // this section fails the test instead of hanging it.

@@ -2,6 +2,7 @@
 //! benchmark's side by side and tests, the file store of earlier versions ([`QueueStore`]).
 
 use super::postgres::{PostgresStore, PostgresUrl};
+use super::records::RecordTx;
 use super::sqlite::SqliteStore;
 use super::store::{Commit, QueueStore, Store, StoreError};
 use crate::config::Config;
@@ -200,15 +201,21 @@ impl Store for HomeStore {
         &self,
         commit: Commit,
         reads: &Reads,
-        change: impl FnOnce(&mut QueueState, &Loaded, &mut Option<FleetView>) -> Result<R, E>,
+        change: impl FnOnce(
+            &mut QueueState,
+            &Loaded,
+            &mut Option<FleetView>,
+            &mut RecordTx<'_>,
+        ) -> Result<R, E>,
     ) -> Result<R, E>
     where
         E: From<StoreError>,
     {
         match self {
+            HomeStore::Database(store) => store.transact_section(commit, reads, change),
             HomeStore::Postgres(store) => store.transact_section(commit, reads, change),
             other => other.transact_reading(commit, reads, |state, loaded| {
-                change(state, loaded, &mut None)
+                change(state, loaded, &mut None, &mut RecordTx::outside())
             }),
         }
     }

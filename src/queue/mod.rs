@@ -23,6 +23,7 @@ pub use postgres::{
     TURN_OUTPUT_MAX_BYTES, TURN_OUTPUT_MAX_CHUNKS,
 };
 pub use postgres::{LeaseSnapshot, LEASE_LOCK};
+pub use records::RecordTx;
 pub(crate) use sqlite::SWEEP_SCHEMA_V6;
 pub use sqlite::{check_database, DoctorReport, SqliteStore, SCHEMA_VERSION};
 pub use store::{parse_queue, Commit, MemoryStore, QueueStore, Store, StoreError};

@@ -14,6 +14,7 @@
 //! after them ([`batch::FLUSH_SQL`]); spec/store.md, "PostgreSQL", "Durability", says why that
 //! is safe.
 
+use super::records::RecordTx;
 use super::store::{check_queue, Commit, Store, StoreError};
 use crate::clock;
 use crate::config::Durability;
@@ -684,7 +685,7 @@ impl Store for PostgresStore {
     where
         E: From<StoreError>,
     {
-        self.section(commit, None, |state, _, _| change(state))
+        self.section(commit, None, |state, _, _, _| change(state))
     }
 
     /// A section on the part `reads` names (spec/store.md, "What a section loads"): the same
@@ -700,22 +701,28 @@ impl Store for PostgresStore {
     where
         E: From<StoreError>,
     {
-        self.transact_section(commit, reads, |state, loaded, _| change(state, loaded))
+        self.transact_section(commit, reads, |state, loaded, _, _| change(state, loaded))
     }
 
-    /// [`Store::transact_reading`] with the section's fleet view (its leases written back).
+    /// [`Store::transact_reading`] with the section's fleet view (its leases written back) and
+    /// its records (the section's client, lent: [`RecordTx`]).
     fn transact_section<R, E>(
         &self,
         commit: Commit,
         reads: &Reads,
-        change: impl FnOnce(&mut QueueState, &Loaded, &mut Option<FleetView>) -> Result<R, E>,
+        change: impl FnOnce(
+            &mut QueueState,
+            &Loaded,
+            &mut Option<FleetView>,
+            &mut RecordTx<'_>,
+        ) -> Result<R, E>,
     ) -> Result<R, E>
     where
         E: From<StoreError>,
     {
         match reads {
-            Reads::Everything => self.section(commit, None, |state, _, fleet| {
-                change(state, &Loaded::Whole, fleet)
+            Reads::Everything => self.section(commit, None, |state, _, fleet, records| {
+                change(state, &Loaded::Whole, fleet, records)
             }),
             Reads::Part(part) => self.section(commit, Some(part), change),
         }
@@ -752,7 +759,12 @@ impl PostgresStore {
         &self,
         commit: Commit,
         part: Option<&QueueReads>,
-        change: impl FnOnce(&mut QueueState, &Loaded, &mut Option<FleetView>) -> Result<R, E>,
+        change: impl FnOnce(
+            &mut QueueState,
+            &Loaded,
+            &mut Option<FleetView>,
+            &mut RecordTx<'_>,
+        ) -> Result<R, E>,
     ) -> Result<R, E>
     where
         E: From<StoreError>,
@@ -769,10 +781,12 @@ impl PostgresStore {
         // and only when the home said so: a lost internal commit would hide a live process.
         let durable = !(commit == Commit::Promise && self.durability == Durability::Os);
         let started = Instant::now();
-        // The client is lent to the record layer for the section (records::PgSection): task and
-        // turn records written by `change` commit with it. Dropping `section` (an `Err`, a
-        // panic) rolls the transaction back and puts the client back.
-        let Some(section) = super::records::PgSection::lend(&mut guard, self.record_key()) else {
+        // The client is lent to the section's records (records::PgSection, handed to `change`
+        // as its RecordTx): task and turn records written through it commit with the queue.
+        // Dropping `section` (an `Err`, a panic) rolls the transaction back and puts the client
+        // back.
+        let Some(mut section) = super::records::PgSection::lend(&mut guard, self.record_key())
+        else {
             unreachable!("client() connected, and the client is back outside a section");
         };
         let queue = batch::text(&self.queue);
@@ -823,7 +837,7 @@ impl PostgresStore {
         let mut state = original.clone();
         // On an `Err` (or a panic) `section` is dropped, which rolls the transaction back.
         let mut view = fleet.as_ref().map(|f| f.view.clone());
-        let result = change(&mut state, &loaded, &mut view)?;
+        let result = change(&mut state, &loaded, &mut view, &mut section.records())?;
         let fleet_after = view;
         // The task and turn records `change` wrote, kept for this message (records::PgConn).
         let mut sql = section.take_pending();

@@ -31,10 +31,11 @@ pub(crate) use open::{open_for_records, Open};
 pub use schema::SCHEMA_VERSION;
 pub(crate) use schema::SWEEP_SCHEMA_V6;
 
-use super::records;
+use super::records::{self, RecordTx};
 use super::store::{check_queue, Commit, Store, StoreError};
 use crate::config::Durability;
 use crate::home::Home;
+use crate::protocol::fleet::FleetView;
 use crate::protocol::slots::steps::{Loaded, QueueReads, Reads};
 use crate::protocol::slots::QueueState;
 use columns::uint;
@@ -57,6 +58,10 @@ pub struct SqliteStore {
     /// Shared with the record layer ([`records::share_sqlite`]): a record access outside a
     /// section uses this connection when it is free, so a command opens the database once.
     open: Arc<Mutex<Option<Open>>>,
+    /// The connection a record access outside a section uses while a section (of another
+    /// thread: serve's committer) holds `open`; opened on first such use. Owned here, reached by
+    /// the record layer through what the store registered ([`records::share_sqlite`]).
+    _side: Arc<Mutex<Option<records::SideConnection>>>,
     /// The queue rows the last section loaded ([`SqliteStore::rows_loaded_by_last_section`]).
     rows_loaded: std::sync::atomic::AtomicUsize,
     /// Sections begun on this store, committed or rolled back ([`SqliteStore::sections_begun`]).
@@ -76,12 +81,20 @@ impl std::fmt::Debug for SqliteStore {
 impl SqliteStore {
     pub fn new(home: Home, lock_timeout: Duration, durability: Durability) -> Self {
         let open = Arc::new(Mutex::new(None));
-        records::share_sqlite(home.db_path(), Arc::downgrade(&open));
+        let side = Arc::new(Mutex::new(None));
+        records::share_sqlite(
+            home.db_path(),
+            records::SqliteSlots {
+                open: Arc::downgrade(&open),
+                side: Arc::downgrade(&side),
+            },
+        );
         SqliteStore {
             home,
             lock_timeout,
             durability,
             open,
+            _side: side,
             rows_loaded: std::sync::atomic::AtomicUsize::new(0),
             sections: std::sync::atomic::AtomicUsize::new(0),
         }
@@ -191,7 +204,7 @@ impl Store for SqliteStore {
     where
         E: From<StoreError>,
     {
-        self.section(commit, None, |state, _| change(state))
+        self.section(commit, None, |state, _, _| change(state))
     }
 
     /// A section on the part `reads` names: index searches for the active rows (as
@@ -207,11 +220,32 @@ impl Store for SqliteStore {
     where
         E: From<StoreError>,
     {
+        self.transact_section(commit, reads, |state, loaded, _, _| change(state, loaded))
+    }
+
+    /// [`Store::transact_reading`] with the section's records (its connection, lent:
+    /// [`RecordTx`]); one host, so no fleet view.
+    fn transact_section<R, E>(
+        &self,
+        commit: Commit,
+        reads: &Reads,
+        change: impl FnOnce(
+            &mut QueueState,
+            &Loaded,
+            &mut Option<FleetView>,
+            &mut RecordTx<'_>,
+        ) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
         match reads {
-            Reads::Everything => {
-                self.section(commit, None, |state, _| change(state, &Loaded::Whole))
-            }
-            Reads::Part(part) => self.section(commit, Some(part), change),
+            Reads::Everything => self.section(commit, None, |state, _, records| {
+                change(state, &Loaded::Whole, &mut None, records)
+            }),
+            Reads::Part(part) => self.section(commit, Some(part), |state, loaded, records| {
+                change(state, loaded, &mut None, records)
+            }),
         }
     }
 }
@@ -236,7 +270,7 @@ impl SqliteStore {
         &self,
         commit: Commit,
         part: Option<&QueueReads>,
-        change: impl FnOnce(&mut QueueState, &Loaded) -> Result<R, E>,
+        change: impl FnOnce(&mut QueueState, &Loaded, &mut RecordTx<'_>) -> Result<R, E>,
     ) -> Result<R, E>
     where
         E: From<StoreError>,
@@ -250,10 +284,11 @@ impl SqliteStore {
             && self.durability == Durability::Fsync;
         set_sync_level(open, durable, &path)?;
         let started = Instant::now();
-        // The connection is lent to the record layer for the section (records::Section): task
-        // and turn records written by `change` commit with it. Dropping `section` (an `Err`, a
-        // panic) rolls the transaction back and puts the connection back.
-        let Some(section) = records::Section::lend(&mut open.conn, path.clone()) else {
+        // The connection is lent to the section's records (records::Section, handed to `change`
+        // as its RecordTx): task and turn records written through it commit with the queue.
+        // Dropping `section` (an `Err`, a panic) rolls the transaction back and puts the
+        // connection back.
+        let Some(mut section) = records::Section::lend(&mut open.conn, path.clone()) else {
             unreachable!("the connection is back in its slot outside a section");
         };
         section
@@ -268,7 +303,7 @@ impl SqliteStore {
         self.rows_loaded
             .store(original.entries.len(), std::sync::atomic::Ordering::Relaxed);
         let mut state = original.clone();
-        let result = change(&mut state, &loaded)?;
+        let result = change(&mut state, &loaded, &mut section.records())?;
         let changed = state != original;
         if changed {
             publish(&section, &original, &state, &path)?;

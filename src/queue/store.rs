@@ -8,6 +8,7 @@
 //! rules, a mutex for the lock).
 
 use super::lock::{LockError, QueueLock};
+use super::records::RecordTx;
 use crate::fsutil::{self, FileError};
 use crate::home::Home;
 use crate::protocol::fleet::FleetView;
@@ -73,18 +74,26 @@ pub trait Store {
     /// `change` also gets the section's fleet view (`None` on one host): on a fleet, the lease
     /// table with the database's clock and whether this host may start turns, read under the
     /// lease lock in this transaction; the leases as `change` leaves them in the view are written
-    /// back in the same transaction. This default (one host) hands `None` and writes no lease.
+    /// back in the same transaction. `change` also gets the section's records ([`RecordTx`]):
+    /// the store's open transaction, in which the record reads and writes it is handed to run
+    /// (they commit with the queue, spec/store.md "Records"). This default (one host, no
+    /// database) hands `None`, writes no lease, and hands [`RecordTx::outside`].
     fn transact_section<R, E>(
         &self,
         commit: Commit,
         reads: &Reads,
-        change: impl FnOnce(&mut QueueState, &Loaded, &mut Option<FleetView>) -> Result<R, E>,
+        change: impl FnOnce(
+            &mut QueueState,
+            &Loaded,
+            &mut Option<FleetView>,
+            &mut RecordTx<'_>,
+        ) -> Result<R, E>,
     ) -> Result<R, E>
     where
         E: From<StoreError>,
     {
         self.transact_reading(commit, reads, |state, loaded| {
-            change(state, loaded, &mut None)
+            change(state, loaded, &mut None, &mut RecordTx::outside())
         })
     }
 

@@ -23,6 +23,7 @@ use crate::protocol::slots::sections::Placement;
 use crate::protocol::slots::steps::{self, Loaded, QueueReads, Reads};
 use crate::protocol::slots::QueueState;
 use crate::queue::records::{self, Access};
+use crate::queue::RecordTx;
 use crate::queue::{Commit, Store, StoreError};
 use crate::runtime::Runtime;
 use crate::submit::{decide_submit, Decided, Sequencing, SubmitRequest};
@@ -133,6 +134,8 @@ fn batch_reads(batch: &[Pending]) -> Reads {
 /// again on the whole queue.
 struct InSection<'a> {
     state: RefCell<&'a mut QueueState>,
+    /// The batch's records (its transaction), in which each delivery's section reads and writes.
+    records: RefCell<RecordTx<'a>>,
     /// What the batch's section loaded.
     loaded: Loaded,
     /// The rows of the part as loaded (to keep `queue_rows` true as deliveries add rows).
@@ -214,7 +217,7 @@ impl Store for InSection<'_> {
     where
         E: From<StoreError>,
     {
-        self.transact_section(commit, reads, |state, loaded, _| change(state, loaded))
+        self.transact_section(commit, reads, |state, loaded, _, _| change(state, loaded))
     }
 
     /// A delivery's section sees the batch's fleet view, and its lease changes stay in it for the
@@ -223,7 +226,12 @@ impl Store for InSection<'_> {
         &self,
         _commit: Commit,
         reads: &Reads,
-        change: impl FnOnce(&mut QueueState, &Loaded, &mut Option<FleetView>) -> Result<R, E>,
+        change: impl FnOnce(
+            &mut QueueState,
+            &Loaded,
+            &mut Option<FleetView>,
+            &mut RecordTx<'_>,
+        ) -> Result<R, E>,
     ) -> Result<R, E>
     where
         E: From<StoreError>,
@@ -231,7 +239,8 @@ impl Store for InSection<'_> {
         let loaded = self.covering(Some(reads)).ok_or_else(beyond_part)?;
         let mut copy = (**self.state.borrow()).clone();
         let mut fleet = self.fleet.borrow().clone();
-        let result = change(&mut copy, &loaded, &mut fleet)?;
+        let mut records = self.records.borrow_mut();
+        let result = change(&mut copy, &loaded, &mut fleet, &mut records)?;
         **self.state.borrow_mut() = copy;
         *self.fleet.borrow_mut() = fleet;
         Ok(result)
@@ -317,7 +326,7 @@ fn section(
     next_prune: &mut std::time::Instant,
 ) -> Result<Vec<Committed>, BatchError> {
     rt.store
-        .transact_section(Commit::Promise, reads, |state, loaded, fleet| {
+        .transact_section(Commit::Promise, reads, |state, loaded, fleet, tx| {
             let rows_at_load = state.entries.len();
             let base = super::runtime_for(&app.home, &app.config);
             let inner = Runtime {
@@ -325,6 +334,7 @@ fn section(
                 config: base.config,
                 store: InSection {
                     state: RefCell::new(state),
+                    records: RefCell::new(tx.reborrow()),
                     loaded: loaded.clone(),
                     rows_at_load,
                     needs_everything: Cell::new(false),
@@ -335,8 +345,9 @@ fn section(
             };
             let mut results = Vec::with_capacity(batch.len());
             for pending in batch {
+                let records = &inner.store.records;
                 app.serve_state
-                    .savepoint("SAVEPOINT delivery")
+                    .savepoint(&mut records.borrow_mut(), "SAVEPOINT delivery")
                     .map_err(StoreError::from)?;
                 // The queue as it was before this delivery: a delivery that fails after its
                 // section (its payload row) is rolled back in memory as in the database.
@@ -353,14 +364,19 @@ fn section(
                         "ROLLBACK TO delivery; RELEASE delivery"
                     }
                 };
-                app.serve_state.savepoint(end).map_err(StoreError::from)?;
+                app.serve_state
+                    .savepoint(&mut records.borrow_mut(), end)
+                    .map_err(StoreError::from)?;
                 results.push(result);
             }
             // The marks' bound, once for the batch (a count of the table per delivery was O(marks)).
-            app.serve_state.trim_marks().map_err(StoreError::from)?;
+            let mut records = inner.store.records.borrow_mut();
+            app.serve_state
+                .trim_marks(&mut records)
+                .map_err(StoreError::from)?;
             let now = std::time::Instant::now();
             if now >= *next_prune {
-                prune_payloads(app);
+                prune_payloads(app, &mut records);
                 *next_prune = now + std::time::Duration::from_millis(PRUNE_EVERY_MILLIS);
             }
             // A crash here is what `tests/failpoints_serve_group_commit.rs` injects: the batch is
@@ -377,10 +393,12 @@ fn one(
     inner: &Runtime<crate::process::ProcLiveness, InSection>,
     pending: &Pending,
 ) -> Committed {
-    match app
-        .serve_state
-        .mark_in_section(&pending.identity.0, pending.now_millis)
-    {
+    let marked = app.serve_state.mark_in_section(
+        &mut inner.store.records.borrow_mut(),
+        &pending.identity.0,
+        pending.now_millis,
+    );
+    match marked {
         Ok(true) => {}
         Ok(false) => return Committed::Duplicate,
         Err(e) => return Committed::Failed(e.to_string()),
@@ -389,7 +407,14 @@ fn one(
         Ok(decided) => decided,
         Err(e) => return Committed::Failed(e.to_string()),
     };
-    match keep_payload(app, &decided.key, &pending.meta, &pending.body) {
+    let mut records = inner.store.records.borrow_mut();
+    match keep_payload(
+        app,
+        &mut records,
+        &decided.key,
+        &pending.meta,
+        &pending.body,
+    ) {
         Ok(()) => Committed::Queued(Box::new(decided)),
         Err(e) => Committed::Failed(e.to_string()),
     }
@@ -401,13 +426,14 @@ fn one(
 /// inode. A home whose records are files gets the file itself, named in the turn's environment.
 fn keep_payload(
     app: &App,
+    tx: &mut RecordTx<'_>,
     key: &crate::protocol::slots::TurnKey,
     meta: &DeliveryMeta,
     body: &[u8],
 ) -> Result<(), crate::fsutil::FileError> {
     let home = &app.home;
     if app.serve_state.in_database() {
-        records::with_db(home, Access::Write, None, |db| {
+        records::with_db_in(home, tx, Access::Write, None, |db| {
             crate::queue::serve_tables::put_payload(db, &meta.id, &key.task, key.turn, body)
                 .map_err(|e| records::db_error(&records::database_name(home), e))
         })?;
@@ -415,23 +441,24 @@ fn keep_payload(
     if !app.serve_state.in_database() || !records::in_database(home) {
         let path = home.turn_dir(key).join(PAYLOAD_FILE);
         crate::fsutil::publish_bytes(&path, body)?;
-        if let Some(mut turn) = crate::tasks::load_turn(home, key)? {
+        if let Some(mut turn) = crate::tasks::load_turn_in(home, tx, key)? {
             turn.env.insert(
                 crate::runner::payload::PAYLOAD_VAR.into(),
                 path.into_os_string(),
             );
-            crate::tasks::save_turn(home, &turn)?;
+            crate::tasks::save_turn_in(home, tx, &turn)?;
         }
     }
     Ok(())
 }
 
-/// Drops the kept payloads of turns that ended or are gone (at most [`PRUNE_MOST`]).
-fn prune_payloads(app: &App) {
+/// Drops the kept payloads of turns that ended or are gone (at most [`PRUNE_MOST`]), in the
+/// batch's transaction `tx`.
+fn prune_payloads(app: &App, tx: &mut RecordTx<'_>) {
     if !app.serve_state.in_database() {
         return;
     }
-    let pruned = records::with_db(&app.home, Access::Write, None, |db| {
+    let pruned = records::with_db_in(&app.home, tx, Access::Write, None, |db| {
         crate::queue::serve_tables::prune_payloads(db, PRUNE_MOST)
             .map_err(|e| records::db_error(&records::database_name(&app.home), e))
     });

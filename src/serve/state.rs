@@ -20,6 +20,7 @@ use crate::fsutil::{self, FileError};
 use crate::home::Home;
 use crate::queue::records::{self, Access};
 use crate::queue::serve_tables;
+use crate::queue::RecordTx;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -290,10 +291,15 @@ impl ServeState {
 
     /// Inside the group commit's transaction (database homes): insert-if-absent of `key`'s
     /// mark; `false` means a live mark is there (a duplicate: nothing is queued for it).
-    pub fn mark_in_section(&self, key: &str, now_millis: u64) -> Result<bool, FileError> {
+    pub fn mark_in_section(
+        &self,
+        tx: &mut RecordTx<'_>,
+        key: &str,
+        now_millis: u64,
+    ) -> Result<bool, FileError> {
         match &self.backing {
             Backing::Files { .. } => Ok(true),
-            Backing::Database => records::with_db(&self.home, Access::Write, None, |conn| {
+            Backing::Database => records::with_db_in(&self.home, tx, Access::Write, None, |conn| {
                 serve_tables::mark_if_absent(conn, key, now_millis, self.ttl_millis)
                     .map_err(sql(&self.home))
             }),
@@ -302,10 +308,10 @@ impl ServeState {
 
     /// Inside the group commit's transaction, after its marks (database homes): drops the oldest
     /// marks beyond the bound, so the commit keeps it.
-    pub fn trim_marks(&self) -> Result<(), FileError> {
+    pub fn trim_marks(&self, tx: &mut RecordTx<'_>) -> Result<(), FileError> {
         match &self.backing {
             Backing::Files { .. } => Ok(()),
-            Backing::Database => records::with_db(&self.home, Access::Write, None, |conn| {
+            Backing::Database => records::with_db_in(&self.home, tx, Access::Write, None, |conn| {
                 serve_tables::trim_marks(conn)
                     .map(|_| ())
                     .map_err(sql(&self.home))
@@ -314,10 +320,10 @@ impl ServeState {
     }
 
     /// A savepoint statement inside the group commit's transaction (database homes only).
-    pub fn savepoint(&self, statement: &str) -> Result<(), FileError> {
+    pub fn savepoint(&self, tx: &mut RecordTx<'_>, statement: &str) -> Result<(), FileError> {
         match &self.backing {
             Backing::Files { .. } => Ok(()),
-            Backing::Database => records::with_db(&self.home, Access::Write, None, |conn| {
+            Backing::Database => records::with_db_in(&self.home, tx, Access::Write, None, |conn| {
                 serve_tables::savepoint(conn, statement).map_err(sql(&self.home))
             }),
         }

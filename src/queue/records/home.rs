@@ -1,0 +1,197 @@
+//! Where a home keeps its task and turn records, as its store was built, and the store
+//! connections a record access outside a section uses.
+//!
+//! **Why a registry by home.** About 40 callers of [`crate::tasks`] (`status`, `logs`, `wait`,
+//! the runner's started record, serve's watcher) read and write records outside any section with
+//! only a `&Home` in hand: the store is built where the command starts, far from them. So the
+//! store registers, when it is built, where its home's records are ([`register`]) and the
+//! connections it can lend to those accesses ([`share_sqlite`], [`share_side_store`]): a command
+//! then opens its database once instead of once per record. What is registered is a choice and
+//! idle connections, never a transaction in progress: a section's records reach it as its
+//! [`super::RecordTx`], and a registered connection is used only while no section holds it.
+
+use super::sqlite::SideConnection;
+use crate::home::Home;
+use crate::queue::postgres::{PostgresStore, PostgresUrl};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+/// The most homes a process remembers the store choice of (a command has one; tests a few).
+const MAX_REGISTERED_HOMES: usize = 64;
+
+/// A SQLite store's connection slots as the record layer may use them outside sections: the
+/// store's own connection (free while no section of the store runs) and the store's side
+/// connection (for an access while another thread's section holds the first).
+#[derive(Clone)]
+pub(crate) struct SqliteSlots {
+    pub(crate) open: Weak<Mutex<Option<crate::queue::sqlite::Open>>>,
+    pub(crate) side: Weak<Mutex<Option<SideConnection>>>,
+}
+
+/// The slots of a live store ([`SqliteSlots`], upgraded).
+pub(crate) type LiveSlots = (
+    Arc<Mutex<Option<crate::queue::sqlite::Open>>>,
+    Arc<Mutex<Option<SideConnection>>>,
+);
+
+/// The connection slots of the SQLite stores built in this process, by database (the newest
+/// store of a database first); at most [`MAX_REGISTERED_HOMES`].
+static SHARED: Mutex<Vec<(PathBuf, SqliteSlots)>> = Mutex::new(Vec::new());
+
+/// Lends the connection slots of a SQLite store of `db` to the record accesses outside sections
+/// (called when the store is built; no IO). Dropped stores are forgotten.
+pub(crate) fn share_sqlite(db: PathBuf, slot: SqliteSlots) {
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    shared.retain(|(path, slots)| path != &db && slots.open.strong_count() > 0);
+    if shared.len() >= MAX_REGISTERED_HOMES {
+        shared.pop();
+    }
+    shared.insert(0, (db, slot));
+}
+
+/// The live store slots of `db`, if a store of it was built in this process.
+pub(crate) fn shared_slots(db: &Path) -> Option<LiveSlots> {
+    let shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    shared
+        .iter()
+        .filter(|(path, _)| path == db)
+        .find_map(|(_, slots)| Some((slots.open.upgrade()?, slots.side.upgrade()?)))
+}
+
+/// Where a home's task and turn records live, as its store was built.
+#[derive(Clone, Debug)]
+pub enum RecordHome {
+    /// Files in `tasks/` (the benchmark's file store).
+    Files,
+    /// The home's `tollgate.db`.
+    Sqlite,
+    /// The PostgreSQL database of the home's store, in its queue (schema version 5).
+    Postgres {
+        url: PostgresUrl,
+        queue: String,
+        durability: crate::config::Durability,
+    },
+}
+
+/// `(home root, where its records are, lock_timeout)` as the homes' stores were built.
+static HOMES: Mutex<Vec<(PathBuf, RecordHome, Duration)>> = Mutex::new(Vec::new());
+
+/// Records the store choice for `home` (called when its store is built).
+pub fn register(home: &Home, records: RecordHome, lock_timeout: Duration) {
+    let mut homes = HOMES.lock().unwrap_or_else(|e| e.into_inner());
+    let root = home.root().to_path_buf();
+    homes.retain(|(r, ..)| r != &root);
+    if homes.len() >= MAX_REGISTERED_HOMES {
+        homes.remove(0);
+    }
+    homes.push((root, records, lock_timeout));
+}
+
+fn registered(home: &Home) -> Option<(RecordHome, Duration)> {
+    let homes = HOMES.lock().unwrap_or_else(|e| e.into_inner());
+    homes
+        .iter()
+        .find(|(r, ..)| r == home.root())
+        .map(|(_, records, timeout)| (records.clone(), *timeout))
+}
+
+/// Where `home` keeps its records, and the lock timeout to open its database with. A home no
+/// store was built for in this process (a test reading records): a PostgreSQL home by its config
+/// (or `TOLLGATE_STORE`), else the database when its file exists.
+pub(crate) fn choice(home: &Home) -> (RecordHome, Duration) {
+    if let Some(found) = registered(home) {
+        return found;
+    }
+    let config = crate::config::Config::load(&home.config_path())
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let env = std::env::var(crate::queue::STORE_ENV).ok();
+    let store = env.filter(|v| !v.is_empty()).or(config.store.clone());
+    if store.as_deref().is_some_and(PostgresUrl::is_postgres) {
+        // Building the store registers its choice.
+        let _ = crate::queue::HomeStore::for_home(home, &config);
+        if let Some(found) = registered(home) {
+            return found;
+        }
+    }
+    let file_store = std::env::var_os(crate::queue::FILE_STORE_ENV).is_some_and(|v| v == "1");
+    let records = if !file_store && home.db_path().is_file() {
+        RecordHome::Sqlite
+    } else {
+        RecordHome::Files
+    };
+    (records, config.lock_timeout())
+}
+
+/// Whether `home`'s records are kept in its database (SQLite or PostgreSQL; else: files in
+/// `tasks/`).
+pub fn in_database(home: &Home) -> bool {
+    !matches!(choice(home).0, RecordHome::Files)
+}
+
+/// Whether `home`'s records are in a PostgreSQL database: homes of a fleet, where a turn may run
+/// on a host whose home has no folder for it yet.
+pub fn in_postgres(home: &Home) -> bool {
+    matches!(choice(home).0, RecordHome::Postgres { .. })
+}
+
+/// The database holding `home`'s records, as messages name it: `tollgate.db`'s path, or the
+/// PostgreSQL URL (password redacted) and the queue.
+pub fn database_name(home: &Home) -> PathBuf {
+    match choice(home).0 {
+        RecordHome::Postgres { url, queue, .. } => {
+            PathBuf::from(format!("{} (queue {queue:?})", url.redacted))
+        }
+        _ => home.db_path(),
+    }
+}
+
+/// The PostgreSQL stores whose connection serves record accesses outside a section, one per
+/// `(URL, queue)`, shared by the process's threads (each store serialises its own client; a
+/// section holds it for its whole transaction, so an access never runs inside another's). A
+/// static, not a thread-local: a client dropped at thread exit would need tokio's thread-local
+/// context, already gone by then.
+static PG_SIDES: Mutex<Vec<(PgKey, std::sync::Arc<PostgresStore>)>> = Mutex::new(Vec::new());
+
+/// `(connect URL, queue)`: what a section and the record accesses it serves are matched by.
+pub(crate) type PgKey = (String, String);
+
+/// A PostgreSQL home as the record layer reaches it: the URL, the queue, the durability and the
+/// lock timeout.
+pub(crate) type PgTarget = (PostgresUrl, String, crate::config::Durability, Duration);
+
+/// The store whose connection serves `key`'s record accesses outside a section: the home's store
+/// when one was built in this process, else one built here (and registered by being built).
+pub(crate) fn side_store(
+    key: &(String, String),
+    home: &Home,
+    (url, queue, durability, timeout): &PgTarget,
+) -> std::sync::Arc<PostgresStore> {
+    let find = || {
+        let sides = PG_SIDES.lock().unwrap_or_else(|e| e.into_inner());
+        sides
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, store)| store.clone())
+    };
+    if let Some(store) = find() {
+        return store;
+    }
+    // Building a home's store registers it (sharing its connection) as the side store.
+    let built = PostgresStore::new(url.clone(), queue.clone(), *timeout, *durability)
+        .for_home(home.clone());
+    find().unwrap_or_else(|| std::sync::Arc::new(built))
+}
+
+/// Makes `store` (sharing a home store's connection, [`PostgresStore::for_home`]) the side store
+/// of `key`, replacing an earlier one.
+pub(crate) fn share_side_store(key: PgKey, store: std::sync::Arc<PostgresStore>) {
+    let mut sides = PG_SIDES.lock().unwrap_or_else(|e| e.into_inner());
+    sides.retain(|(k, _)| k != &key);
+    if sides.len() >= MAX_REGISTERED_HOMES {
+        sides.remove(0);
+    }
+    sides.push((key, store));
+}

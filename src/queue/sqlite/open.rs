@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 
 /// An open connection and the `synchronous` level it was last set to.
 pub(crate) struct Open {
-    /// `None` only while a section's closure runs on this thread and the record layer holds it
-    /// ([`records::Section`]); the store's mutex is held meanwhile, so no one else sees that.
+    /// `None` only while a section's closure runs and its records hold it ([`records::Section`],
+    /// lent as the closure's `RecordTx`); the store's mutex is held meanwhile, so no one else
+    /// sees that.
     pub(crate) conn: Option<Connection>,
     pub(crate) synchronous: Option<&'static str>,
 }

@@ -560,6 +560,7 @@ mod tests {
         let rows_at_load = state.entries.len();
         InSection {
             state: RefCell::new(state),
+            records: RefCell::new(RecordTx::outside()),
             loaded,
             rows_at_load,
             needs_everything: Cell::new(false),

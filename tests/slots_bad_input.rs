@@ -15,10 +15,11 @@ use tollgate::config::Durability;
 use tollgate::dispatch::DispatchError;
 use tollgate::home::Home;
 use tollgate::process::{self_identity, ProcLiveness};
+use tollgate::protocol::slots::steps::Reads;
 use tollgate::protocol::slots::{
     enqueue, park, reserve_runner_slot, ReserveOutcome, SlotToken, TurnKey,
 };
-use tollgate::queue::SqliteStore;
+use tollgate::queue::{Commit, SqliteStore, Store};
 use tollgate::tasks;
 
 const USAGE: i32 = 2;
@@ -277,14 +278,14 @@ fn s3_stale_token_on_worker_runner_is_refused_and_runs_nothing() {
     let me = self_identity().expect("own identity");
     let current = SlotToken::generate();
     let (reserved, parked) = store
-        .transact(|state| {
+        .transact_section(Commit::Promise, &Reads::Everything, |state, _, _, tx| {
             let argv: Vec<std::ffi::OsString> =
                 vec!["touch".into(), marker.clone().into_os_string()];
             let now = tasks::now_millis();
             let mut keys = Vec::new();
             for _ in 0..2 {
-                let turn = tasks::create_turn(
-                    &home,
+                let turn = tasks::create_turn_in(
+                    (&home, &mut *tx),
                     "stale",
                     argv.clone(),
                     None,

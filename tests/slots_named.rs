@@ -5,6 +5,7 @@ mod common;
 
 use common::{token, Procs};
 use tollgate::protocol::slots::*;
+use tollgate::queue::Store as _;
 
 fn key(task: &str, turn: u32) -> TurnKey {
     TurnKey::new(task, turn)
@@ -648,20 +649,24 @@ fn interrupted_legacy_reassignment_recovers_from_an_unrelated_working_directory_
         start_time_micros: 1,
     };
     let turn = store
-        .transact(|state| {
-            let turn = tasks::create_turn(
-                &home,
-                "legacy",
-                vec!["sh".into(), "-c".into(), "pwd > ran.txt".into()],
-                Some(work.path().to_path_buf()),
-                std::env::vars_os().collect::<BTreeMap<_, _>>(),
-                false,
-                1,
-            )?;
-            enqueue(state, &turn.key, dead, 1)?;
-            adopt_row(state, &turn.key, dead)?;
-            Ok::<_, tollgate::dispatch::DispatchError>(turn)
-        })
+        .transact_section(
+            tollgate::queue::Commit::Promise,
+            &steps::Reads::Everything,
+            |state, _, _, tx| {
+                let turn = tasks::create_turn_in(
+                    (&home, tx),
+                    "legacy",
+                    vec!["sh".into(), "-c".into(), "pwd > ran.txt".into()],
+                    Some(work.path().to_path_buf()),
+                    std::env::vars_os().collect::<BTreeMap<_, _>>(),
+                    false,
+                    1,
+                )?;
+                enqueue(state, &turn.key, dead, 1)?;
+                adopt_row(state, &turn.key, dead)?;
+                Ok::<_, tollgate::dispatch::DispatchError>(turn)
+            },
+        )
         .unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
         .current_dir("/")

@@ -40,10 +40,12 @@ pub(crate) type LiveSlots = (
 static SHARED: Mutex<Vec<(PathBuf, SqliteSlots)>> = Mutex::new(Vec::new());
 
 /// Lends the connection slots of a SQLite store of `db` to the record accesses outside sections
-/// (called when the store is built; no IO). Dropped stores are forgotten.
+/// (called when the store is built; no IO). Dropped stores are forgotten; an earlier live store
+/// of the same database is kept behind the new one, so a short-lived store (serve builds one per
+/// batch) does not leave the accesses without the long-lived one's connections once it is gone.
 pub(crate) fn share_sqlite(db: PathBuf, slot: SqliteSlots) {
     let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-    shared.retain(|(path, slots)| path != &db && slots.open.strong_count() > 0);
+    shared.retain(|(_, slots)| slots.open.strong_count() > 0);
     if shared.len() >= MAX_REGISTERED_HOMES {
         shared.pop();
     }

@@ -5,8 +5,8 @@
 //! (`loom-tests/tests/gate.rs`).
 
 use crate::protocol::admission::{
-    Admission, Admit, Delivery, DeliveryId, Dispatch, EventIdentity, Limits, Outcome, Readopt,
-    RejectReason, Retained, Settled, Tenant,
+    Admission, Admit, DedupeKeys, Delivery, DeliveryId, Dispatch, EventIdentity, Limits, Outcome,
+    Readopt, RejectReason, Retained, Settled, Tenant,
 };
 use crate::sync::{lock, Arc, Mutex};
 use std::collections::{BTreeMap, VecDeque};
@@ -93,17 +93,20 @@ impl Gate {
         }
     }
 
-    /// Admit, then mark, in one critical section (the core's `admit_and_mark` step).
-    pub fn deliver(
+    /// Admit, then mark, in one critical section (the core's `admit_and_mark` step). `keys`: the
+    /// delivery's identity, with the legacy one an older version marked the event under.
+    pub fn deliver<'k>(
         &self,
         tenant: &Tenant,
-        identity: &EventIdentity,
+        keys: impl Into<DedupeKeys<'k>>,
         dispatch: Dispatch,
         now_millis: u64,
     ) -> GateDecision {
+        let keys = keys.into();
         let delivery = Delivery {
             tenant: tenant.clone(),
-            identity: identity.clone(),
+            identity: keys.identity.clone(),
+            legacy: keys.legacy.cloned(),
             dispatch,
         };
         let mut state = lock(&self.state);

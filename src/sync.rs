@@ -1,16 +1,17 @@
 //! The one place that chooses between std and loom synchronisation primitives.
 //!
 //! Code that is raced under loom (`loom-tests/`, built with `--cfg tollgate_loom`) takes its
-//! mutexes, atomics and threads from here, so the same source runs under the model scheduler and in
-//! production. Our own cfg, not `loom`, keeps dependencies such as tokio out of their loom mode.
+//! mutexes, atomics, threads and channels from here, so the same source runs under the model
+//! scheduler and in production; serve takes every primitive from here too (`tests/sync_shim.rs`
+//! checks it), so a reader finds them in one place. Our own cfg, not `loom`, keeps dependencies such as tokio out of their loom mode.
 
 #[cfg(not(tollgate_loom))]
-pub use std::sync::{atomic, Arc, Condvar, Mutex, MutexGuard};
+pub use std::sync::{atomic, mpsc, Arc, Condvar, Mutex, MutexGuard};
 #[cfg(not(tollgate_loom))]
 pub use std::thread;
 
 #[cfg(tollgate_loom)]
-pub use loom::sync::{atomic, Arc, Condvar, Mutex, MutexGuard};
+pub use loom::sync::{atomic, mpsc, Arc, Condvar, Mutex, MutexGuard};
 #[cfg(tollgate_loom)]
 pub use loom::thread;
 

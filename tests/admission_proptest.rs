@@ -131,6 +131,7 @@ impl World {
         let gate_delivery = GateDelivery {
             tenant: d.tenant.clone(),
             identity: d.identity.clone(),
+            legacy: None,
             dispatch: d.dispatch,
         };
         let decision = self.adm.admit_and_mark(&gate_delivery, self.now);

@@ -9,15 +9,17 @@
 mod dedupe;
 mod delivery;
 mod ledger;
+pub mod marks;
 mod outcome;
 pub mod steps;
 mod strategy;
 
-pub use dedupe::{Dedupe, EventIdentity, MAX_DEDUPE_ENTRIES};
+pub use dedupe::{Dedupe, DedupeKeys, EventIdentity, MAX_DEDUPE_ENTRIES};
 pub use delivery::{decide_delivery, DeliveryDecision};
 pub use ledger::{
     DeliveryId, Dispatch, Ledger, Limits, RejectReason, Tenant, DEFAULT_MAX_DETACHED,
 };
+pub use marks::{MarkStep, MarkWrite, StoredMark, TableMarks};
 pub use outcome::Outcome;
 pub use steps::{
     delivery_outcome, drain, recovery, turn_at_start, watch_turn, Admission, Admit, Deadline,

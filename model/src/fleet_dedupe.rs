@@ -14,10 +14,9 @@
 //! - **Commit(serve, delivery)**: one delivery's savepoint of the group commit's transaction,
 //!   committed (a batch of one: a batch is several such savepoints in one commit, which a crash
 //!   loses or keeps together). Inside it, the durable mark's insert-if-absent on the shared
-//!   table, judged at the delivery's arrival time (`mark_in_section(identity, now_millis)`); the
-//!   table's decision is [`Dedupe::mark_if_absent`], the core's set-if-absent with expiry that the
-//!   SQL statements (`DELETE … expired key`, `INSERT … ON CONFLICT DO NOTHING`) perform on the
-//!   unique key. A live mark: `Duplicate`, the savepoint rolled back (no turn). Absent: the
+//!   table, judged at the delivery's arrival time: the table's rows of the identity read, and the
+//!   core's step [`TableMarks::mark`] (the gate's dedupe rule) deciding, exactly as serve's group
+//!   commit does (`src/serve/accept.rs`); the mark it returns is the row written. A live mark: `Duplicate`, the savepoint rolled back (no turn). Absent: the
 //!   mark, the turn record and the core's submit step ([`steps::submit`], on the shared
 //!   [`QueueState`]) commit together. Two serves' transactions are serialised by the queue's
 //!   advisory lock and the unique key, so a commit is one atomic action.
@@ -54,8 +53,8 @@ use crate::slots::state::token_from_counter;
 use stateright::{Model, Property};
 use std::fmt;
 use tollgate_core::admission::{
-    Admission, Admit, Dedupe, Delivery, DeliveryId, Dispatch, EventIdentity, Limits, Outcome,
-    Strategy, Tenant,
+    Admission, Admit, DedupeKeys, Delivery, DeliveryId, Dispatch, EventIdentity, Limits, MarkStep,
+    Outcome, StoredMark, Strategy, TableMarks, Tenant,
 };
 use tollgate_core::slots::steps::{self, SubmitEffect, SubmitInput};
 use tollgate_core::slots::{Observation, ProcessIdentity, QueueState, TurnKey};
@@ -278,9 +277,8 @@ pub struct FleetDedupeState {
     pub serves: Vec<Option<ServeMem>>,
     pub crashes: u8,
     pub now: u64,
-    /// The shared mark table's decision state (`serve_dedupe`, unique key).
-    pub marks: Dedupe,
-    /// The same table's rows as a restart reads them: per event, the time of its newest mark.
+    /// The shared mark table (`serve_dedupe`, unique key): per event, the time of its newest mark
+    /// (it expires `dedupe_ttl` later).
     pub mark_rows: Vec<Option<u64>>,
     /// The shared queue; every change to it is a core step.
     pub queue: QueueState,
@@ -374,7 +372,6 @@ impl FleetDedupeModel {
                 .collect(),
             crashes: 0,
             now: 0,
-            marks: Dedupe::new(),
             mark_rows: vec![None; self.cfg.deliveries.len()],
             queue: QueueState::default(),
             turns: Vec::new(),
@@ -411,6 +408,7 @@ impl FleetDedupeModel {
         let delivery = Delivery {
             tenant: tenant(),
             identity: identity_of(event),
+            legacy: None,
             dispatch: Dispatch::Deferred,
         };
         let answer = match mem.admission.admit_and_mark(&delivery, now) {
@@ -435,14 +433,25 @@ impl FleetDedupeModel {
         });
     }
 
-    /// The table's insert-if-absent at `at_millis` (the core's set-if-absent with expiry); on an
-    /// insert, the row a restart reads.
+    /// The group commit's mark step at `at_millis`: the table's row of the event read, the
+    /// core's [`TableMarks::mark`] deciding (what serve's group commit calls).
+    fn mark_step(st: &FleetDedupeState, ttl: u64, event: u8, at_millis: u64) -> MarkStep {
+        let rows = st.mark_rows[event as usize].map(|at| StoredMark {
+            identity: identity_of(event),
+            expires_at_millis: at.saturating_add(ttl),
+        });
+        TableMarks::read(rows, ttl).mark(DedupeKeys::of(&identity_of(event)), at_millis)
+    }
+
+    /// The mark step, and the row it returns written (the row a restart reads); whether it wrote.
     fn insert_mark(st: &mut FleetDedupeState, ttl: u64, event: u8, at_millis: u64) -> bool {
-        let inserted = st.marks.mark_if_absent(&identity_of(event), at_millis, ttl);
-        if inserted {
-            st.mark_rows[event as usize] = Some(at_millis);
+        match Self::mark_step(st, ttl, event, at_millis) {
+            MarkStep::Write(write) => {
+                st.mark_rows[event as usize] = Some(write.marked_at_millis);
+                true
+            }
+            MarkStep::Duplicate => false,
         }
-        inserted
     }
 
     /// The turn's record and the core's submit step on the shared queue, in the transaction.
@@ -490,7 +499,6 @@ impl FleetDedupeModel {
             event, at_millis, ..
         } = st.attempts[attempt as usize].clone();
         let ttl = self.mark_ttl_millis();
-        let identity = identity_of(event);
         let stage = match (self.cfg.variant, p.stage) {
             (Variant::Production, Stage::Admitted) => {
                 if Self::insert_mark(st, ttl, event, at_millis) {
@@ -501,7 +509,7 @@ impl FleetDedupeModel {
                 }
             }
             (Variant::CheckThenInsert | Variant::MarkAfterAck, Stage::Admitted)
-                if st.marks.contains(&identity, at_millis) =>
+                if Self::mark_step(st, ttl, event, at_millis) == MarkStep::Duplicate =>
             {
                 Stage::Committed(Committed::Duplicate)
             }

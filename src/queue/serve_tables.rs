@@ -6,8 +6,9 @@
 //! the turn it stands for cannot be lost or orphaned by a crash between two writes, and many
 //! accepted deliveries share one commit (one fsync) instead of one append + fsync each (issue 12,
 //! "group commit"). In PostgreSQL the marks are one table keyed by `(queue, key)` that every
-//! home of the queue writes: insert-if-absent on that unique key, inside the queue's section, is
-//! what makes dedupe fleet-wide (issue 14, spec/admission.md "Across instances").
+//! home of the queue writes: the group commit reads the marks of its deliveries inside the queue's
+//! section (serialised by its lock), the core decides, and a plain insert on that unique key
+//! writes the decided mark (the key enforces it), which makes dedupe fleet-wide (issue 14, spec/admission.md "Across instances").
 //!
 //! **One logic, two dialects.** Every function takes the record layer's [`Db`] (inside a queue
 //! section it is the section's own connection or client, so its writes commit with the step)
@@ -274,16 +275,23 @@ fn uint(value: i64) -> u64 {
 }
 
 #[cfg(feature = "serve")]
+const MARKS_OF: Sql = Sql {
+    sqlite: "SELECT key, expires_at_millis FROM serve_dedupe
+             WHERE key IN (SELECT value FROM json_each(?1))",
+    postgres: "SELECT key, expires_at_millis FROM serve_dedupe
+               WHERE queue = $1 AND key IN (SELECT jsonb_array_elements_text(($2::text)::jsonb))",
+};
+#[cfg(feature = "serve")]
 const DELETE_EXPIRED_KEY: Sql = Sql {
     sqlite: "DELETE FROM serve_dedupe WHERE key = ?1 AND expires_at_millis <= ?2",
     postgres: "DELETE FROM serve_dedupe WHERE queue = $1 AND key = $2 AND expires_at_millis <= $3",
 };
 #[cfg(feature = "serve")]
-const INSERT_MARK_IF_ABSENT: Sql = Sql {
+const INSERT_MARK: Sql = Sql {
     sqlite: "INSERT INTO serve_dedupe (key, marked_at_millis, expires_at_millis)
-             VALUES (?1, ?2, ?3) ON CONFLICT (key) DO NOTHING",
+             VALUES (?1, ?2, ?3)",
     postgres: "INSERT INTO serve_dedupe (queue, key, marked_at_millis, expires_at_millis)
-               VALUES ($1, $2, $3, $4) ON CONFLICT (queue, key) DO NOTHING",
+               VALUES ($1, $2, $3, $4)",
 };
 #[cfg(feature = "serve")]
 const PUT_MARK: Sql = Sql {
@@ -325,36 +333,54 @@ const LIVE_MARKS: Sql = Sql {
                ORDER BY marked_at_millis, key COLLATE \"C\" LIMIT $3",
 };
 
-/// Insert-if-absent: marks `key` unless a live mark (unexpired at `now_millis`) exists. Returns
-/// `true` when this call made the mark (a new delivery), `false` for a duplicate. An expired mark
-/// is replaced. Does not trim: the caller's transaction ends with [`trim_marks`] (one count of
-/// the table per group commit, not one per delivery), so every commit keeps the table within
-/// [`MAX_DEDUPE_ENTRIES`].
-///
-/// In PostgreSQL the unique key decides even between two transactions that do not share the
-/// queue's lock: the second `INSERT` waits for the first's commit and then inserts nothing.
+/// The stored marks of `keys`, as `(key, expires_at_millis)`, in one statement: what the core's
+/// group-commit step (`TableMarks`) decides on. Expired rows are returned too (the step judges
+/// expiry at each delivery's arrival).
 #[cfg(feature = "serve")]
-pub(crate) fn mark_if_absent(
+pub(crate) fn marks_of(db: &mut Db<'_>, keys: &[&str]) -> Result<Vec<(String, u64)>, DbError> {
+    let list = serde_json::to_string(keys).map_err(|e| DbError::Range(e.to_string()))?;
+    let rows = query(db, &MARKS_OF, &[Arg::Text(&list)], &[Col::Text, Col::Int])?;
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let mut row = row.into_iter();
+            let key = row.next().map(Val::text).unwrap_or_default();
+            let expires = row.next().map_or(0, |v| uint(v.int()));
+            (key, expires)
+        })
+        .collect())
+}
+
+/// Writes the mark a core step decided on: drops `key`'s row expired at `marked_at_millis`, then
+/// inserts. A plain insert: the unique key fails it when a live mark is there (the caller's
+/// savepoint is rolled back), so a decision the table contradicts is never written over. Does not
+/// trim: the caller's transaction ends with [`trim_marks`] (one count of the table per group
+/// commit), so every commit keeps the table within [`MAX_DEDUPE_ENTRIES`].
+///
+/// In PostgreSQL the unique key holds even between two transactions that do not share the
+/// queue's lock: the second `INSERT` waits for the first's commit and then fails.
+#[cfg(feature = "serve")]
+pub(crate) fn insert_mark(
     db: &mut Db<'_>,
     key: &str,
-    now_millis: u64,
-    ttl_millis: u64,
-) -> Result<bool, DbError> {
+    marked_at_millis: u64,
+    expires_at_millis: u64,
+) -> Result<(), DbError> {
     exec(
         db,
         &DELETE_EXPIRED_KEY,
-        &[Arg::Text(key), Arg::Int(int(now_millis))],
+        &[Arg::Text(key), Arg::Int(int(marked_at_millis))],
     )?;
-    let inserted = exec(
+    exec(
         db,
-        &INSERT_MARK_IF_ABSENT,
+        &INSERT_MARK,
         &[
             Arg::Text(key),
-            Arg::Int(int(now_millis)),
-            Arg::Int(int(now_millis.saturating_add(ttl_millis))),
+            Arg::Int(int(marked_at_millis)),
+            Arg::Int(int(expires_at_millis)),
         ],
     )?;
-    Ok(inserted == 1)
+    Ok(())
 }
 
 /// Puts a mark made elsewhere (an imported log line) unless a newer one is there.

@@ -1,11 +1,13 @@
 //! The group commit of accepted deliveries (spec/ingress.md, "Group commit"): every delivery the
 //! gate admitted while a batch was being committed is made durable in the next batch — one
-//! `BEGIN IMMEDIATE` transaction, one fsync — before any of them is answered. Inside it each
-//! delivery is the same steps as before, in order: its dedupe mark (insert-if-absent: a live mark
-//! makes it a duplicate), its turn record with the payload, and the core's submit step
-//! ([`crate::submit::decide_submit`], called per delivery on the section's queue). Each delivery
-//! is a savepoint, so one that fails (a bad task name, a full disk) is rolled back alone and the
-//! others commit. The effects (spawning a runner, a waker) are performed after the answers: the
+//! `BEGIN IMMEDIATE` transaction, one fsync — before any of them is answered. The batch reads the
+//! stored marks of its deliveries' identities (and legacy identities) once; inside it each
+//! delivery is, in order: the core's mark step ([`TableMarks::mark`]: a live mark makes it a
+//! duplicate, else the mark it returns is written), its turn record with the payload, and the
+//! core's submit step ([`crate::submit::decide_submit`], called per delivery on the section's
+//! queue). Each delivery is a savepoint, so one that fails (a bad task name, a full disk) is
+//! rolled back alone, its mark with it (in the table and in the step's marks), and the others
+//! commit. The effects (spawning a runner, a waker) are performed after the answers: the
 //! 200 does not wait for a spawn.
 //!
 //! The batch's section loads only the part of the queue the core names for its deliveries (the
@@ -17,7 +19,7 @@
 use super::handler::{App, PAYLOAD_FILE};
 use super::settings::Route;
 use crate::group_commit::{self, Committer, Worker};
-use crate::protocol::admission::{EventIdentity, Strategy};
+use crate::protocol::admission::{DedupeKeys, EventIdentity, MarkStep, Strategy, TableMarks};
 use crate::protocol::fleet::FleetView;
 use crate::protocol::slots::sections::Placement;
 use crate::protocol::slots::steps::{self, Loaded, QueueReads, Reads};
@@ -27,9 +29,9 @@ use crate::queue::RecordTx;
 use crate::queue::{Commit, Store, StoreError};
 use crate::runtime::Runtime;
 use crate::submit::{decide_submit, Decided, Sequencing, SubmitRequest};
+use crate::sync::Arc;
 use crate::tasks::DeliveryMeta;
 use std::cell::{Cell, RefCell};
-use std::sync::Arc;
 
 /// The most deliveries waiting for a batch (beyond it a handler waits `lock_timeout` for room,
 /// then answers 503): as many as the blocking pool can have waiting.
@@ -53,6 +55,8 @@ pub struct Pending {
     pub body: Vec<u8>,
     /// The gate's dedupe key.
     pub identity: EventIdentity,
+    /// The key an older version marked the same event under (honoured, never written).
+    pub legacy: EventIdentity,
     pub now_millis: u64,
 }
 
@@ -82,11 +86,20 @@ impl Pending {
             delivery: Some(meta.clone()),
         };
         Pending {
+            legacy: super::handler::legacy_identity(&meta),
             meta,
             request,
             body,
             identity,
             now_millis,
+        }
+    }
+
+    /// The identities the delivery is deduplicated on.
+    fn keys(&self) -> DedupeKeys<'_> {
+        DedupeKeys {
+            identity: &self.identity,
+            legacy: Some(&self.legacy),
         }
     }
 }
@@ -96,7 +109,7 @@ pub enum Committed {
     /// Durable: its turn is queued (or ended, for a dropped one); the decision's effect is
     /// performed after the answer.
     Queued(Box<Decided>),
-    /// A live mark of its identity was in the database: nothing was queued.
+    /// A live mark of its identity (or legacy identity) was in the database: nothing was queued.
     Duplicate,
     /// Not made durable (rolled back): nothing was acknowledged.
     Failed(String),
@@ -343,6 +356,17 @@ fn section(
                 spawner: base.spawner,
                 liveness: base.liveness,
             };
+            // The stored marks the batch's deliveries are judged on, read once under the queue's
+            // lock; the core's step decides each delivery on them and on the batch's own writes.
+            let keys: Vec<&EventIdentity> = batch
+                .iter()
+                .flat_map(|p| [&p.identity, &p.legacy])
+                .collect();
+            let stored = app
+                .serve_state
+                .marks_of(&mut inner.store.records.borrow_mut(), &keys)
+                .map_err(StoreError::from)?;
+            let mut marks = TableMarks::read(stored, app.settings.dedupe_ttl_millis);
             let mut results = Vec::with_capacity(batch.len());
             for pending in batch {
                 let records = &inner.store.records;
@@ -352,7 +376,8 @@ fn section(
                 // The queue as it was before this delivery: a delivery that fails after its
                 // section (its payload row) is rolled back in memory as in the database.
                 let before = (**inner.store.state.borrow()).clone();
-                let result = one(app, &inner, pending);
+                let marks_before = marks.clone();
+                let result = one(app, &inner, pending, &mut marks);
                 if inner.store.needs_everything.get() {
                     // Rolled back with the section: nobody was answered.
                     return Err(BatchError::NeedsEverything);
@@ -361,6 +386,7 @@ fn section(
                     Committed::Queued(_) => "RELEASE delivery",
                     Committed::Duplicate | Committed::Failed(_) => {
                         **inner.store.state.borrow_mut() = before;
+                        marks = marks_before;
                         "ROLLBACK TO delivery; RELEASE delivery"
                     }
                 };
@@ -387,21 +413,24 @@ fn section(
         })
 }
 
-/// One delivery inside the batch's transaction.
+/// One delivery inside the batch's transaction: the core's mark step on the batch's `marks`
+/// (judged at the delivery's arrival, as the gate judged it), the mark it returns written, then
+/// the submit step and the payload.
 fn one(
     app: &App,
     inner: &Runtime<crate::process::ProcLiveness, InSection>,
     pending: &Pending,
+    marks: &mut TableMarks,
 ) -> Committed {
-    let marked = app.serve_state.mark_in_section(
-        &mut inner.store.records.borrow_mut(),
-        &pending.identity.0,
-        pending.now_millis,
-    );
-    match marked {
-        Ok(true) => {}
-        Ok(false) => return Committed::Duplicate,
-        Err(e) => return Committed::Failed(e.to_string()),
+    let write = match marks.mark(pending.keys(), pending.now_millis) {
+        MarkStep::Duplicate => return Committed::Duplicate,
+        MarkStep::Write(write) => write,
+    };
+    if let Err(e) = app
+        .serve_state
+        .write_mark(&mut inner.store.records.borrow_mut(), &write)
+    {
+        return Committed::Failed(e.to_string());
     }
     let decided = match decide_submit(inner, app.me, &pending.request, &Sequencing::default()) {
         Ok(decided) => decided,
@@ -674,6 +703,7 @@ mod tests {
             },
             body: Vec::new(),
             identity: EventIdentity(task.into()),
+            legacy: EventIdentity(format!("generic//{task}")),
             now_millis: 0,
         };
         assert_eq!(

@@ -1,18 +1,18 @@
 //! The durable copy of the gate's dedupe marks: `<home>/serve/dedupe.jsonl`, one line per accepted
 //! identity (appended and fsynced before the 200 leaves), reloaded at start, expired lines
 //! compacted away. It only ever records identities the gate already marked: it is never asked,
-//! except for the marks of the legacy key format (`adapter/installation/identity`, written before
-//! keys were JSON arrays with the route): those are kept read-only until they expire and
-//! [`DedupeLog::legacy_marked`] answers for them.
+//! and its marks of the legacy key format (`adapter/installation/identity`, written before keys
+//! were JSON arrays with the route) are kept read-only until they expire; [`DedupeLog::open`]
+//! returns them with the others, for the gate (the core's dedupe rule honours them).
 
 use crate::fsutil::{self, FileError};
 use crate::jsonl::{self, Durability};
 use crate::protocol::admission::MAX_DEDUPE_ENTRIES;
+use crate::sync::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 /// Appended lines between two compactions while serving (beyond the live entries).
 const COMPACT_AFTER_LINES: usize = 4096;
@@ -65,8 +65,8 @@ pub fn read_marks(path: &Path) -> Result<Vec<Mark>, FileError> {
 impl DedupeLog {
     /// Loads the unexpired marks (in the order they were made) and compacts the file to them. A
     /// torn last line (a crash mid-append) is skipped; any other bad line is an error that keeps
-    /// the file. The marks returned are the current-format ones (for the gate); legacy ones stay
-    /// in the log (and its file, until they expire).
+    /// the file. Every live mark is returned (for the gate), the legacy ones too; those stay in
+    /// the file until they expire and are never added to.
     pub fn open(
         path: &Path,
         now_millis: u64,
@@ -90,11 +90,10 @@ impl DedupeLog {
             .collect();
         marks.sort_by_key(|m| m.marked_at_millis);
         Self::rewrite(path, &marks)?;
-        let (current, old): (Vec<Mark>, Vec<Mark>) =
-            marks.into_iter().partition(|m| is_current_key(&m.identity));
-        let legacy = old
-            .into_iter()
-            .map(|m| (m.identity, m.marked_at_millis))
+        let legacy = marks
+            .iter()
+            .filter(|m| !is_current_key(&m.identity))
+            .map(|m| (m.identity.clone(), m.marked_at_millis))
             .collect();
         live.retain(|identity, _| is_current_key(identity));
         let log = DedupeLog {
@@ -107,14 +106,7 @@ impl DedupeLog {
             }),
             legacy,
         };
-        Ok((log, current))
-    }
-
-    /// Whether `legacy_key` was marked by an older instance within the TTL.
-    pub fn legacy_marked(&self, legacy_key: &str, now_millis: u64) -> bool {
-        self.legacy
-            .get(legacy_key)
-            .is_some_and(|at| at.saturating_add(self.ttl_millis) > now_millis)
+        Ok((log, marks))
     }
 
     fn rewrite(path: &Path, marks: &[Mark]) -> Result<(), FileError> {
@@ -205,19 +197,19 @@ mod tests {
              {\"identity\":\"github/42/a/b\",\"marked_at_millis\":1050}\n",
         )
         .expect("write");
-        let (log, current) = DedupeLog::open(&path, 1_060, 100).expect("open");
-        assert!(current.is_empty(), "legacy marks are not current keys");
-        assert!(log.legacy_marked("generic/default/d-1", 1_060));
-        assert!(log.legacy_marked("github/42/a/b", 1_060));
-        assert!(!log.legacy_marked("generic/default/d-2", 1_060));
-        assert!(!log.legacy_marked("generic/default/d-1", 1_100), "expired");
+        let (log, marks) = DedupeLog::open(&path, 1_060, 100).expect("open");
+        let names = |marks: &[Mark]| marks.iter().map(|m| m.identity.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&marks), ["generic/default/d-1", "github/42/a/b"]);
+        assert!(marks.iter().all(|m| !is_current_key(&m.identity)));
         log.append("[\"/r\",\"generic\",\"default\",\"d-3\"]", 1_070)
             .expect("append");
         drop(log);
-        let (log, current) = DedupeLog::open(&path, 1_120, 100).expect("reopen");
-        assert_eq!(current.len(), 1);
-        assert!(log.legacy_marked("github/42/a/b", 1_120));
-        assert!(!log.legacy_marked("generic/default/d-1", 1_120));
+        let (_, marks) = DedupeLog::open(&path, 1_120, 100).expect("reopen");
+        assert_eq!(
+            names(&marks),
+            ["github/42/a/b", "[\"/r\",\"generic\",\"default\",\"d-3\"]"],
+            "the expired legacy mark is gone, the live one kept through compaction"
+        );
     }
 
     proptest::proptest! {
@@ -235,9 +227,8 @@ mod tests {
             for content in [bytes, lines.join("\n").into_bytes()] {
                 std::fs::write(&path, &content).expect("write");
                 match DedupeLog::open(&path, 5_000, 10_000) {
-                    Ok((log, marks)) => {
-                        proptest::prop_assert!(marks.iter().all(|m| is_current_key(&m.identity)));
-                        let _ = log.legacy_marked("a/b/c", 5_000);
+                    Ok((_, marks)) => {
+                        proptest::prop_assert!(marks.iter().all(|m| m.marked_at_millis.saturating_add(10_000) > 5_000));
                     }
                     Err(_) => {
                         proptest::prop_assert_eq!(std::fs::read(&path).expect("read"), content);

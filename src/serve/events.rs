@@ -14,13 +14,13 @@
 
 use super::config::ServeTable;
 use crate::fsutil::FileError;
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{Arc, Mutex};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// At most one line per route and outcome of a decision that admitted nothing, per this period.

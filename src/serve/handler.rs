@@ -14,10 +14,12 @@ use crate::config::Config;
 use crate::gate::{Gate, GateDecision, Permit};
 use crate::home::Home;
 use crate::protocol::admission::{
-    delivery_outcome, Deadline, Dispatch, EventIdentity, RejectReason, Tenant, TurnEnd,
+    delivery_outcome, Deadline, DedupeKeys, Dispatch, EventIdentity, RejectReason, Tenant, TurnEnd,
 };
 use crate::protocol::slots::sections::Placement;
 use crate::protocol::slots::ProcessIdentity;
+use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::{Arc, Mutex};
 use crate::tasks::{self, DeliveryMeta};
 use axum::body::Body;
 use axum::extract::State;
@@ -26,8 +28,6 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
 /// What a refused sender is told to wait before retrying, in seconds.
 pub const RETRY_AFTER_SECS: u64 = 5;
@@ -75,15 +75,20 @@ pub fn legacy_dedupe_key(adapter: &str, installation: &str, identity: &str) -> S
     format!("{adapter}/{installation}/{identity}")
 }
 
+/// The legacy key of a delivery, as the identity the core's dedupe rule honours.
+pub fn legacy_identity(meta: &DeliveryMeta) -> EventIdentity {
+    EventIdentity(legacy_dedupe_key(
+        &meta.adapter,
+        &meta.tenant,
+        &meta.identity,
+    ))
+}
+
 /// The key a turn's delivery record was deduplicated on (records written before routes were
 /// recorded give the legacy key).
 pub fn dedupe_key_of(meta: &DeliveryMeta) -> EventIdentity {
     if meta.route.is_empty() {
-        EventIdentity(legacy_dedupe_key(
-            &meta.adapter,
-            &meta.tenant,
-            &meta.identity,
-        ))
+        legacy_identity(meta)
     } else {
         dedupe_key(&meta.route, &meta.adapter, &meta.tenant, &meta.identity)
     }
@@ -222,7 +227,11 @@ pub async fn ingress(
         &verified.installation,
         &verified.identity,
     );
-    let legacy_key = legacy_dedupe_key(adapter.name(), &verified.installation, &verified.identity);
+    let legacy = EventIdentity(legacy_dedupe_key(
+        adapter.name(),
+        &verified.installation,
+        &verified.identity,
+    ));
     let dispatch = match route.dispatch() {
         DispatchMode::Deferred => Dispatch::Deferred,
         DispatchMode::Sync => Dispatch::Sync,
@@ -242,12 +251,13 @@ pub async fn ingress(
         ..Event::default()
     };
     let decision_event = |outcome: &str| decided(&base, outcome);
-    // A mark an older instance left under the legacy key still makes this a duplicate.
-    let decision = if app.serve_state.legacy_marked(&legacy_key, now) {
-        GateDecision::Duplicate
-    } else {
-        app.gate.deliver(&tenant, &identity, dispatch, now)
+    // A mark an older instance left under the legacy key still makes this a duplicate: the
+    // core's dedupe rule, given both identities.
+    let keys = DedupeKeys {
+        identity: &identity,
+        legacy: Some(&legacy),
     };
+    let decision = app.gate.deliver(&tenant, keys, dispatch, now);
     match decision {
         GateDecision::Rejected(reason) => {
             let mut event = decision_event("rejected");

@@ -16,14 +16,14 @@ use crate::protocol::admission::{
     Recovery, Retained, Tenant,
 };
 use crate::protocol::slots::TurnKey;
+use crate::sync::atomic::AtomicUsize;
+use crate::sync::{Arc, Mutex};
 use crate::tasks::{self, DeliveryMeta};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Threads serving requests (the blocking work runs on tokio's bounded blocking pool).
@@ -167,7 +167,7 @@ pub fn run(
     let readopted = readopt(&app)?;
     let committer = {
         let app = Arc::clone(&app);
-        std::thread::Builder::new()
+        crate::sync::thread::Builder::new()
             .name("group-commit".into())
             .spawn(move || super::accept::run_worker(app, accept_worker))
             .map_err(|source| ServeError::Io {
@@ -379,7 +379,7 @@ async fn serve(app: Arc<App>, on_listening: impl FnOnce(SocketAddr)) -> Result<u
     loop {
         let inputs = DrainInputs {
             watched: app.watcher.len(),
-            dispatching: app.dispatching.load(std::sync::atomic::Ordering::SeqCst),
+            dispatching: app.dispatching.load(crate::sync::atomic::Ordering::SeqCst),
             now_millis: tasks::now_millis(),
             drain_until_millis,
             submit_until_millis,

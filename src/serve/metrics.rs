@@ -2,9 +2,9 @@
 
 use super::events::LogStats;
 use crate::gate::GateStats;
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::Arc;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 /// Counters the gate does not keep.
 #[derive(Default)]

@@ -3,10 +3,10 @@
 
 use crate::fsutil::FileError;
 use crate::jsonl::{self, Durability};
+use crate::sync::Mutex;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 /// The most refusals `deliveries --refused` reads back (the newest ones).
 pub const MAX_LISTED: usize = 10_000;

@@ -7,10 +7,10 @@ use crate::config::Config;
 use crate::fsutil::FileError;
 use crate::home::Home;
 use crate::protocol::admission::{AdmissionError, Limits};
+use crate::sync::Arc;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {

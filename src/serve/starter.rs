@@ -16,9 +16,9 @@
 use crate::config::Config;
 use crate::home::Home;
 use crate::protocol::slots::ProcessIdentity;
-use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use crate::sync::mpsc::{self, RecvTimeoutError, SyncSender};
+use crate::sync::thread::JoinHandle;
+use crate::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The first pause before a failed spawn is tried again.
@@ -50,7 +50,7 @@ impl Starter {
         spawn_lock: Arc<Mutex<()>>,
     ) -> std::io::Result<Starter> {
         let (tx, rx) = mpsc::sync_channel(1);
-        let thread = std::thread::Builder::new()
+        let thread = crate::sync::thread::Builder::new()
             .name("starter".into())
             .spawn(move || run(&home, &config, me, &spawn_lock, &rx))?;
         Ok(Starter {

@@ -12,12 +12,13 @@
 //! "Durable state"). A PostgreSQL home's import is recorded by `(queue, home)`, so each home of
 //! a shared queue imports its own files once.
 
-use super::dedupe_log::{self, is_current_key, DedupeLog, Mark};
+use super::dedupe_log::{self, DedupeLog, Mark};
 use super::lifecycle::HandedOff;
 use super::refused::{load_refused, RefusedDelivery, RefusedLog};
 use super::settings::ServePaths;
 use crate::fsutil::{self, FileError};
 use crate::home::Home;
+use crate::protocol::admission::{EventIdentity, MarkWrite, StoredMark};
 use crate::queue::records::{self, Access};
 use crate::queue::serve_tables;
 use crate::queue::RecordTx;
@@ -37,13 +38,9 @@ enum Backing {
 /// `serve`'s durable state for one home.
 pub struct ServeState {
     home: Home,
-    ttl_millis: u64,
     backing: Backing,
     /// [`home_key`], computed once.
     home_key: String,
-    /// Marks in the legacy key format (`adapter/installation/identity`) found at start: never
-    /// added to, honoured until they expire.
-    legacy: BTreeMap<String, u64>,
 }
 
 fn sql(home: &Home) -> impl Fn(records::DbError) -> FileError {
@@ -222,8 +219,10 @@ pub fn list_refused(
 }
 
 impl ServeState {
-    /// Opens the state and returns the current-format marks live at `now_millis` (for the gate),
-    /// oldest first. A database home imports the old files first.
+    /// Opens the state and returns the marks live at `now_millis` (for the gate), oldest first:
+    /// those of the legacy key format (`adapter/installation/identity`) too, which the core's
+    /// dedupe rule honours for a delivery's legacy identity. A database home imports the old
+    /// files first.
     pub fn open(
         home: &Home,
         paths: &ServePaths,
@@ -232,17 +231,14 @@ impl ServeState {
     ) -> Result<(ServeState, Vec<Mark>), FileError> {
         if !records::in_database(home) {
             let (dedupe, marks) = DedupeLog::open(&paths.dedupe, now_millis, ttl_millis)?;
-            // DedupeLog keeps its own legacy marks.
             let state = ServeState {
                 home: home.clone(),
-                ttl_millis,
                 home_key: home_key(home),
                 backing: Backing::Files {
                     dedupe,
                     refused: RefusedLog::open(&paths.refused)?,
                     handed_off: paths.handed_off.clone(),
                 },
-                legacy: BTreeMap::new(),
             };
             return Ok((state, marks));
         }
@@ -251,19 +247,12 @@ impl ServeState {
             serve_tables::prune_marks(conn, now_millis).map_err(sql(home))?;
             serve_tables::live_marks(conn, now_millis).map_err(sql(home))
         })?;
-        let (current, old): (Vec<_>, Vec<_>) =
-            stored.into_iter().partition(|m| is_current_key(&m.key));
         let state = ServeState {
             home: home.clone(),
-            ttl_millis,
             home_key: home_key(home),
             backing: Backing::Database,
-            legacy: old
-                .into_iter()
-                .map(|m| (m.key, m.marked_at_millis))
-                .collect(),
         };
-        let marks = current
+        let marks = stored
             .into_iter()
             .map(|m| Mark {
                 identity: m.key,
@@ -278,30 +267,49 @@ impl ServeState {
         matches!(self.backing, Backing::Database)
     }
 
-    /// Whether `legacy_key` was marked by an older instance within the TTL.
-    pub fn legacy_marked(&self, legacy_key: &str, now_millis: u64) -> bool {
+    /// Inside the group commit's transaction (database homes): the stored marks of `keys` (the
+    /// batch's identities and legacy identities), for the core's
+    /// [`TableMarks`](crate::protocol::admission::TableMarks) to decide on.
+    pub fn marks_of(
+        &self,
+        tx: &mut RecordTx<'_>,
+        keys: &[&EventIdentity],
+    ) -> Result<Vec<StoredMark>, FileError> {
         match &self.backing {
-            Backing::Files { dedupe, .. } => dedupe.legacy_marked(legacy_key, now_millis),
-            Backing::Database => self
-                .legacy
-                .get(legacy_key)
-                .is_some_and(|at| at.saturating_add(self.ttl_millis) > now_millis),
+            // One serve per home, which marks in its gate first: the log is written after the
+            // commit and never asked.
+            Backing::Files { .. } => Ok(Vec::new()),
+            Backing::Database => {
+                let texts: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
+                let rows = records::with_db_in(&self.home, tx, Access::Write, None, |conn| {
+                    serve_tables::marks_of(conn, &texts).map_err(sql(&self.home))
+                })?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(key, expires_at_millis)| StoredMark {
+                        identity: EventIdentity(key),
+                        expires_at_millis,
+                    })
+                    .collect())
+            }
         }
     }
 
-    /// Inside the group commit's transaction (database homes): insert-if-absent of `key`'s
-    /// mark; `false` means a live mark is there (a duplicate: nothing is queued for it).
-    pub fn mark_in_section(
-        &self,
-        tx: &mut RecordTx<'_>,
-        key: &str,
-        now_millis: u64,
-    ) -> Result<bool, FileError> {
+    /// Inside the group commit's transaction (database homes): writes the mark the core's step
+    /// returned, replacing its identity's expired row. The table's unique key is the
+    /// enforcement: a live row there fails the write (the delivery is rolled back), never
+    /// overwritten.
+    pub fn write_mark(&self, tx: &mut RecordTx<'_>, mark: &MarkWrite) -> Result<(), FileError> {
         match &self.backing {
-            Backing::Files { .. } => Ok(true),
+            Backing::Files { .. } => Ok(()),
             Backing::Database => records::with_db_in(&self.home, tx, Access::Write, None, |conn| {
-                serve_tables::mark_if_absent(conn, key, now_millis, self.ttl_millis)
-                    .map_err(sql(&self.home))
+                serve_tables::insert_mark(
+                    conn,
+                    &mark.identity.0,
+                    mark.marked_at_millis,
+                    mark.expires_at_millis,
+                )
+                .map_err(sql(&self.home))
             }),
         }
     }

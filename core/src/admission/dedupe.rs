@@ -11,6 +11,30 @@ pub const MAX_DEDUPE_ENTRIES: usize = 65_536;
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct EventIdentity(pub String);
 
+/// The identities one delivery is deduplicated on: its own, and the one an older version marked
+/// the same event under (`legacy`: honoured while its mark lives, never marked anew).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DedupeKeys<'a> {
+    pub identity: &'a EventIdentity,
+    pub legacy: Option<&'a EventIdentity>,
+}
+
+impl<'a> From<&'a EventIdentity> for DedupeKeys<'a> {
+    fn from(identity: &'a EventIdentity) -> Self {
+        DedupeKeys::of(identity)
+    }
+}
+
+impl<'a> DedupeKeys<'a> {
+    /// A delivery with no legacy identity.
+    pub fn of(identity: &'a EventIdentity) -> Self {
+        DedupeKeys {
+            identity,
+            legacy: None,
+        }
+    }
+}
+
 /// Marked identities with their expiry, indexed both ways so that marking, expiring and evicting
 /// cost O(log n) even at the bound.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -68,6 +92,46 @@ impl Dedupe {
         true
     }
 
+    /// The one dedupe rule (the gate's set and the durable table's marks both decide with it): a
+    /// delivery is a duplicate when its identity or its legacy identity holds a live mark;
+    /// otherwise its identity is marked until `now_millis + ttl_millis`. Returns `true` when this
+    /// call marked it (a first delivery), `false` for a duplicate.
+    pub fn mark_keys_if_absent(
+        &mut self,
+        keys: DedupeKeys<'_>,
+        now_millis: u64,
+        ttl_millis: u64,
+    ) -> bool {
+        if keys
+            .legacy
+            .is_some_and(|legacy| self.contains(legacy, now_millis))
+        {
+            return false;
+        }
+        let marked = self.mark_if_absent(keys.identity, now_millis, ttl_millis);
+        debug_assert!(self.contains(keys.identity, now_millis) || ttl_millis == 0);
+        marked
+    }
+
+    /// Holds `identity` marked until `expires_at_millis` (a mark read from the durable table,
+    /// with the expiry it was written with), unless it is held longer already.
+    pub fn hold_until(&mut self, identity: &EventIdentity, expires_at_millis: u64) {
+        if let Some(&held) = self.marked.get(identity) {
+            if held >= expires_at_millis {
+                return;
+            }
+            self.by_expiry.remove(&(held, identity.clone()));
+        } else if self.marked.len() >= MAX_DEDUPE_ENTRIES {
+            if let Some((_, soonest)) = self.by_expiry.pop_first() {
+                self.marked.remove(&soonest);
+                self.evicted += 1;
+            }
+        }
+        self.marked.insert(identity.clone(), expires_at_millis);
+        self.by_expiry.insert((expires_at_millis, identity.clone()));
+        debug_assert_eq!(self.marked.len(), self.by_expiry.len());
+    }
+
     /// Forgets `identity`: only for a delivery that was marked but could not be dispatched and was
     /// never acknowledged, so that the sender's retry is judged afresh instead of deduped away.
     pub fn forget(&mut self, identity: &EventIdentity) {
@@ -88,7 +152,8 @@ impl Dedupe {
         }
     }
 
-    /// Whether `identity` is marked (for tests and status only; never part of a decision).
+    /// Whether `identity` is marked (read by [`Dedupe::mark_keys_if_absent`] for a legacy
+    /// identity; elsewhere for tests and status only).
     pub fn contains(&self, identity: &EventIdentity, now_millis: u64) -> bool {
         self.marked.get(identity).is_some_and(|e| *e > now_millis)
     }
@@ -127,5 +192,27 @@ mod tests {
         assert!(dedupe.mark_if_absent(&EventIdentity("e0".into()), now, 1_000_000));
         dedupe.forget(&EventIdentity("e0".into()));
         assert!(!dedupe.contains(&EventIdentity("e0".into()), now));
+    }
+
+    /// A live mark under the legacy identity makes a delivery a duplicate and marks nothing; an
+    /// expired one does not count.
+    #[test]
+    fn a_live_legacy_mark_makes_a_duplicate_until_it_expires() {
+        let mut dedupe = Dedupe::new();
+        let legacy = EventIdentity("generic/default/d-1".into());
+        let current = EventIdentity("[\"/r\",\"generic\",\"default\",\"d-1\"]".into());
+        dedupe.hold_until(&legacy, 10);
+        let keys = DedupeKeys {
+            identity: &current,
+            legacy: Some(&legacy),
+        };
+        assert!(!dedupe.mark_keys_if_absent(keys, 9, 100));
+        assert!(!dedupe.contains(&current, 9), "a duplicate marks nothing");
+        assert!(dedupe.mark_keys_if_absent(keys, 10, 100));
+        assert!(!dedupe.mark_keys_if_absent(keys, 11, 100));
+        assert!(!dedupe.mark_keys_if_absent(DedupeKeys::of(&current), 11, 100));
+        // A held mark keeps the later of two expiries.
+        dedupe.hold_until(&current, 50);
+        assert!(dedupe.contains(&current, 105));
     }
 }

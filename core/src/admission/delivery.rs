@@ -2,7 +2,7 @@
 //! the platform's retry is not deduped away) and never acknowledged; a duplicate gives its
 //! capacity back at once.
 
-use super::{Dedupe, DeliveryId, Dispatch, EventIdentity, Ledger, RejectReason, Tenant};
+use super::{Dedupe, DedupeKeys, DeliveryId, Dispatch, Ledger, RejectReason, Tenant};
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum DeliveryDecision {
@@ -18,7 +18,7 @@ pub fn decide_delivery(
     ledger: &mut Ledger,
     dedupe: &mut Dedupe,
     tenant: &Tenant,
-    identity: &EventIdentity,
+    keys: DedupeKeys<'_>,
     dispatch: Dispatch,
     now_millis: u64,
     dedupe_ttl_millis: u64,
@@ -27,7 +27,7 @@ pub fn decide_delivery(
         Ok(id) => id,
         Err(reason) => return DeliveryDecision::Rejected { reason },
     };
-    if dedupe.mark_if_absent(identity, now_millis, dedupe_ttl_millis) {
+    if dedupe.mark_keys_if_absent(keys, now_millis, dedupe_ttl_millis) {
         DeliveryDecision::Accepted { id }
     } else {
         // The id was admitted a moment ago in this same call, so settling it cannot fail.
@@ -40,7 +40,7 @@ pub fn decide_delivery(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::Limits;
+    use crate::admission::{EventIdentity, Limits};
 
     const TTL: u64 = 60_000;
 
@@ -54,7 +54,7 @@ mod tests {
             ledger,
             dedupe,
             &Tenant::new("platform", format!("t{tenant}")),
-            &EventIdentity(event.into()),
+            DedupeKeys::of(&EventIdentity(event.into())),
             Dispatch::Deferred,
             0,
             TTL,

@@ -20,8 +20,8 @@
 //! | the drain is over | [`Admission::hand_off`] | the handed-off ids |
 
 use super::{
-    decide_delivery, Dedupe, DeliveryDecision, DeliveryId, Dispatch, EventIdentity, Ledger, Limits,
-    Outcome, RejectReason, Tenant,
+    decide_delivery, Dedupe, DedupeKeys, DeliveryDecision, DeliveryId, Dispatch, EventIdentity,
+    Ledger, Limits, Outcome, RejectReason, Tenant,
 };
 use crate::slots::{Liveness, ProcessIdentity, QueueEntry, RowState};
 use std::collections::BTreeMap;
@@ -44,7 +44,20 @@ pub struct Admission {
 pub struct Delivery {
     pub tenant: Tenant,
     pub identity: EventIdentity,
+    /// The identity an older version marked the same event under: a live mark of it makes this
+    /// delivery a duplicate ([`Dedupe::mark_keys_if_absent`]).
+    pub legacy: Option<EventIdentity>,
     pub dispatch: Dispatch,
+}
+
+impl Delivery {
+    /// The identities it is deduplicated on.
+    pub fn keys(&self) -> DedupeKeys<'_> {
+        DedupeKeys {
+            identity: &self.identity,
+            legacy: self.legacy.as_ref(),
+        }
+    }
 }
 
 /// The answer of [`Admission::admit_and_mark`].
@@ -319,7 +332,7 @@ impl Admission {
             &mut self.ledger,
             &mut self.dedupe,
             &delivery.tenant,
-            &delivery.identity,
+            delivery.keys(),
             delivery.dispatch,
             now_millis,
             self.dedupe_ttl_millis,
@@ -424,6 +437,7 @@ mod tests {
         Delivery {
             tenant: Tenant::new("generic", tenant),
             identity: EventIdentity(event.into()),
+            legacy: None,
             dispatch: Dispatch::Deferred,
         }
     }

@@ -21,6 +21,7 @@ impl AdmissionModel {
         let delivery = Delivery {
             tenant: tenant_of(spec.tenant),
             identity: identity_of(event),
+            legacy: None,
             dispatch: spec.dispatch,
         };
         let now = st.now;

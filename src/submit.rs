@@ -51,8 +51,9 @@ pub struct Sequencing {
 
 impl SubmitRequest {
     /// The first record's contents (its command, environment, labels, timeout, dependencies and
-    /// retry plan) of the turn this request makes.
-    fn new_turn(&self, attached: bool, sequencing: &Sequencing) -> NewTurn {
+    /// retry plan) of the turn this request makes: what the submit section is given, so a test
+    /// that runs the core's section beside the shell's gives it the same.
+    pub fn new_turn(&self, attached: bool, sequencing: &Sequencing) -> NewTurn {
         NewTurn {
             argv: self.argv.clone(),
             cwd: self.cwd.clone(),

@@ -272,16 +272,20 @@ impl<S: Store> Store for Hinted<S> {
         &self,
         commit: tollgate::queue::Commit,
         reads: &Reads,
-        change: impl FnOnce(&mut QueueState, &Loaded, &mut Option<FleetView>) -> Result<R, E>,
+        change: impl FnOnce(
+            &mut QueueState,
+            &Loaded,
+            &mut Option<FleetView>,
+            &mut tollgate::queue::RecordTx<'_>,
+        ) -> Result<R, E>,
     ) -> Result<R, E>
     where
         E: From<StoreError>,
     {
         let on_part = matches!(reads, Reads::Part(_));
-        let result = self
-            .inner
-            .transact_section(commit, reads, |part, loaded, fleet| {
-                let result = change(part, loaded, fleet);
+        self.inner
+            .transact_section(commit, reads, |part, loaded, fleet, records| {
+                let result = change(part, loaded, fleet, records);
                 if on_part && matches!(loaded, Loaded::Part { .. }) {
                     self.part_runs.fetch_add(1, Ordering::Relaxed);
                     if result.is_err() {
@@ -289,8 +293,7 @@ impl<S: Store> Store for Hinted<S> {
                     }
                 }
                 result
-            });
-        result
+            })
     }
 
     fn next_turn_id_hint(&self) -> Option<u64> {

@@ -897,8 +897,8 @@ impl<S: Store> Walk<S> {
         }
         let retry = self
             .rng
-            .chance(30)
-            .then(|| RetryPlan::first(1 + self.rng.below(2) as u32, self.rng.below(3) as u64));
+            .chance(50)
+            .then(|| RetryPlan::first(2 + self.rng.below(2) as u32, self.rng.below(3) as u64));
         let mut schedule = Schedule::default();
         if self.rng.chance(10) {
             schedule.not_before_millis =

@@ -2,7 +2,7 @@
 //!
 //! Code that is raced under loom (`loom-tests/`, built with `--cfg tollgate_loom`) takes its
 //! mutexes, atomics, threads and channels from here, so the same source runs under the model
-//! scheduler and in production; serve takes every primitive from here too (`tests/sync_shim.rs`
+//! scheduler and in production; serve takes every primitive from here too (`tests/layout.rs`
 //! checks it), so a reader finds them in one place. Our own cfg, not `loom`, keeps dependencies such as tokio out of their loom mode.
 
 #[cfg(not(tollgate_loom))]

@@ -2,7 +2,8 @@
 //! among the top-level modules of `src/`. A module's dependencies are the top-level modules it
 //! names as `crate::<module>` (in `use` lines and in paths) anywhere in its files; a cycle means
 //! two modules cannot be read, tested or changed apart, and the test names it with the files and
-//! lines that tie it.
+//! lines that tie it. The same scan holds two more rules: no thread-local carries protocol state,
+//! and serve takes its synchronisation from `src/sync.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -264,5 +265,44 @@ fn the_thread_local_scan_finds_every_static_of_a_block() {
             (5, "B".to_string()),
             (8, "C".to_string())
         ]
+    );
+}
+
+/// `file:line: text` for each line of `file` that names std's synchronisation outside a comment.
+fn direct_sync_uses(root: &Path, file: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(file).expect("read a source file");
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| {
+            let code = line.split("//").next().unwrap_or("");
+            code.contains("std::sync::") || code.contains("std::thread")
+        })
+        .map(|(i, line)| {
+            let name = file.strip_prefix(root).unwrap_or(file).display();
+            format!("{name}:{}: {}", i + 1, line.trim())
+        })
+        .collect()
+}
+
+/// Serve's threads, locks, atomics and channels go through the crate's one synchronisation shim
+/// (`src/sync.rs`: std in production, loom under `--cfg tollgate_loom`), so what loom races is
+/// what serve runs and a reader finds every primitive in one place. A file under `src/serve/` (or
+/// `src/group_commit.rs`) that names `std::sync::` or `std::thread` directly fails, named with
+/// its line.
+#[test]
+fn serve_takes_every_primitive_from_the_sync_shim() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = rust_files(&root.join("src/serve"));
+    files.push(root.join("src/group_commit.rs"));
+    assert!(files.len() > 5, "src/serve/ was not found");
+    let found: Vec<String> = files
+        .iter()
+        .flat_map(|f| direct_sync_uses(root, f))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "these lines name std's synchronisation directly; take it from `crate::sync` \
+         (src/sync.rs) instead:\n{}",
+        found.join("\n")
     );
 }

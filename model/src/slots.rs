@@ -93,9 +93,10 @@ pub mod walk;
 pub use actions::SlotAction;
 pub use config::{SlotConfig, Variant, TASK};
 pub use properties::names;
-pub use render::{describe_action, describe_queue, render_trail, short, token_number};
+pub use render::{describe_action, describe_queue, render_trail, short};
 pub use state::{
-    event, token_from_counter, violation, Pc, Proc, ProcKind, ProcTable, Role, SlotState, Then,
+    event, token_from_counter, token_number, violation, Pc, Proc, ProcKind, ProcTable, Role,
+    SlotState, Then,
 };
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

@@ -34,7 +34,7 @@
 //! reduced exploration reaches exactly one state of every class the full one reaches, and that
 //! every property gives one answer on a class.
 
-use super::state::{Pc, ProcKind, Role, SlotState, Then};
+use super::state::{token_number, Pc, ProcKind, Role, SlotState, SubmitterShape, Then};
 use tollgate_core::slots::steps::Handoff;
 use tollgate_core::slots::{
     AfterRule, Dependency, PauseSet, ProcessIdentity, QueueEntry, QueueState, RowState,
@@ -76,13 +76,6 @@ fn next_permutation(order: &mut [u8]) -> bool {
     order.swap(i - 1, j);
     order[i..].reverse();
     true
-}
-
-/// The submitters of a symmetric configuration: how many, and the turns each submits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct SubmitterShape {
-    pub count: u8,
-    pub turns: u8,
 }
 
 struct Encoder<'a> {
@@ -150,7 +143,7 @@ impl<'a> Encoder<'a> {
     }
 
     fn token_label(&mut self, token: SlotToken) -> u128 {
-        if u128::from(self.next_token) <= super::render::token_number(&token) {
+        if u128::from(self.next_token) <= token_number(&token) {
             self.tokens_below_counter = false;
         }
         if !self.rename {

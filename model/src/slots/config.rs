@@ -1,6 +1,7 @@
 //! The size, the budgets, the tasks' strategies and the core variant of one slot model instance.
 
-use super::canonical::{SubmitterShape, MAX_SYMMETRIC_SUBMITTERS};
+use super::canonical::MAX_SYMMETRIC_SUBMITTERS;
+use super::state::SubmitterShape;
 use std::collections::BTreeMap;
 use std::fmt;
 use tollgate_core::admission::{Strategy, MAX_CONCURRENT};

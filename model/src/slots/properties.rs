@@ -1,6 +1,5 @@
 //! Ground truth the properties compare the core against, and the properties S1-S13 themselves.
 
-use super::render::token_number;
 use super::state::*;
 use super::SlotModel;
 use tollgate_core::slots::{

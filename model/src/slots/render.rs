@@ -2,7 +2,7 @@
 
 use super::actions::SlotAction;
 use super::state::*;
-use tollgate_core::slots::{ProcessIdentity, QueueState, RowState, SlotToken};
+use tollgate_core::slots::{ProcessIdentity, QueueState, RowState};
 
 /// A short, line-per-row rendering of a queue, for counterexample trails.
 pub fn describe_queue(queue: &QueueState) -> Vec<String> {
@@ -62,11 +62,6 @@ pub fn describe_queue(queue: &QueueState) -> Vec<String> {
 /// `p3/1`: pid 3, first process on that pid.
 pub fn short(id: &ProcessIdentity) -> String {
     format!("p{}/{}", id.pid, id.start_time_micros)
-}
-
-/// The counter value a model token was made from.
-pub fn token_number(token: &SlotToken) -> u128 {
-    token.as_uuid().as_u128() & 0xffff_ffff
 }
 
 /// Names the process and the critical section an action stands for, for counterexample trails.

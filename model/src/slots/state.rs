@@ -1,7 +1,6 @@
 //! The model's state: the real queue, the process table the core observes, each role's program
 //! counter, and the bookkeeping the properties read (events, violations, retired tokens).
 
-use super::canonical::SubmitterShape;
 use std::collections::BTreeSet;
 use tollgate_core::slots::steps::{BoundHandoff, Handoff, TurnOnDisk, TurnRecords};
 use tollgate_core::slots::{
@@ -247,6 +246,18 @@ pub struct SlotState {
 pub fn token_from_counter(counter: u32) -> SlotToken {
     let uuid = Uuid::from_u128(0x0000_0000_0000_7000_8000_0000_0000_0000 | u128::from(counter));
     SlotToken::new(uuid).expect("the counter's UUIDs have version bits set, never nil")
+}
+
+/// The counter value a model token was made from.
+pub fn token_number(token: &SlotToken) -> u128 {
+    token.as_uuid().as_u128() & 0xffff_ffff
+}
+
+/// The submitters of a symmetric configuration: how many, and the turns each submits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SubmitterShape {
+    pub count: u8,
+    pub turns: u8,
 }
 
 /// The model's process and work tables as the core sees them.

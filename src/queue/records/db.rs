@@ -2,54 +2,11 @@
 //! [`crate::tasks`] runs, in a section's transaction or a short one of its own, without knowing
 //! which database the home's records are in.
 
+use super::access::TurnRow;
+use super::error::DbError;
 use super::postgres::{lit, pg_keep_turn, PgConn, INT8, TEXT};
-use super::sqlite::{self as lite, TurnRow};
-use crate::fsutil::FileError;
+use super::sqlite as lite;
 use rusqlite::Connection;
-use std::io;
-use std::path::Path;
-
-/// A record error from either database.
-#[derive(Debug)]
-pub(crate) enum DbError {
-    Sqlite(rusqlite::Error),
-    Postgres(postgres::Error),
-    /// A value in a row out of its type's range (a corrupt row).
-    Range(String),
-}
-
-impl From<rusqlite::Error> for DbError {
-    fn from(e: rusqlite::Error) -> Self {
-        DbError::Sqlite(e)
-    }
-}
-
-impl From<postgres::Error> for DbError {
-    fn from(e: postgres::Error) -> Self {
-        DbError::Postgres(e)
-    }
-}
-
-/// A record error as a file error naming the database `db`; a full disk is ENOSPC either way, so
-/// the result writer's retry ([`crate::tasks::retry_while_disk_full`]) sees it.
-pub(crate) fn db_error(db: &Path, error: DbError) -> FileError {
-    match error {
-        DbError::Sqlite(e) => lite::record_error(db, e),
-        DbError::Postgres(e) => {
-            let source = if e.code() == Some(&postgres::error::SqlState::DISK_FULL) {
-                io::Error::from_raw_os_error(libc::ENOSPC)
-            } else {
-                io::Error::other(crate::queue::postgres::describe(&e))
-            };
-            FileError::io(db, source)
-        }
-        DbError::Range(detail) => FileError::Corrupt {
-            path: db.to_path_buf(),
-            format: "tollgate record table",
-            detail,
-        },
-    }
-}
 
 /// The record tables of one home, in either database: what [`super::with_db_in`] hands its
 /// closure.

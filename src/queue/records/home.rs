@@ -10,15 +10,18 @@
 //! idle connections, never a transaction in progress: a section's records reach it as its
 //! [`super::RecordTx`], and a registered connection is used only while no section holds it.
 
-use super::sqlite::SideConnection;
 use crate::home::Home;
 use crate::queue::postgres::{PostgresStore, PostgresUrl};
+use rusqlite::Connection;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 /// The most homes a process remembers the store choice of (a command has one; tests a few).
 const MAX_REGISTERED_HOMES: usize = 64;
+
+/// A store's side connection and the `synchronous` level it is at.
+pub(crate) type SideConnection = (Connection, Option<&'static str>);
 
 /// A SQLite store's connection slots as the record layer may use them outside sections: the
 /// store's own connection (free while no section of the store runs) and the store's side

@@ -12,33 +12,37 @@
 //! record, serve's watcher) opens a short transaction of its own on the home's store connection
 //! when it is free, else on a connection opened for the call.
 //!
-//! One job per file: [`home`] (where a home keeps its records, as its store was built, and the
-//! store connections an access outside a section uses), [`tx`] (the section's lent connection,
-//! [`RecordTx`], and the one entry point [`with_db_in`]), [`db`] (the record statements of both
-//! databases behind one type), `sqlite` and `postgres` (each database's schema, statements and
-//! short transactions).
+//! One job per file, each importing only those below it: `access` (how an access uses the
+//! database, a turn's row, the change signal) and `error` (both databases' record errors);
+//! [`home`] (where a home keeps its records, as its store was built, and the store connections
+//! an access outside a section uses); `sqlite` and `postgres` (each database's schema,
+//! statements and short transactions); [`db`] (the record statements of both databases behind
+//! one type); [`tx`] (the section's lent connection, [`RecordTx`], and the one entry point
+//! [`with_db_in`]).
 //!
 //! The watchers of turns (`submit --wait`, `logs -f`, serve's watcher) wait on inotify events of
 //! the turn's folder. A record in the database makes no event there, so after the commit that
 //! wrote a turn's record its folder gets one: the folder's own times are set to now
-//! ([`tx::signal_changed`]: one `utimensat`, `IN_ATTRIB` on the folder; no file, no data, no
+//! (`access::signal_changed`: one `utimensat`, `IN_ATTRIB` on the folder; no file, no data, no
 //! sync).
 
+mod access;
 pub(crate) mod db;
+mod error;
 pub(crate) mod home;
 mod postgres;
 mod sqlite;
 pub(crate) mod tx;
 
-pub(crate) use db::{db_error, Db, DbError};
+pub(crate) use access::{Access, TurnRow};
+pub(crate) use db::Db;
+pub(crate) use error::{db_error, DbError};
 pub use home::{database_name, in_database, in_postgres, register, RecordHome};
-pub(crate) use home::{share_side_store, share_sqlite, SqliteSlots};
+pub(crate) use home::{share_side_store, share_sqlite, SideConnection, SqliteSlots};
 pub(crate) use postgres::{pg_import_records, PG_SCHEMA_V5};
-pub(crate) use sqlite::{
-    open_home_database, put_task, put_turn, SideConnection, TurnRow, SCHEMA_V4,
-};
+pub(crate) use sqlite::{open_home_database, put_task, put_turn, SCHEMA_V4};
 pub use tx::RecordTx;
-pub(crate) use tx::{with_db, with_db_in, Access, PgSection, Section};
+pub(crate) use tx::{with_db, with_db_in, PgSection, Section};
 
 use crate::fsutil::{self, FileError};
 use crate::protocol::records::{check_task, check_turn, TaskRecord, TurnRecord};

@@ -4,10 +4,9 @@
 //! transaction of its own on the home store's client, and the one-time import of a home's record
 //! files (spec/store.md, "Records in PostgreSQL").
 
-use super::db::{db_error, Db, DbError};
+use super::access::{signal_changed, Access, TurnRow};
+use super::error::{db_error, store_error, DbError};
 use super::home::{side_store, PgTarget};
-use super::sqlite::{store_error, TurnRow};
-use super::tx::{signal_changed, Access};
 use crate::fsutil::FileError;
 use crate::home::Home;
 use crate::queue::postgres::PostgresStore;
@@ -287,7 +286,7 @@ pub(super) fn on_its_own<T>(
     target: PgTarget,
     access: Access,
     changed: Option<PathBuf>,
-    f: impl FnOnce(&mut Db<'_>) -> Result<T, FileError>,
+    f: impl FnOnce(&mut PgConn, &str) -> Result<T, FileError>,
 ) -> Result<T, FileError> {
     let key = (target.0.connect.clone(), target.1.clone());
     let store = side_store(&key, home, &target);
@@ -321,12 +320,12 @@ fn side_transaction<T>(
     timeout: Duration,
     access: Access,
     conn: &mut PgConn,
-    f: impl FnOnce(&mut Db<'_>) -> Result<T, FileError>,
+    f: impl FnOnce(&mut PgConn, &str) -> Result<T, FileError>,
 ) -> Result<T, FileError> {
     {
         let pg = |e: postgres::Error| db_error(name, DbError::Postgres(e));
         if access == Access::Read {
-            return f(&mut Db::Postgres(conn, queue));
+            return f(conn, queue);
         }
         let millis = timeout.as_millis().clamp(1, i32::MAX as u128);
         // One round trip: `BEGIN`, the `SET LOCAL`s and the queue's lock in one message (the
@@ -340,7 +339,7 @@ fn side_transaction<T>(
                 crate::queue::postgres::quoted_text(queue)
             ))
             .map_err(pg);
-        let result = locked.and_then(|_| f(&mut Db::Postgres(conn, queue)));
+        let result = locked.and_then(|_| f(conn, queue));
         match result {
             // The kept writes and the `COMMIT` as one message; flushed after the lock is
             // released, before the write is reported done (spec/store.md, "PostgreSQL",

@@ -3,49 +3,15 @@
 //! connection when it is free, else on the store's side connection, else on one opened for the
 //! call (spec/store.md, "Records").
 
-use super::home::shared_slots;
-use super::tx::{signal_changed, Access};
+use super::access::{signal_changed, Access, TurnRow};
+use super::error::{record_error, store_error};
+use super::home::{shared_slots, SideConnection};
 use crate::fsutil::FileError;
 use crate::home::Home;
 use rusqlite::Connection;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::TryLockError;
 use std::time::Duration;
-
-/// A store's side connection and the `synchronous` level it is at.
-pub(crate) type SideConnection = (Connection, Option<&'static str>);
-
-/// SQLite's error as a record error naming the database; a full disk (`SQLITE_FULL`) is ENOSPC,
-/// so the result writer's retry ([`crate::tasks::retry_while_disk_full`]) sees it; a file that is
-/// not a database, or one with malformed pages, is a bad state file (exit 2).
-pub(crate) fn record_error(db: &Path, error: rusqlite::Error) -> FileError {
-    let source = match error.sqlite_error_code() {
-        Some(rusqlite::ErrorCode::DiskFull) => io::Error::from_raw_os_error(libc::ENOSPC),
-        Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt) => {
-            return FileError::Corrupt {
-                path: db.to_path_buf(),
-                format: "SQLite database",
-                detail: error.to_string(),
-            }
-        }
-        _ => io::Error::other(error.to_string()),
-    };
-    FileError::io(db, source)
-}
-
-pub(super) fn store_error(error: crate::queue::StoreError) -> FileError {
-    match error {
-        crate::queue::StoreError::File(e) => e,
-        crate::queue::StoreError::Database { path, detail } => {
-            FileError::io(&path, io::Error::other(detail))
-        }
-        other => FileError::io(
-            Path::new("tollgate.db"),
-            io::Error::other(other.to_string()),
-        ),
-    }
-}
 
 /// The home's `tollgate.db` opened as every command opens it (checks, migrations, imports), for
 /// the sweep list (src/exec/sweep.rs), whose tables are part of its schema.
@@ -236,16 +202,6 @@ CREATE TABLE sync_barrier (
 ) STRICT;
 INSERT INTO sync_barrier (id, commits) VALUES (1, 0);
 ";
-
-/// A turn record's row: its key, the indexed columns and the JSON body.
-pub(crate) struct TurnRow<'a> {
-    pub task: &'a str,
-    pub turn: u32,
-    pub short_id: Option<u64>,
-    pub settled: bool,
-    pub ended_at_millis: Option<u64>,
-    pub body: &'a str,
-}
 
 pub(crate) fn task_body(conn: &Connection, name: &str) -> rusqlite::Result<Option<String>> {
     use rusqlite::OptionalExtension;

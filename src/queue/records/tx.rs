@@ -9,6 +9,7 @@
 //! a reader sees in the signature ([`crate::tasks::read_records`], [`crate::tasks::apply_writes`]),
 //! and a section cannot be reached by code it did not hand its transaction to.
 
+use super::access::{signal_changed, Access};
 use super::db::Db;
 use super::home::{choice, RecordHome};
 use super::postgres::PgConn;
@@ -16,15 +17,6 @@ use crate::fsutil::FileError;
 use crate::home::Home;
 use rusqlite::Connection;
 use std::path::PathBuf;
-
-/// How a record access uses the database.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Access {
-    Read,
-    Write,
-    /// A write that records a turn's outcome: its commit is synced.
-    Outcome,
-}
 
 /// What a section's record writes ask of its commit: the turn folders to signal after it, and
 /// whether it must be synced.
@@ -240,16 +232,6 @@ impl Drop for PgSection<'_> {
     }
 }
 
-/// Sets each folder's times to now ([`crate::fsutil::touch_dir`]): the `IN_ATTRIB` event the
-/// folder's watchers wake on ([`crate::watch::dir_mask`]). Best effort: a missing folder only
-/// costs a watcher its fallback poll. One syscall and no new inode per signal, so a turn nobody
-/// watches pays almost nothing for it.
-pub(crate) fn signal_changed(dirs: &[PathBuf]) {
-    for dir in dirs {
-        let _ = crate::fsutil::touch_dir(dir);
-    }
-}
-
 /// [`with_db_in`] outside any section.
 pub(crate) fn with_db<T>(
     home: &Home,
@@ -289,7 +271,9 @@ pub(crate) fn with_db_in<T>(
                 }
             }
             let target = (url, queue, durability, timeout);
-            super::postgres::on_its_own(home, target, access, changed, f)
+            super::postgres::on_its_own(home, target, access, changed, |conn, queue| {
+                f(&mut Db::Postgres(conn, queue))
+            })
         }
         (_, timeout) => {
             if let Some(LentRef::Sqlite(lent)) = &mut tx.lent {

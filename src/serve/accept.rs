@@ -16,28 +16,24 @@
 //! back and run again on the whole queue (nobody was answered yet). What does not need the queue
 //! (the request, its environment, the task's name) is prepared by the connection's thread before
 //! the delivery is queued.
-use super::handler::{App, PAYLOAD_FILE};
-use super::settings::Route;
-use crate::group_commit::{self, Committer, Worker};
-use crate::protocol::admission::{DedupeKeys, EventIdentity, MarkStep, Strategy, TableMarks};
+use super::delivery::{Committed, Pending};
+use super::handler::App;
+use crate::group_commit::Worker;
+use crate::protocol::admission::{EventIdentity, MarkStep, Strategy, TableMarks};
 use crate::protocol::fleet::FleetView;
 use crate::protocol::slots::sections::Placement;
 use crate::protocol::slots::steps::{self, Loaded, QueueReads, Reads};
-use crate::protocol::slots::QueueState;
+use crate::protocol::slots::{ProcessIdentity, QueueState};
 use crate::queue::records::{self, Access};
 use crate::queue::RecordTx;
 use crate::queue::{Commit, Store, StoreError};
+use crate::runner::payload::PAYLOAD_FILE;
 use crate::runtime::Runtime;
-use crate::submit::{decide_submit, Decided, Sequencing, SubmitRequest};
+use crate::submit::{decide_submit, Decided, Sequencing};
 use crate::sync::Arc;
 use crate::tasks::DeliveryMeta;
 use std::cell::{Cell, RefCell};
 
-/// The most deliveries waiting for a batch (beyond it a handler waits `lock_timeout` for room,
-/// then answers 503): as many as the blocking pool can have waiting.
-pub const MAX_WAITING: usize = 256;
-/// The most deliveries in one transaction.
-pub const MAX_BATCH: usize = 64;
 /// How often a batch prunes the kept payloads of ended turns. The prune scans every kept payload
 /// (each unfinished turn's), so doing it in every batch made a batch's cost grow with the turns
 /// waiting; once a second it is bounded work per second instead.
@@ -45,82 +41,6 @@ pub const PRUNE_EVERY_MILLIS: u64 = 1_000;
 /// The most kept payloads one prune drops (at [`PRUNE_EVERY_MILLIS`], more than the accept path
 /// can add in that time).
 pub const PRUNE_MOST: usize = 8_192;
-
-/// One admitted delivery, ready to be made a durable turn: everything that does not need the
-/// queue was prepared by the connection's thread ([`Pending::new`]).
-pub struct Pending {
-    pub meta: DeliveryMeta,
-    /// The turn to submit (its task named, its environment complete).
-    pub request: SubmitRequest,
-    pub body: Vec<u8>,
-    /// The gate's dedupe key.
-    pub identity: EventIdentity,
-    /// The key an older version marked the same event under (honoured, never written).
-    pub legacy: EventIdentity,
-    pub now_millis: u64,
-}
-
-impl Pending {
-    /// The delivery of `route` with the turn's environment `env` (serve's, without secrets, plus
-    /// the route's and the delivery's), run in the route's folder or `cwd`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        route: &Route,
-        cwd: &std::path::Path,
-        meta: DeliveryMeta,
-        scope: Option<&str>,
-        env: crate::argv::Env,
-        body: Vec<u8>,
-        identity: EventIdentity,
-        now_millis: u64,
-    ) -> Self {
-        let request = SubmitRequest {
-            task: Some(route.table.task_for(scope)),
-            strategy: route.table.strategy(),
-            argv: route.table.run.iter().map(Into::into).collect(),
-            cwd: Some(route.cwd.clone().unwrap_or_else(|| cwd.to_path_buf())),
-            env,
-            labels: Vec::new(),
-            timeout_millis: None,
-            schedule: Default::default(),
-            delivery: Some(meta.clone()),
-        };
-        Pending {
-            legacy: super::handler::legacy_identity(&meta),
-            meta,
-            request,
-            body,
-            identity,
-            now_millis,
-        }
-    }
-
-    /// The identities the delivery is deduplicated on.
-    fn keys(&self) -> DedupeKeys<'_> {
-        DedupeKeys {
-            identity: &self.identity,
-            legacy: Some(&self.legacy),
-        }
-    }
-}
-
-/// What the batch made of one delivery.
-pub enum Committed {
-    /// Durable: its turn is queued (or ended, for a dropped one); the decision's effect is
-    /// performed after the answer.
-    Queued(Box<Decided>),
-    /// A live mark of its identity (or legacy identity) was in the database: nothing was queued.
-    Duplicate,
-    /// Not made durable (rolled back): nothing was acknowledged.
-    Failed(String),
-}
-
-pub type AcceptQueue = Committer<Pending, Committed>;
-
-/// The queue and its worker: [`run_worker`] on a thread of its own.
-pub fn channel() -> (AcceptQueue, Worker<Pending, Committed>) {
-    group_commit::channel(MAX_WAITING, MAX_BATCH)
-}
 
 /// The part of the queue a batch's section loads: what the core's submit step names for each
 /// delivery's task ([`steps::submit_reads`]), together.
@@ -505,8 +425,7 @@ fn perform(app: &App, rt: &Runtime, decided: Vec<Decided>) {
         }
         if let Placement::Spawn(handoff) = decided.placement {
             let _spawning = crate::sync::lock(&app.spawn_lock);
-            let spawner =
-                super::handler::AcceptSpawner(super::runtime_for(&app.home, &app.config).spawner);
+            let spawner = AcceptSpawner(super::runtime_for(&app.home, &app.config).spawner);
             if let Err(e) = crate::driver::hand_off(rt, &spawner, handoff) {
                 tracing::error!(
                     "{}: cannot start the runner of an accepted delivery ({e}); its row is parked and serve tries again (at most {} ms apart)",
@@ -557,10 +476,32 @@ pub fn restore_payloads(app: &App) -> usize {
     restored
 }
 
+/// The spawner of the accept sequence: the runtime's own, behind the failpoint
+/// `serve::after_reserve` (spec/ingress.md, "Crash windows"): the turn's row is durable and its
+/// slot reserved by this serve, its runner not started yet.
+struct AcceptSpawner(Box<dyn crate::process::RunnerSpawner>);
+
+impl crate::process::RunnerSpawner for AcceptSpawner {
+    fn spawn(
+        &self,
+        key: &crate::protocol::slots::TurnKey,
+        token: crate::protocol::slots::SlotToken,
+    ) -> Result<ProcessIdentity, crate::process::SpawnError> {
+        // A crash here is what `tests/failpoints_serve_recovery.rs` injects (`return` aborts).
+        fail::fail_point!("serve::after_reserve", |_| std::process::abort());
+        self.0.spawn(key, token)
+    }
+
+    fn spawn_waker(&self, at_millis: u64) -> Result<(), crate::process::SpawnError> {
+        self.0.spawn_waker(at_millis)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::protocol::slots::{QueueEntry, RowState, TurnKey};
+    use crate::submit::SubmitRequest;
 
     fn row(task: &str, queue_id: u64) -> QueueEntry {
         QueueEntry {

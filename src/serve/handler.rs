@@ -1,9 +1,9 @@
 //! One delivery, in the order spec/ingress.md fixes: route, body limit, verify the sender, admit
 //! and mark (the gate), make the turn durable, acknowledge; the watcher settles it later.
 
-use super::accept::{AcceptQueue, Committed, Pending};
 use super::adapters::{self, Shape, Verified};
 use super::config::DispatchMode;
+use super::delivery::{dedupe_key, legacy_dedupe_key, AcceptQueue, Committed, Pending};
 use super::events::{Event, EventLog};
 use super::metrics::{self, Counters};
 use super::refused::RefusedDelivery;
@@ -31,8 +31,6 @@ use std::path::PathBuf;
 
 /// What a refused sender is told to wait before retrying, in seconds.
 pub const RETRY_AFTER_SECS: u64 = 5;
-/// The file a delivery's body is written to, in its turn's directory.
-pub use crate::runner::payload::PAYLOAD_FILE;
 
 /// Everything a request needs; shared by every request of one `serve`.
 pub struct App {
@@ -62,37 +60,6 @@ pub struct App {
 
 /// The most bytes of one payload field put into a turn's environment (`[route.env]`).
 pub const MAX_ENV_VALUE_BYTES: usize = 32 * 1024;
-
-/// The event identity the gate deduplicates on: route, adapter, installation and the sender's
-/// identity, as a JSON array of four strings (unambiguous whatever the parts contain).
-pub fn dedupe_key(route: &str, adapter: &str, installation: &str, identity: &str) -> EventIdentity {
-    EventIdentity(json!([route, adapter, installation, identity]).to_string())
-}
-
-/// The key the previous format used, `adapter/installation/identity` (ambiguous, route-blind):
-/// still honoured for the marks an older instance left in the dedupe log.
-pub fn legacy_dedupe_key(adapter: &str, installation: &str, identity: &str) -> String {
-    format!("{adapter}/{installation}/{identity}")
-}
-
-/// The legacy key of a delivery, as the identity the core's dedupe rule honours.
-pub fn legacy_identity(meta: &DeliveryMeta) -> EventIdentity {
-    EventIdentity(legacy_dedupe_key(
-        &meta.adapter,
-        &meta.tenant,
-        &meta.identity,
-    ))
-}
-
-/// The key a turn's delivery record was deduplicated on (records written before routes were
-/// recorded give the legacy key).
-pub fn dedupe_key_of(meta: &DeliveryMeta) -> EventIdentity {
-    if meta.route.is_empty() {
-        legacy_identity(meta)
-    } else {
-        dedupe_key(&meta.route, &meta.adapter, &meta.tenant, &meta.identity)
-    }
-}
 
 fn answer(status: StatusCode, body: Value) -> Response {
     (status, axum::Json(body)).into_response()
@@ -673,25 +640,4 @@ fn route_env(route: &Route, payload: &Value) -> BTreeMap<String, String> {
         env.insert(name.clone(), text);
     }
     env
-}
-
-/// The spawner of the accept sequence: the runtime's own, behind the failpoint
-/// `serve::after_reserve` (spec/ingress.md, "Crash windows"): the turn's row is durable and its
-/// slot reserved by this serve, its runner not started yet.
-pub(super) struct AcceptSpawner(pub(super) Box<dyn crate::process::RunnerSpawner>);
-
-impl crate::process::RunnerSpawner for AcceptSpawner {
-    fn spawn(
-        &self,
-        key: &crate::protocol::slots::TurnKey,
-        token: crate::protocol::slots::SlotToken,
-    ) -> Result<ProcessIdentity, crate::process::SpawnError> {
-        // A crash here is what `tests/failpoints_serve_recovery.rs` injects (`return` aborts).
-        fail::fail_point!("serve::after_reserve", |_| std::process::abort());
-        self.0.spawn(key, token)
-    }
-
-    fn spawn_waker(&self, at_millis: u64) -> Result<(), crate::process::SpawnError> {
-        self.0.spawn_waker(at_millis)
-    }
 }

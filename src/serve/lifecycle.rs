@@ -1,10 +1,12 @@
 //! Start and stop: one `serve` per home (flock on `serve.lock`), re-adoption of the previous
 //! instance's retained deliveries, and the shutdown drain and hand-off.
 
+use super::delivery::dedupe_key_of;
 use super::events::{Event, EventLog};
-use super::handler::{self, dedupe_key_of, App};
+use super::handler::{self, App};
 use super::metrics::Counters;
 use super::settings::{ServeError, ServePaths, Settings};
+use super::state::HandedOff;
 use super::state::ServeState;
 use super::watcher::{Watched, Watcher, WATCH_POLL_MILLIS};
 use crate::flock::{self, TryLock};
@@ -19,7 +21,6 @@ use crate::protocol::slots::TurnKey;
 use crate::sync::atomic::AtomicUsize;
 use crate::sync::{Arc, Mutex};
 use crate::tasks::{self, DeliveryMeta};
-use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::net::SocketAddr;
@@ -76,15 +77,6 @@ impl ServeLock {
     }
 }
 
-/// A delivery recorded as handed off at shutdown, for the next instance.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HandedOff {
-    pub route: String,
-    pub delivery: DeliveryMeta,
-    pub task: String,
-    pub turn: u32,
-}
-
 /// How a `serve` ended.
 #[derive(Debug, Default)]
 pub struct Summary {
@@ -136,7 +128,7 @@ pub fn run(
     let base_env = std::env::vars_os()
         .filter(|(k, _)| !secrets.contains(k))
         .collect();
-    let (accept, accept_worker) = super::accept::channel();
+    let (accept, accept_worker) = super::delivery::channel();
     let starter =
         super::starter::Starter::start(home.clone(), config.clone(), me, Arc::clone(&spawn_lock))
             .map_err(|source| ServeError::Io {

@@ -32,6 +32,8 @@ mod conn;
 #[cfg(feature = "serve")]
 mod dedupe_log;
 #[cfg(feature = "serve")]
+mod delivery;
+#[cfg(feature = "serve")]
 mod events;
 #[cfg(feature = "serve")]
 mod handler;
@@ -51,13 +53,15 @@ mod state;
 mod watcher;
 
 #[cfg(feature = "serve")]
-pub use lifecycle::{run, HandedOff, Summary};
+pub use lifecycle::{run, Summary};
 #[cfg(feature = "serve")]
 pub use refused::{load_refused, RefusedDelivery};
 #[cfg(feature = "serve")]
 pub use settings::{ServeError, ServePaths};
 #[cfg(feature = "serve")]
 pub use state::list_refused;
+#[cfg(feature = "serve")]
+pub use state::HandedOff;
 
 /// A runtime for this process's shell calls (submit, cancel): no IO to build. Its runners (and
 /// wakers) start without the routes' secrets ([`secret_variables`]).

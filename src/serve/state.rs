@@ -13,7 +13,6 @@
 //! a shared queue imports its own files once.
 
 use super::dedupe_log::{self, DedupeLog, Mark};
-use super::lifecycle::HandedOff;
 use super::refused::{load_refused, RefusedDelivery, RefusedLog};
 use super::settings::ServePaths;
 use crate::fsutil::{self, FileError};
@@ -22,8 +21,19 @@ use crate::protocol::admission::{EventIdentity, MarkWrite, StoredMark};
 use crate::queue::records::{self, Access};
 use crate::queue::serve_tables;
 use crate::queue::RecordTx;
+use crate::tasks::DeliveryMeta;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+/// A delivery recorded as handed off at shutdown, for the next instance.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandedOff {
+    pub route: String,
+    pub delivery: DeliveryMeta,
+    pub task: String,
+    pub turn: u32,
+}
 
 /// The state's two homes.
 enum Backing {

@@ -2,7 +2,8 @@
 //! among the top-level modules of `src/`. A module's dependencies are the top-level modules it
 //! names as `crate::<module>` (in `use` lines and in paths) anywhere in its files; a cycle means
 //! two modules cannot be read, tested or changed apart, and the test names it with the files and
-//! lines that tie it. The same scan holds two more rules: no thread-local carries protocol state,
+//! lines that tie it; inside each folder module its files form no import cycle either. The same
+//! scan holds two more rules: no thread-local carries protocol state,
 //! and serve takes its synchronisation from `src/sync.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -144,6 +145,107 @@ fn the_top_level_modules_of_the_shell_form_no_import_cycle() {
         "import cycles among src/'s top-level modules:\n{}",
         explain.join("\n")
     );
+}
+
+/// The sibling files `line` names as `super::<name>` (and `use super::{a, b}`), besides
+/// comments: the imports between the files of one folder module.
+fn named_siblings(line: &str) -> Vec<String> {
+    let code = line.split("//").next().unwrap_or("");
+    let ident = |text: &str| -> String {
+        text.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut names = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("super::") {
+        rest = &rest[at + "super::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let group = group.split('}').next().unwrap_or("");
+            names.extend(group.split(',').map(|part| ident(part.trim())));
+        } else {
+            names.push(ident(rest));
+        }
+    }
+    names.retain(|name| !name.is_empty() && name != "super");
+    names
+}
+
+/// The import cycles among the files of each folder module under `root` (`src/queue/records/`,
+/// `model/src/slots/`...), each named with the file and line of every tie.
+fn cycles_inside_folders(root: &Path) -> Vec<String> {
+    let mut folders: BTreeMap<PathBuf, Vec<PathBuf>> = BTreeMap::new();
+    for file in rust_files(root) {
+        if let Some(folder) = file.parent() {
+            folders.entry(folder.to_path_buf()).or_default().push(file);
+        }
+    }
+    let mut found = Vec::new();
+    for (folder, files) in folders {
+        let stem = |f: &Path| f.file_stem().and_then(|s| s.to_str()).map(str::to_string);
+        let siblings: BTreeSet<String> = files.iter().filter_map(|f| stem(f)).collect();
+        let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut why: BTreeMap<(String, String), String> = BTreeMap::new();
+        for file in &files {
+            let Some(me) = stem(file).filter(|m| m != "mod") else {
+                continue;
+            };
+            let text = std::fs::read_to_string(file).expect("read a source file");
+            for (n, line) in text.lines().enumerate() {
+                for named in named_siblings(line) {
+                    if named != me && named != "mod" && siblings.contains(&named) {
+                        edges.entry(me.clone()).or_default().insert(named.clone());
+                        why.entry((me.clone(), named))
+                            .or_insert_with(|| format!("{}:{}", file.display(), n + 1));
+                    }
+                }
+            }
+        }
+        for cycle in cycles(&edges) {
+            let ties: Vec<String> = why
+                .iter()
+                .filter(|((from, to), _)| cycle.contains(from) && cycle.contains(to))
+                .map(|((from, to), at)| format!("  {from} -> {to} ({at})"))
+                .collect();
+            found.push(format!(
+                "{}: {cycle:?}:\n{}",
+                folder.display(),
+                ties.join("\n")
+            ));
+        }
+    }
+    found
+}
+
+/// Inside a folder module the files form layers too: each file imports only files below it,
+/// so a file can be read with what it imports and no more.
+#[test]
+fn the_files_of_each_folder_module_form_no_import_cycle() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    for root in ["src", "core/src", "model/src"] {
+        found.extend(cycles_inside_folders(&manifest.join(root)));
+    }
+    assert!(
+        found.is_empty(),
+        "import cycles among the files of a folder module:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The sibling scan reads single names, groups and paths, and skips comments.
+#[test]
+fn the_sibling_scan_reads_groups_paths_and_skips_comments() {
+    assert_eq!(named_siblings("use super::state::{A, B};"), vec!["state"]);
+    assert_eq!(
+        named_siblings("use super::{access, db::Db};"),
+        vec!["access", "db"]
+    );
+    assert_eq!(
+        named_siblings("    x = super::render::f(super::state::g());"),
+        vec!["render", "state"]
+    );
+    assert!(named_siblings("// see super::render").is_empty());
 }
 
 /// The check finds a cycle when there is one (its teeth), and none in a chain.

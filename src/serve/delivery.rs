@@ -118,7 +118,7 @@ pub enum Committed {
 
 pub type AcceptQueue = Committer<Pending, Committed>;
 
-/// The queue and its worker: [`run_worker`] on a thread of its own.
+/// The queue and its worker: [`super::accept::run_worker`] on a thread of its own.
 pub fn channel() -> (AcceptQueue, Worker<Pending, Committed>) {
     group_commit::channel(MAX_WAITING, MAX_BATCH)
 }

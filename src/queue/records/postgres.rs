@@ -160,7 +160,7 @@ pub(super) fn lit_int(value: Option<i64>) -> String {
     value.map_or_else(|| "NULL".to_string(), |v| v.to_string())
 }
 
-/// [`Db::put_turn`] on PostgreSQL: in a write transaction the row is kept for the commit
+/// [`super::db::Db::put_turn`] on PostgreSQL: in a write transaction the row is kept for the commit
 /// ([`PgConn`]); `create` first asks whether the turn number is taken (from what this
 /// transaction wrote, else one read: the queue's lock is held, so no other writer can take it
 /// before the commit).

@@ -9,8 +9,8 @@
 //! rest.
 
 use super::deps::{depart, retry_due, DepartInput};
-use super::{ProcessIdentity, QueueState, TurnKey};
-use crate::records::TurnOutcome;
+use super::{ProcessIdentity, QueueState, RetryPlan, TurnKey};
+use crate::records::{TurnOutcome, TurnRecord};
 #[cfg(doc)]
 use crate::section::Writes;
 use crate::section::{Draft, Halt, Need};
@@ -52,26 +52,8 @@ pub fn leave(
     // a retry's record is made only when its row will be).
     let cancelled = state.row(key).is_some_and(|r| r.cancel_requested);
     let due = retry_due(ended, plan).filter(|_| !cancelled);
-    let retry = match (due, &record) {
-        (Some(next), Some(failed)) => {
-            // A departure repeated after a rolled-back section finds no retry; one repeated on a
-            // record that names its retry already (a settled turn's row left again) reuses it,
-            // and makes its record when that place is empty: the store writes the leaving record
-            // before its retry's ([`Writes::in_order`]), so a crash between the two on record
-            // files leaves the name without the record.
-            let (retry_key, recorded) = match failed.retried_as {
-                Some(turn) => {
-                    let named = TurnKey::new(key.task.clone(), turn);
-                    let recorded = draft.turn(&named)?.is_some();
-                    (named, recorded)
-                }
-                None => (
-                    claim_turn(draft, &key.task, None, input.now_millis)?.0,
-                    false,
-                ),
-            };
-            Some((retry_key, recorded, next, failed.clone()))
-        }
+    let retry = match (due, record) {
+        (Some(next), Some(failed)) => Some(planned_retry(draft, key, next, failed, input)?),
         _ => None,
     };
     let departure = depart(
@@ -80,7 +62,7 @@ pub fn leave(
             key,
             ended,
             retry: plan,
-            retry_key: retry.as_ref().map(|(k, ..)| k),
+            retry_key: retry.as_ref().map(|r| &r.key),
             me: input.me,
             now_millis: input.now_millis,
         },
@@ -90,53 +72,126 @@ pub fn leave(
         retry.is_some(),
         "the core's depart and the record rule disagree on a retry"
     );
-    let mut retried_as = None;
-    if let (Some(requeued), Some((retry_key, recorded, next, failed))) = (&departure.retry, retry) {
-        debug_assert_eq!(requeued.key, retry_key);
-        if !recorded {
-            let id = state.row(&retry_key).map(|r| r.queue_id);
-            debug_assert!(id.is_some(), "a new retry's row is enqueued by depart");
-            let new = NewTurn {
-                argv: failed.argv.clone(),
-                cwd: failed.cwd.clone(),
-                env: failed.env.clone(),
-                attached: false,
-                labels: failed.labels.clone(),
-                timeout_millis: failed.timeout_millis,
-                after: Vec::new(),
-                retry: Some(next),
-                retry_of: Some(key.turn),
-                delivery: None,
-            };
-            create_turn(draft, retry_key.clone(), new, id, input.now_millis)?;
+    let retried_as = match (&departure.retry, retry) {
+        (Some(requeued), Some(retry)) => {
+            debug_assert_eq!(requeued.key, retry.key);
+            Some(record_retry(state, draft, key, retry, input.now_millis)?)
         }
-        if failed.retried_as.is_none() {
-            let mut leaving = failed;
-            leaving.retried_as = Some(retry_key.turn);
-            draft.write_turn(leaving, false);
+        _ => None,
+    };
+    settle_dependents(state, draft, &departure.dependency_failed, input.now_millis)?;
+    Ok(Left {
+        wake_at_millis: departure.wake_at_millis(input.now_millis),
+        retried_as,
+    })
+}
+
+/// A retry the departure is about to enqueue: its turn, whether its record exists already, its
+/// plan, and the leaving record it repeats.
+struct Retry {
+    key: TurnKey,
+    recorded: bool,
+    next: RetryPlan,
+    failed: TurnRecord,
+}
+
+/// The retry of the leaving turn `key` whose record `failed` says one is due (`next`).
+///
+/// A departure repeated after a rolled-back section finds no retry; one repeated on a record that
+/// names its retry already (a settled turn's row left again) reuses it, and makes its record when
+/// that place is empty: the store writes the leaving record before its retry's
+/// ([`Writes::in_order`]), so a crash between the two on record files leaves the name without the
+/// record.
+fn planned_retry(
+    draft: &mut Draft<'_>,
+    key: &TurnKey,
+    next: RetryPlan,
+    failed: TurnRecord,
+    input: Leave<'_>,
+) -> Result<Retry, Halt> {
+    let (retry_key, recorded) = match failed.retried_as {
+        Some(turn) => {
+            let named = TurnKey::new(key.task.clone(), turn);
+            let recorded = draft.turn(&named)?.is_some();
+            (named, recorded)
         }
-        retried_as = Some(retry_key.turn);
+        None => (
+            claim_turn(draft, &key.task, None, input.now_millis)?.0,
+            false,
+        ),
+    };
+    Ok(Retry {
+        key: retry_key,
+        recorded,
+        next,
+        failed,
+    })
+}
+
+/// The records of a retry `depart` enqueued: its first record (the leaving turn's command, with
+/// the id its row got) unless it has one, and `retried_as` on the leaving record. Returns the
+/// retry's turn number.
+fn record_retry(
+    state: &QueueState,
+    draft: &mut Draft<'_>,
+    key: &TurnKey,
+    retry: Retry,
+    now_millis: u64,
+) -> Result<u32, Halt> {
+    let Retry {
+        key: retry_key,
+        recorded,
+        next,
+        failed,
+    } = retry;
+    if !recorded {
+        let id = state.row(&retry_key).map(|r| r.queue_id);
+        debug_assert!(id.is_some(), "a new retry's row is enqueued by depart");
+        let new = NewTurn {
+            argv: failed.argv.clone(),
+            cwd: failed.cwd.clone(),
+            env: failed.env.clone(),
+            attached: false,
+            labels: failed.labels.clone(),
+            timeout_millis: failed.timeout_millis,
+            after: Vec::new(),
+            retry: Some(next),
+            retry_of: Some(key.turn),
+            delivery: None,
+        };
+        create_turn(draft, retry_key.clone(), new, id, now_millis)?;
     }
-    // Every settled dependent and its cause read in one round, not one round each.
+    if failed.retried_as.is_none() {
+        let mut leaving = failed;
+        leaving.retried_as = Some(retry_key.turn);
+        draft.write_turn(leaving, false);
+    }
+    Ok(retry_key.turn)
+}
+
+/// The `--after-success` dependents `depart` settled end dependency-failed, naming their cause;
+/// every dependent and cause is read in one round, not one round each.
+fn settle_dependents(
+    state: &QueueState,
+    draft: &mut Draft<'_>,
+    settled: &[(TurnKey, TurnKey)],
+    now_millis: u64,
+) -> Result<(), Halt> {
     draft.require(&Need {
-        turns: departure
-            .dependency_failed
+        turns: settled
             .iter()
             .flat_map(|(dependent, cause)| [dependent.clone(), cause.clone()])
             .collect(),
         ..Need::default()
     })?;
-    for (dependent, cause) in &departure.dependency_failed {
+    for (dependent, cause) in settled {
         debug_assert!(
             state.row(dependent).is_none(),
             "a settled dependent kept its row"
         );
-        end_dependency_failed(draft, dependent, cause, input.now_millis)?;
+        end_dependency_failed(draft, dependent, cause, now_millis)?;
     }
-    Ok(Left {
-        wake_at_millis: departure.wake_at_millis(input.now_millis),
-        retried_as,
-    })
+    Ok(())
 }
 
 #[cfg(test)]

@@ -114,7 +114,8 @@ pub fn reconcile_step_with(
     )
 }
 
-/// The one implementation behind the three entry points above.
+/// The one implementation behind the three entry points above: the first of its stages that
+/// finds something to do decides the step.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn reconcile_step_general(
     rules: &impl SlotRules,
@@ -127,131 +128,29 @@ pub(crate) fn reconcile_step_general(
     eligible: &impl Fn(&super::QueueLookup<'_>, &QueueEntry) -> bool,
     orphans: Orphans<'_>,
 ) -> Result<ReconcileStep, SlotError> {
-    // S9. A turn that has its record but no row (the shell lists such never-started turns) is
-    //     enqueued and parked, one per step; it then starts like any parked row.
-    //     (One index of the rows for all the candidates: a pass lists every never-started turn.)
-    let orphan = match orphans.keys {
-        [] => None,
-        keys => {
-            let lookup = super::QueueLookup::new(state);
-            keys.iter().find(|k| !lookup.has_row(k))
-        }
-    };
-    if let Some(key) = orphan {
-        let key = key.clone();
-        enqueue(state, &key, reconciler, orphans.now_millis)?;
-        park(state, &key)?;
-        return Ok(ReconcileStep::Requeued { key });
+    if let Some(step) = requeue_orphan(state, reconciler, orphans)? {
+        return Ok(step);
     }
     let exclude_reserver = rules.reconcile_exclude_reserver(reconciler);
-    // Runner records of rows that left, whose process is gone, are dropped silently: they count
-    // for nothing, and keeping them would grow the document without bound.
-    let QueueState {
-        entries, runners, ..
-    } = &mut *state;
-    runners.retain(|r| liveness.is_live(&r.identity) || entries.iter().any(|e| e.key == r.key));
-    // Works nobody can still be running (their runner is gone and no process of theirs is left)
-    // are forgotten the same way.
-    state
-        .works
-        .retain(|w| liveness.is_live(&w.runner) || liveness.observe_work(w).is_live());
-
-    // 0. A work whose runner died but which may still be alive is killed before anything else:
-    //    its turn must not run again, nor its slot be given away, while a copy of it runs (S1, S2
-    //    over work). Nothing changes; the next step sees it gone, or asks for the kill again.
-    if let Some(work) = state.works.iter().find(|w| !liveness.is_live(&w.runner)) {
-        return Ok(ReconcileStep::Kill {
-            key: work.key.clone(),
-            work: work.clone(),
-        });
+    forget_the_gone(state, liveness);
+    if let Some(step) = kill_orphaned_work(state, liveness) {
+        return Ok(step);
     }
-
-    // 1. A dead reserver whose live child already took over: clear the token it never cleared.
-    let finished_handoff = state.entries.iter().find(|e| {
-        e.slot_reservation.as_ref().is_some_and(|r| {
-            !liveness.is_live(&r.reserver)
-                && r.child.is_some_and(|c| {
-                    liveness.is_live(&c)
-                        && e.state == RowState::Dispatching { dispatch_owner: c }
-                        && state.runner(&e.key).is_some_and(|run| run.identity == c)
-                })
-        })
-    });
-    if let Some(entry) = finished_handoff {
-        let key = entry.key.clone();
-        state.row_mut(&key)?.slot_reservation = None;
-        return Ok(ReconcileStep::CompletedHandoff { key });
+    if let Some(step) = complete_handoff(state, liveness)? {
+        return Ok(step);
     }
-
-    // 2. A waiting row whose owner died (and whose reservation, if any, is dead too) is parked.
-    //    So is a parked row holding a dead reservation (a submitter took the parked row and died
-    //    before its spawn): the dead reservation would otherwise count against the cap forever,
-    //    and step 4 stops at the first saturated parked row before ever reaching it to steal.
-    let orphaned_waiter = state.entries.iter().find(|e| {
-        let abandoned = match e.state {
-            RowState::Waiting { owner, .. } => !liveness.is_live(&owner),
-            RowState::Parked => e.slot_reservation.is_some(),
-            RowState::Dispatching { .. } => false,
-        };
-        abandoned
-            && reservation_is_dead(e, liveness)
-            && live_runner_for_turn(state, &e.key, liveness).is_none()
-    });
-    if let Some(entry) = orphaned_waiter {
-        let key = entry.key.clone();
-        park(state, &key)?;
-        return Ok(ReconcileStep::Parked { key });
+    if let Some(step) = park_orphaned_waiter(state, liveness)? {
+        return Ok(step);
     }
-
-    // 3. An active turn whose executor died: remove it if it had ended, else replace its runner.
-    let dead_dispatch = state.entries.iter().find_map(|e| match e.state {
-        RowState::Dispatching { dispatch_owner }
-            if !liveness.is_live(&dispatch_owner)
-                && reservation_is_dead(e, liveness)
-                && live_runner_for_turn(state, &e.key, liveness).is_none() =>
-        {
-            Some((e.key.clone(), dispatch_owner))
-        }
-        _ => None,
-    });
-    if let Some((key, dead_owner)) = dead_dispatch {
-        if is_settled(&key) {
-            state.entries.retain(|e| e.key != key);
-            state.clear_runner(&key);
-            return Ok(ReconcileStep::Removed { key });
-        }
-        let before = state.row(&key).cloned();
-        adopt_row(state, &key, reconciler)?;
-        match reserve_runner_slot_with(
-            rules,
-            state,
-            &key,
-            reconciler,
-            exclude_reserver,
-            cap,
-            fresh_token,
-            liveness,
-        )? {
-            ReserveOutcome::Acquired { token, .. } => {
-                return Ok(ReconcileStep::Spawn {
-                    key,
-                    token,
-                    replaced: Some(dead_owner),
-                })
-            }
-            ReserveOutcome::Saturated => {
-                park(state, &key)?;
-                return Ok(ReconcileStep::Parked { key });
-            }
-            ReserveOutcome::Pending { .. } => {
-                // Unreachable given the filter above; restore rather than guess.
-                if let (Some(before), Ok(row)) = (before, state.row_mut(&key)) {
-                    *row = before;
-                }
-            }
-        }
+    let replace = Replace {
+        reconciler,
+        exclude_reserver,
+        cap,
+        fresh_token,
+    };
+    if let Some(step) = replace_dead_dispatch(rules, state, replace, liveness, is_settled)? {
+        return Ok(step);
     }
-
     // 4. Start the oldest parked row if a slot is free. The reconciler does not exclude itself.
     match start_next_parked_general(
         rules,
@@ -270,5 +169,169 @@ pub(crate) fn reconcile_step_general(
         }),
         StartNext::Saturated => Ok(ReconcileStep::Saturated),
         StartNext::NoneParked => Ok(ReconcileStep::Idle),
+    }
+}
+
+/// S9: a turn that has its record but no row (the shell lists such never-started turns) is
+/// enqueued and parked, one per step; it then starts like any parked row. (One index of the rows
+/// for all the candidates: a pass lists every never-started turn.)
+fn requeue_orphan(
+    state: &mut QueueState,
+    reconciler: ProcessIdentity,
+    orphans: Orphans<'_>,
+) -> Result<Option<ReconcileStep>, SlotError> {
+    let orphan = match orphans.keys {
+        [] => None,
+        keys => {
+            let lookup = super::QueueLookup::new(state);
+            keys.iter().find(|k| !lookup.has_row(k))
+        }
+    };
+    let Some(key) = orphan else {
+        return Ok(None);
+    };
+    let key = key.clone();
+    enqueue(state, &key, reconciler, orphans.now_millis)?;
+    park(state, &key)?;
+    Ok(Some(ReconcileStep::Requeued { key }))
+}
+
+/// Runner records of rows that left, whose process is gone, are dropped silently: they count for
+/// nothing, and keeping them would grow the document without bound. Works nobody can still be
+/// running (their runner is gone and no process of theirs is left) are forgotten the same way.
+fn forget_the_gone(state: &mut QueueState, liveness: &impl Liveness) {
+    let QueueState {
+        entries, runners, ..
+    } = &mut *state;
+    runners.retain(|r| liveness.is_live(&r.identity) || entries.iter().any(|e| e.key == r.key));
+    state
+        .works
+        .retain(|w| liveness.is_live(&w.runner) || liveness.observe_work(w).is_live());
+}
+
+/// Stage 0: a work whose runner died but which may still be alive is killed before anything else: its
+/// turn must not run again, nor its slot be given away, while a copy of it runs (S1, S2 over
+/// work). Nothing changes; the next step sees it gone, or asks for the kill again.
+fn kill_orphaned_work(state: &QueueState, liveness: &impl Liveness) -> Option<ReconcileStep> {
+    let work = state.works.iter().find(|w| !liveness.is_live(&w.runner))?;
+    Some(ReconcileStep::Kill {
+        key: work.key.clone(),
+        work: work.clone(),
+    })
+}
+
+/// Stage 1: a dead reserver whose live child already took over: clear the token it never cleared.
+fn complete_handoff(
+    state: &mut QueueState,
+    liveness: &impl Liveness,
+) -> Result<Option<ReconcileStep>, SlotError> {
+    let finished_handoff = state.entries.iter().find(|e| {
+        e.slot_reservation.as_ref().is_some_and(|r| {
+            !liveness.is_live(&r.reserver)
+                && r.child.is_some_and(|c| {
+                    liveness.is_live(&c)
+                        && e.state == RowState::Dispatching { dispatch_owner: c }
+                        && state.runner(&e.key).is_some_and(|run| run.identity == c)
+                })
+        })
+    });
+    let Some(entry) = finished_handoff else {
+        return Ok(None);
+    };
+    let key = entry.key.clone();
+    state.row_mut(&key)?.slot_reservation = None;
+    Ok(Some(ReconcileStep::CompletedHandoff { key }))
+}
+
+/// Stage 2: a waiting row whose owner died (and whose reservation, if any, is dead too) is parked. So
+/// is a parked row holding a dead reservation (a submitter took the parked row and died before
+/// its spawn): the dead reservation would otherwise count against the cap forever, and stage 4
+/// stops at the first saturated parked row before ever reaching it to steal.
+fn park_orphaned_waiter(
+    state: &mut QueueState,
+    liveness: &impl Liveness,
+) -> Result<Option<ReconcileStep>, SlotError> {
+    let orphaned_waiter = state.entries.iter().find(|e| {
+        let abandoned = match e.state {
+            RowState::Waiting { owner, .. } => !liveness.is_live(&owner),
+            RowState::Parked => e.slot_reservation.is_some(),
+            RowState::Dispatching { .. } => false,
+        };
+        abandoned
+            && reservation_is_dead(e, liveness)
+            && live_runner_for_turn(state, &e.key, liveness).is_none()
+    });
+    let Some(entry) = orphaned_waiter else {
+        return Ok(None);
+    };
+    let key = entry.key.clone();
+    park(state, &key)?;
+    Ok(Some(ReconcileStep::Parked { key }))
+}
+
+/// Who replaces a dead executor's runner, and with what.
+#[derive(Clone, Copy)]
+struct Replace {
+    reconciler: ProcessIdentity,
+    exclude_reserver: Option<ProcessIdentity>,
+    cap: usize,
+    fresh_token: SlotToken,
+}
+
+/// Stage 3: an active turn whose executor died: remove it if it had ended, else replace its runner.
+fn replace_dead_dispatch(
+    rules: &impl SlotRules,
+    state: &mut QueueState,
+    by: Replace,
+    liveness: &impl Liveness,
+    is_settled: &impl Fn(&TurnKey) -> bool,
+) -> Result<Option<ReconcileStep>, SlotError> {
+    let dead_dispatch = state.entries.iter().find_map(|e| match e.state {
+        RowState::Dispatching { dispatch_owner }
+            if !liveness.is_live(&dispatch_owner)
+                && reservation_is_dead(e, liveness)
+                && live_runner_for_turn(state, &e.key, liveness).is_none() =>
+        {
+            Some((e.key.clone(), dispatch_owner))
+        }
+        _ => None,
+    });
+    let Some((key, dead_owner)) = dead_dispatch else {
+        return Ok(None);
+    };
+    if is_settled(&key) {
+        state.entries.retain(|e| e.key != key);
+        state.clear_runner(&key);
+        return Ok(Some(ReconcileStep::Removed { key }));
+    }
+    let before = state.row(&key).cloned();
+    adopt_row(state, &key, by.reconciler)?;
+    match reserve_runner_slot_with(
+        rules,
+        state,
+        &key,
+        by.reconciler,
+        by.exclude_reserver,
+        by.cap,
+        by.fresh_token,
+        liveness,
+    )? {
+        ReserveOutcome::Acquired { token, .. } => Ok(Some(ReconcileStep::Spawn {
+            key,
+            token,
+            replaced: Some(dead_owner),
+        })),
+        ReserveOutcome::Saturated => {
+            park(state, &key)?;
+            Ok(Some(ReconcileStep::Parked { key }))
+        }
+        ReserveOutcome::Pending { .. } => {
+            // Unreachable given the filter above; restore rather than guess (the next stage
+            // decides the step).
+            if let (Some(before), Ok(row)) = (before, state.row_mut(&key)) {
+                *row = before;
+            }
+            Ok(None)
+        }
     }
 }

@@ -85,23 +85,8 @@ pub fn reserve_runner_slot_with(
                 token: Some(existing.token),
             });
         }
-        // A drained host steals no dead reservation either: that would start the turn here.
-        if !liveness.may_start() {
-            return Ok(ReserveOutcome::Saturated);
-        }
-        if existing.token == fresh_token {
-            return Err(SlotError::TokenReused {
-                key: key.clone(),
-                token: fresh_token,
-            });
-        }
-        let stolen = existing.token;
-        state.entries[index].slot_reservation =
-            Some(RunnerSlotReservation::new(reserver, fresh_token));
-        return Ok(ReserveOutcome::Acquired {
-            token: fresh_token,
-            stolen: Some(stolen),
-        });
+        let held = existing.token;
+        return steal_dead_reservation(state, index, held, reserver, fresh_token, liveness);
     }
 
     // A work of this turn that may still be alive (its runner died) is a copy of the turn running:
@@ -126,6 +111,33 @@ pub fn reserve_runner_slot_with(
     Ok(ReserveOutcome::Acquired {
         token: fresh_token,
         stolen: None,
+    })
+}
+
+/// The reservation `held` of row `index` no live process stands behind: taken over with
+/// `fresh_token`, unless this host is drained (a drained host steals no dead reservation either:
+/// that would start the turn here).
+fn steal_dead_reservation(
+    state: &mut QueueState,
+    index: usize,
+    held: SlotToken,
+    reserver: ProcessIdentity,
+    fresh_token: SlotToken,
+    liveness: &impl Liveness,
+) -> Result<ReserveOutcome, SlotError> {
+    if !liveness.may_start() {
+        return Ok(ReserveOutcome::Saturated);
+    }
+    if held == fresh_token {
+        return Err(SlotError::TokenReused {
+            key: state.entries[index].key.clone(),
+            token: fresh_token,
+        });
+    }
+    state.entries[index].slot_reservation = Some(RunnerSlotReservation::new(reserver, fresh_token));
+    Ok(ReserveOutcome::Acquired {
+        token: fresh_token,
+        stolen: Some(held),
     })
 }
 

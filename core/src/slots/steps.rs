@@ -470,6 +470,35 @@ fn hold(
     })
 }
 
+/// A new row the strategy starts: a slot reserved for its runner, else parked (every slot busy),
+/// else pending (another live process starts or runs the turn).
+fn start_new_row<L: Liveness>(
+    state: &mut QueueState,
+    input: &SubmitInput<'_, L>,
+) -> Result<SubmitEffect, SlotError> {
+    let key = input.key;
+    Ok(
+        match reserve_runner_slot(
+            state,
+            key,
+            input.me,
+            None,
+            input.cap,
+            input.fresh_token,
+            input.liveness,
+        )? {
+            ReserveOutcome::Acquired { token, .. } => {
+                SubmitEffect::Spawn(Handoff::reserved(state, key, token, input.me)?)
+            }
+            ReserveOutcome::Saturated => {
+                park(state, key)?;
+                SubmitEffect::Park
+            }
+            ReserveOutcome::Pending { .. } => SubmitEffect::Pending,
+        },
+    )
+}
+
 /// The strategy's plan for a new row that nothing holds back.
 fn submit_plan<L: Liveness>(
     state: &mut QueueState,
@@ -491,24 +520,7 @@ fn submit_plan<L: Liveness>(
         )),
         SubmitPlan::Start => {
             let queue_id = enqueue(state, key, input.me, input.now_millis)?.queue_id();
-            let effect = match reserve_runner_slot(
-                state,
-                key,
-                input.me,
-                None,
-                input.cap,
-                input.fresh_token,
-                input.liveness,
-            )? {
-                ReserveOutcome::Acquired { token, .. } => {
-                    SubmitEffect::Spawn(Handoff::reserved(state, key, token, input.me)?)
-                }
-                ReserveOutcome::Saturated => {
-                    park(state, key)?;
-                    SubmitEffect::Park
-                }
-                ReserveOutcome::Pending { .. } => SubmitEffect::Pending,
-            };
+            let effect = start_new_row(state, &input)?;
             Ok(decision(queue_id, effect, Vec::new()))
         }
         SubmitPlan::Park {

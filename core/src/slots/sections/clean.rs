@@ -104,24 +104,7 @@ pub fn clean<L: Liveness>(
         );
     }
     draft.require(&turns)?;
-    let mut ended: Vec<&TurnRecord> = Vec::new();
-    for key in &turns.turns {
-        if let Some(record) = view.records.turn(key)?.filter(|r| r.is_settled()) {
-            ended.push(record);
-        }
-    }
-    // Newest first across the tasks (by id; turns from before ids by their submit time).
-    ended.sort_by_key(|t| Reverse((t.id.unwrap_or(0), t.submitted_at_millis, t.key.clone())));
-    let removed: Vec<TurnKey> = ended
-        .into_iter()
-        .skip(input.keep)
-        .filter(|t| {
-            input
-                .ended_before_millis
-                .is_none_or(|c| t.ended_at_millis.is_some_and(|e| e <= c))
-        })
-        .map(|t| t.key.clone())
-        .collect();
+    let removed = removable(view, &turns, input)?;
     let mut cleaned = Cleaned {
         turns: removed,
         tasks: Vec::new(),
@@ -145,6 +128,32 @@ pub fn clean<L: Liveness>(
         }
     }
     Ok(draft.finish(CleanEffect::Cleaned(cleaned)))
+}
+
+/// The ended turns among `read` that the clean removes: newest first across the tasks (by id;
+/// turns from before ids by their submit time), past the `keep` newest, ended before the cutoff.
+fn removable<L: Liveness>(
+    view: &View<'_, L>,
+    read: &Need,
+    input: CleanSection<'_>,
+) -> Result<Vec<TurnKey>, Halt> {
+    let mut ended: Vec<&TurnRecord> = Vec::new();
+    for key in &read.turns {
+        if let Some(record) = view.records.turn(key)?.filter(|r| r.is_settled()) {
+            ended.push(record);
+        }
+    }
+    ended.sort_by_key(|t| Reverse((t.id.unwrap_or(0), t.submitted_at_millis, t.key.clone())));
+    Ok(ended
+        .into_iter()
+        .skip(input.keep)
+        .filter(|t| {
+            input
+                .ended_before_millis
+                .is_none_or(|c| t.ended_at_millis.is_some_and(|e| e <= c))
+        })
+        .map(|t| t.key.clone())
+        .collect())
 }
 
 /// Whether `task` keeps its record after the clean: it still has a turn (a record not removed, or

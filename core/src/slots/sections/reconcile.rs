@@ -81,18 +81,7 @@ pub fn reconcile<L: Liveness>(
         turns: named.iter().cloned().collect(),
         ..Need::default()
     })?;
-    // Every record read, named this time or by an earlier round that asked for all of them.
-    let mut records = TurnRecords::new();
-    for key in state
-        .entries
-        .iter()
-        .map(|e| &e.key)
-        .chain(input.orphan_candidates)
-    {
-        if let Ok(record) = view.records.turn(key) {
-            records.insert(key.clone(), on_disk(record));
-        }
-    }
+    let records = records_read(state, view, input.orphan_candidates);
     let all_rows = Need {
         turns: state.entries.iter().map(|e| e.key.clone()).collect(),
         tasks: steps::strategies_needed(state)
@@ -131,23 +120,53 @@ pub fn reconcile<L: Liveness>(
             return Err(Unread::Records(view.records.missing(&all_rows)).into());
         }
     }
-    // A row that left here (its turn had ended, or has no record) departs in this section (a
-    // retry the dead runner's section did not commit is re-queued now).
-    let mut wake_at_millis = None;
-    if let ReconcileEffect::Removed { key } | ReconcileEffect::Forgotten { key } = &effect {
-        let left = leave(
-            state,
-            &mut draft,
-            Leave {
-                key,
-                me: input.me,
-                now_millis: input.now_millis,
-            },
-        )?;
-        wake_at_millis = left.wake_at_millis;
-    }
+    let wake_at_millis = depart_removed(state, &mut draft, &effect, input)?;
     Ok(draft.finish(Reconciled {
         effect,
         wake_at_millis,
     }))
+}
+
+/// Every record read, named this time or by an earlier round that asked for all of them.
+fn records_read<L: Liveness>(
+    state: &QueueState,
+    view: &View<'_, L>,
+    orphan_candidates: &[TurnKey],
+) -> TurnRecords {
+    let mut records = TurnRecords::new();
+    for key in state
+        .entries
+        .iter()
+        .map(|e| &e.key)
+        .chain(orphan_candidates)
+    {
+        if let Ok(record) = view.records.turn(key) {
+            records.insert(key.clone(), on_disk(record));
+        }
+    }
+    records
+}
+
+/// A row that left here (its turn had ended, or has no record) departs in this section (a retry
+/// the dead runner's section did not commit is re-queued now); returns when a waker must start
+/// that retry.
+fn depart_removed(
+    state: &mut QueueState,
+    draft: &mut Draft<'_>,
+    effect: &ReconcileEffect,
+    input: ReconcileSection<'_>,
+) -> Result<Option<u64>, Halt> {
+    let (ReconcileEffect::Removed { key } | ReconcileEffect::Forgotten { key }) = effect else {
+        return Ok(None);
+    };
+    let left = leave(
+        state,
+        draft,
+        Leave {
+            key,
+            me: input.me,
+            now_millis: input.now_millis,
+        },
+    )?;
+    Ok(left.wake_at_millis)
 }

@@ -220,21 +220,7 @@ pub fn submit<L: Liveness>(
         return Err(Unread::Queue(Reads::Part(named)).into());
     }
     let ended = ended_dependencies(&draft, state, &input)?;
-    let decided = submit_after(
-        state,
-        SubmitInput {
-            key: &key,
-            me: input.me,
-            fresh_token: input.fresh_token,
-            now_millis: now,
-            cap: input.cap,
-            strategy,
-            liveness: &view.liveness(),
-        },
-        &input.new.after,
-        &ended,
-        input.schedule,
-    )?;
+    let decided = decide(state, view, &input, &key, strategy, &ended)?;
     // A turn that never gets a row may still spend an id (one settled dependency-failed at
     // submit), so that its id is never another turn's.
     let id = match &decided {
@@ -242,43 +228,7 @@ pub fn submit<L: Liveness>(
         _ => state.row(&key).map(|r| r.queue_id),
     };
     create_turn(&mut draft, key.clone(), input.new.clone(), id, now)?;
-    let (placement, superseded, held) = match decided {
-        AfterSubmit::Submitted(decision) => {
-            let placement = match decision.effect {
-                SubmitEffect::Spawn(handoff) => Placement::Spawn(handoff),
-                SubmitEffect::Park => Placement::Park,
-                SubmitEffect::Pending => Placement::Pending,
-                SubmitEffect::Wait {
-                    ready_at_millis,
-                    wake_at_millis,
-                } => Placement::Wait {
-                    ready_at_millis,
-                    wake_at_millis,
-                },
-                SubmitEffect::Dropped { running, busy } => {
-                    end_unrun(&mut draft, &key, TurnOutcome::Dropped, now)?;
-                    Placement::Dropped { running, busy }
-                }
-            };
-            (placement, decision.superseded, decision.held)
-        }
-        AfterSubmit::Held {
-            waiting_on,
-            wake_at_millis,
-            ..
-        } => (
-            Placement::Held {
-                waiting_on: waiting_on.into_iter().map(|d| d.key).collect(),
-                wake_at_millis,
-            },
-            Vec::new(),
-            None,
-        ),
-        AfterSubmit::DependencyFailed { cause, .. } => {
-            end_dependency_failed(&mut draft, &key, &cause, now)?;
-            (Placement::DependencyFailed { cause }, Vec::new(), None)
-        }
-    };
+    let (placement, superseded, held) = place(&mut draft, &key, decided, now)?;
     end_superseded(state, &mut draft, &superseded, input.me, now)?;
     if !steps::submit_stayed_inside(view.loaded, &loaded_rows, state, &superseded) {
         return Err(Unread::Queue(Reads::Everything).into());
@@ -300,6 +250,80 @@ pub fn submit<L: Liveness>(
         superseded,
         held,
     }))
+}
+
+/// The core's decision on the new turn `key`: its strategy, its dependencies (`ended`: how those
+/// without a row ended), pause and not-before.
+fn decide<L: Liveness>(
+    state: &mut QueueState,
+    view: &View<'_, L>,
+    input: &SubmitSection<'_>,
+    key: &TurnKey,
+    strategy: Strategy,
+    ended: &BTreeMap<TurnKey, Ended>,
+) -> Result<AfterSubmit, Halt> {
+    Ok(submit_after(
+        state,
+        SubmitInput {
+            key,
+            me: input.me,
+            fresh_token: input.fresh_token,
+            now_millis: input.now_millis,
+            cap: input.cap,
+            strategy,
+            liveness: &view.liveness(),
+        },
+        &input.new.after,
+        ended,
+        input.schedule,
+    )?)
+}
+
+/// Where the core's decision leaves the new turn, its record ended where the decision ends it
+/// (dropped, dependency-failed): the placement, the waiters it superseded and what holds it back.
+fn place(
+    draft: &mut Draft<'_>,
+    key: &TurnKey,
+    decided: AfterSubmit,
+    now: u64,
+) -> Result<(Placement, Vec<TurnKey>, Option<HeldBack>), Halt> {
+    Ok(match decided {
+        AfterSubmit::Submitted(decision) => {
+            let placement = match decision.effect {
+                SubmitEffect::Spawn(handoff) => Placement::Spawn(handoff),
+                SubmitEffect::Park => Placement::Park,
+                SubmitEffect::Pending => Placement::Pending,
+                SubmitEffect::Wait {
+                    ready_at_millis,
+                    wake_at_millis,
+                } => Placement::Wait {
+                    ready_at_millis,
+                    wake_at_millis,
+                },
+                SubmitEffect::Dropped { running, busy } => {
+                    end_unrun(draft, key, TurnOutcome::Dropped, now)?;
+                    Placement::Dropped { running, busy }
+                }
+            };
+            (placement, decision.superseded, decision.held)
+        }
+        AfterSubmit::Held {
+            waiting_on,
+            wake_at_millis,
+            ..
+        } => (
+            Placement::Held {
+                waiting_on: waiting_on.into_iter().map(|d| d.key).collect(),
+                wake_at_millis,
+            },
+            Vec::new(),
+            None,
+        ),
+        AfterSubmit::DependencyFailed { cause, .. } => {
+            end_dependency_failed(draft, key, &cause, now)?;
+            (Placement::DependencyFailed { cause }, Vec::new(), None)
+        }
+    })
 }
 
 /// The waiters the new turn replaced end superseded, and their rows depart.

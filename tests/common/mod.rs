@@ -148,3 +148,16 @@ impl Drop for CancelOnDrop {
         let _ = tollgate(&self.home, &["cancel", &self.task]);
     }
 }
+
+/// A new temporary directory in memory (`/dev/shm`) where there is one, else in the system's
+/// temporary directory: for tests that commit thousands of sections to a home's database and
+/// check what the store maps, not what the disk keeps, so a commit's fsync costs nothing.
+pub fn memory_temp_dir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    let dir = if shm.is_dir() {
+        tempfile::tempdir_in(shm)
+    } else {
+        tempfile::tempdir()
+    };
+    dir.expect("temp dir")
+}

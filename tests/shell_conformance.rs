@@ -36,6 +36,8 @@
 //! `tests/model_conformance.rs` is the separate round trip of model states through the database.
 #![cfg(feature = "model-check")]
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -697,21 +699,11 @@ struct Walk<S: Store> {
     _dir: tempfile::TempDir,
 }
 
-fn temp_home() -> tempfile::TempDir {
-    let shm = std::path::Path::new("/dev/shm");
-    let dir = if shm.is_dir() {
-        tempfile::tempdir_in(shm)
-    } else {
-        tempfile::tempdir()
-    };
-    dir.expect("temp dir")
-}
-
 /// A walk's runtime on `kind`'s store in a new home with `cap` slots.
 fn walk_on(kind: StoreKind, seed: u64) -> Box<dyn Walking> {
     let mut rng = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let cap = 1 + rng.below(2);
-    let dir = temp_home();
+    let dir = common::memory_temp_dir();
     let home = Home::at(dir.path());
     let config = home.init(Some(cap)).expect("init home");
     let world = World {

@@ -14,7 +14,10 @@ use tollgate::model::slots::order::{names, OrderConfig, OrderModel, OrderVariant
 
 #[test]
 fn q_small_configuration_on_production() {
-    check(OrderConfig::small(), 3_091);
+    // 3_091 until the model's fresh tokens also avoided the tokens of recorded works (a work's
+    // id is its take-over's token): a take-over reusing a live work's token had its work left
+    // unrecorded by the core, states production cannot reach (its tokens are never reused).
+    check(OrderConfig::small(), 3_067);
 }
 
 #[test]
@@ -22,7 +25,9 @@ fn q_two_slots_on_production() {
     check(OrderConfig::two_slots(), PINNED_TWO_SLOTS);
 }
 
-const PINNED_TWO_SLOTS: usize = 142_767;
+/// 142_767 before the fresh-token fix above (the same cause; there the core's postcondition in
+/// `runner_take_over`, "the work is recorded before its command starts", caught it).
+const PINNED_TWO_SLOTS: usize = 125_779;
 
 /// Every configuration CI checks.
 fn ci_configs() -> Vec<OrderConfig> {

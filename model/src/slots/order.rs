@@ -243,9 +243,10 @@ impl OrderState {
         self.ticks * TICK_MILLIS
     }
 
-    /// The lowest token number no handoff or reservation holds (so the state space stays
-    /// finite: a counter would make every pass a new state). Fresh for every decision the core
-    /// takes with it: it equals no token in use.
+    /// The lowest token number no handoff, reservation or recorded work holds (so the state
+    /// space stays finite: a counter would make every pass a new state). Fresh for every decision
+    /// the core takes with it: it equals no token in use, and a work's id is its take-over's
+    /// token, so a token a live work still carries is in use too.
     fn fresh_token(&self) -> tollgate_core::slots::SlotToken {
         self.fresh_tokens(1)[0]
     }
@@ -262,9 +263,13 @@ impl OrderState {
                     .filter_map(|e| e.slot_reservation.as_ref().map(|r| r.token)),
             )
             .collect();
+        let worked = |t: &tollgate_core::slots::SlotToken| {
+            let id = tollgate_core::slots::WorkId::from_token(*t);
+            self.queue.works.iter().any(|w| w.id == id)
+        };
         (1..)
             .map(token_from_counter)
-            .filter(|t| !used.contains(t))
+            .filter(|t| !used.contains(t) && !worked(t))
             .take(n)
             .collect()
     }

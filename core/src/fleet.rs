@@ -317,6 +317,15 @@ pub fn acquire(
         expires_at_db_millis: now_db_millis.saturating_add(timing.lease_duration_millis),
     };
     table.leases.push(lease.clone());
+    debug_assert_eq!(
+        table.leases.iter().filter(|l| &l.holder == me).count(),
+        1,
+        "a process holds one lease"
+    );
+    debug_assert!(
+        timing.lease_duration_millis == 0 || !lease.is_expired(now_db_millis),
+        "a lease just taken has not expired"
+    );
     Ok(lease)
 }
 
@@ -357,10 +366,16 @@ pub fn renew(
     }
     match table.leases.iter_mut().find(|l| &l.holder == me) {
         Some(lease) if !lease.is_expired(now_db_millis) => {
+            let before = lease.expires_at_db_millis;
             // Never shortened: a renewal overtaken by a later one changes nothing.
             lease.expires_at_db_millis = lease
                 .expires_at_db_millis
                 .max(now_db_millis.saturating_add(timing.lease_duration_millis));
+            debug_assert!(
+                lease.expires_at_db_millis >= before,
+                "a renewal never shortens"
+            );
+            debug_assert!(!lease.is_expired(now_db_millis), "a renewed lease is live");
             RenewOutcome::Renewed {
                 expires_at_db_millis: lease.expires_at_db_millis,
             }
@@ -373,6 +388,11 @@ pub fn renew(
 pub fn release(table: &mut LeaseTable, me: &FleetIdentity) -> bool {
     let before = table.leases.len();
     table.leases.retain(|l| &l.holder != me);
+    debug_assert!(table.lease_of(me).is_none(), "a released lease is gone");
+    debug_assert!(
+        before - table.leases.len() <= 1,
+        "a process held one lease at most"
+    );
     table.leases.len() != before
 }
 
@@ -398,7 +418,13 @@ pub fn steal(
             now_db_millis,
         });
     }
-    Ok(table.leases.remove(index))
+    let stolen = table.leases.remove(index);
+    debug_assert!(
+        stolen.is_expired(now_db_millis),
+        "only an expired lease is stolen (F3)"
+    );
+    debug_assert!(table.lease_of(holder).is_none(), "a stolen lease is gone");
+    Ok(stolen)
 }
 
 /// Steals every expired lease (the reconcile section does this first); returns their holders.
@@ -410,6 +436,10 @@ pub fn sweep_expired(table: &mut LeaseTable, now_db_millis: u64) -> Vec<FleetIde
         .map(|l| l.holder.clone())
         .collect();
     table.leases.retain(|l| !l.is_expired(now_db_millis));
+    debug_assert!(
+        table.leases.iter().all(|l| !l.is_expired(now_db_millis)),
+        "a sweep leaves no expired lease"
+    );
     expired
 }
 

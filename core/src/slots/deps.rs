@@ -264,6 +264,10 @@ impl Departure {
 ///   its own dependents (a worklist bounded by the queue's rows). Rows depending on it with
 ///   `--after` start once their other dependencies have left too (the start filter decides).
 pub fn depart(state: &mut QueueState, input: DepartInput<'_>) -> Result<Departure, SlotError> {
+    debug_assert!(
+        input.retry_key != Some(input.key),
+        "a retry is a new attempt, never the leaving turn itself"
+    );
     let mut departure = Departure::default();
     // A turn a cancel asked for is not retried, however its command ended.
     let cancelled = state.row(input.key).is_some_and(|r| r.cancel_requested);
@@ -291,6 +295,7 @@ pub fn depart(state: &mut QueueState, input: DepartInput<'_>) -> Result<Departur
                 }
             }
         }
+        debug_assert!(state.row(&key).is_some(), "a due retry has its row");
         departure.retry = Some(Requeued {
             key,
             plan,
@@ -324,6 +329,13 @@ pub fn depart(state: &mut QueueState, input: DepartInput<'_>) -> Result<Departur
             leaving.push((dependent, Ended::Stopped));
         }
     }
+    debug_assert!(
+        departure
+            .dependency_failed
+            .iter()
+            .all(|(dependent, _)| state.row(dependent).is_none()),
+        "a settled dependent left the queue"
+    );
     Ok(departure)
 }
 

@@ -421,5 +421,13 @@ pub fn enqueue(
         after: Vec::new(),
     });
     debug_assert!(state.check_structure().is_ok());
+    debug_assert!(
+        state.entries.iter().all(|e| e.queue_id <= queue_id),
+        "a new row's id is the highest of the queue (FIFO is the id)"
+    );
+    debug_assert!(
+        state.next_queue_id > queue_id,
+        "an id is never handed out twice"
+    );
     Ok(EnqueueOutcome::Enqueued { queue_id })
 }

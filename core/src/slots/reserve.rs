@@ -67,6 +67,54 @@ pub fn reserve_runner_slot_with(
     fresh_token: SlotToken,
     liveness: &impl Liveness,
 ) -> Result<ReserveOutcome, SlotError> {
+    let before = state.row(key).and_then(|r| r.slot_reservation.clone());
+    let outcome = reserve(
+        rules,
+        state,
+        key,
+        reserver,
+        exclude_reserver,
+        cap,
+        fresh_token,
+        liveness,
+    )?;
+    let after = state.row(key).and_then(|r| r.slot_reservation.as_ref());
+    match &outcome {
+        ReserveOutcome::Acquired { token, stolen } => {
+            debug_assert!(
+                *token == fresh_token
+                    && after.is_some_and(|r| {
+                        r.token == fresh_token && r.reserver == reserver && r.child.is_none()
+                    }),
+                "an acquired slot is the reserver's unbound reservation under the fresh token"
+            );
+            debug_assert_eq!(
+                *stolen,
+                before.map(|r| r.token),
+                "a steal names the dead reservation it replaced, and only a steal does"
+            );
+        }
+        ReserveOutcome::Pending { .. } | ReserveOutcome::Saturated => debug_assert_eq!(
+            after,
+            before.as_ref(),
+            "a reserve that acquired nothing leaves the row's reservation as it was"
+        ),
+    }
+    Ok(outcome)
+}
+
+/// The decision of [`reserve_runner_slot_with`], whose postconditions that function asserts.
+#[allow(clippy::too_many_arguments)]
+fn reserve(
+    rules: &impl SlotRules,
+    state: &mut QueueState,
+    key: &TurnKey,
+    reserver: ProcessIdentity,
+    exclude_reserver: Option<ProcessIdentity>,
+    cap: usize,
+    fresh_token: SlotToken,
+    liveness: &impl Liveness,
+) -> Result<ReserveOutcome, SlotError> {
     let index = state
         .row_index(key)
         .ok_or_else(|| SlotError::UnknownRow { key: key.clone() })?;
@@ -373,12 +421,24 @@ pub(crate) fn start_next_parked_general(
         )?;
         match outcome {
             ReserveOutcome::Acquired { token, .. } => {
+                debug_assert!(
+                    state.row(&key).is_some_and(|r| r.state
+                        == RowState::Dispatching {
+                            dispatch_owner: reserver
+                        }),
+                    "a started parked row is dispatched by its reserver"
+                );
                 return Ok(StartNext::Acquired { key, token });
             }
             ReserveOutcome::Saturated | ReserveOutcome::Pending { .. } => {
-                if let (Some(before), Ok(row)) = (before, state.row_mut(&key)) {
+                if let (Some(before), Ok(row)) = (before.clone(), state.row_mut(&key)) {
                     *row = before;
                 }
+                debug_assert_eq!(
+                    state.row(&key),
+                    before.as_ref(),
+                    "a parked row that could not start is put back exactly as it was"
+                );
                 if matches!(outcome, ReserveOutcome::Saturated) {
                     return Ok(StartNext::Saturated);
                 }

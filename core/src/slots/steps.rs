@@ -69,6 +69,19 @@ impl Handoff {
             .row(key)
             .cloned()
             .ok_or_else(|| SlotError::UnknownRow { key: key.clone() })?;
+        // Every step that hands a runner a slot comes through here: the row it hands holds this
+        // reserver's unbound reservation under this token, and someone holds the row.
+        debug_assert!(
+            snapshot
+                .slot_reservation
+                .as_ref()
+                .is_some_and(|r| r.token == token && r.reserver == reserver && r.child.is_none()),
+            "a handoff's row holds the reserver's unbound reservation under its token"
+        );
+        debug_assert!(
+            !matches!(snapshot.state, RowState::Parked),
+            "a handed-off row is held (waiting or dispatching), not parked"
+        );
         Ok(Handoff {
             snapshot,
             token,
@@ -135,7 +148,22 @@ pub fn handoff_publish_first(
     child: ProcessIdentity,
 ) -> Result<BoundHandoff, Fenced> {
     match complete_runner_spawn_first(state, handoff.key(), handoff.token, child) {
-        Ok(()) => Ok(BoundHandoff { handoff, child }),
+        Ok(()) => {
+            let row = state.row(handoff.key());
+            debug_assert!(
+                row.is_some_and(|r| r.state
+                    == RowState::Dispatching {
+                        dispatch_owner: child
+                    }),
+                "after the first publish the child dispatches the row"
+            );
+            debug_assert!(
+                row.and_then(|r| r.slot_reservation.as_ref())
+                    .is_some_and(|r| r.token == handoff.token && r.child == Some(child)),
+                "the first publish keeps the token, bound to the child, so the slot stays taken"
+            );
+            Ok(BoundHandoff { handoff, child })
+        }
         Err(reason) => Err(Fenced {
             key: handoff.key().clone(),
             child,
@@ -151,20 +179,41 @@ pub fn handoff_publish_second(
     bound: BoundHandoff,
 ) -> Result<ProcessIdentity, Fenced> {
     let BoundHandoff { handoff, child } = bound;
-    token_fenced_row_after_bind(&handoff.snapshot, handoff.token, child)
-        .and_then(|expected| complete_runner_spawn_second(state, &expected, child, false))
-        .map(|()| child)
-        .map_err(|reason| Fenced {
-            key: handoff.key().clone(),
-            child,
-            reason,
-        })
+    let published = token_fenced_row_after_bind(&handoff.snapshot, handoff.token, child)
+        .and_then(|expected| complete_runner_spawn_second(state, &expected, child, false));
+    if published.is_ok() {
+        debug_assert!(
+            state
+                .runner(handoff.key())
+                .is_some_and(|r| r.identity == child),
+            "after the second publish the child is the turn's recorded runner"
+        );
+        debug_assert!(
+            state
+                .row(handoff.key())
+                .is_some_and(|r| r.slot_reservation.is_none()),
+            "the second publish clears the token"
+        );
+    }
+    published.map(|()| child).map_err(|reason| Fenced {
+        key: handoff.key().clone(),
+        child,
+        reason,
+    })
 }
 
 /// The spawn failed: give the unbound reservation back and park the row. Returns whether the
 /// reservation was still this handoff's to release (a stolen or bound one is left alone).
 pub fn spawn_failed(state: &mut QueueState, handoff: Handoff) -> bool {
-    release_runner_slot(state, handoff.key(), handoff.token, handoff.reserver)
+    let released = release_runner_slot(state, handoff.key(), handoff.token, handoff.reserver);
+    debug_assert!(
+        !released
+            || state
+                .row(handoff.key())
+                .is_some_and(|r| { r.state == RowState::Parked && r.slot_reservation.is_none() }),
+        "a released reservation leaves its row parked and unreserved"
+    );
+    released
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -726,6 +775,19 @@ pub fn runner_take_over<L: Liveness>(
         TakeOver::Running { .. } => {
             let work = WorkId::from_token(input.token);
             record_work(state, input.key, work, input.me, input.cgroup);
+            debug_assert!(
+                state
+                    .works
+                    .iter()
+                    .any(|w| w.id == work && &w.key == input.key),
+                "the work is recorded before its command starts"
+            );
+            debug_assert!(
+                state
+                    .runner(input.key)
+                    .is_some_and(|r| r.identity == input.me),
+                "the runner that runs the command is the turn's recorded runner"
+            );
             Ok(TakeOverEffect::Run { work })
         }
     }
@@ -787,8 +849,15 @@ pub fn runner_finish<L: Liveness>(
         input.liveness,
         &filter,
     )? {
-        StartNext::Acquired { key, token } => Handoff::reserved(state, &key, token, me).map(Some),
-        StartNext::Saturated | StartNext::NoneParked => Ok(None),
+        StartNext::Acquired { key: next, token } => {
+            debug_assert!(state.row(key).is_none(), "the finished turn left the queue");
+            debug_assert!(next != *key, "a finish never restarts its own turn");
+            Handoff::reserved(state, &next, token, me).map(Some)
+        }
+        StartNext::Saturated | StartNext::NoneParked => {
+            debug_assert!(state.row(key).is_none(), "the finished turn left the queue");
+            Ok(None)
+        }
     }
 }
 
@@ -974,6 +1043,7 @@ pub fn reconcile_with<L: Liveness>(
             now_millis: input.now_millis,
         },
     )?;
+    debug_assert_step(state, &step);
     Ok(match step {
         ReconcileStep::Forgotten { key } => ReconcileEffect::Forgotten { key },
         ReconcileStep::Requeued { key } => ReconcileEffect::Requeued { key },
@@ -992,6 +1062,42 @@ pub fn reconcile_with<L: Liveness>(
         ReconcileStep::Saturated => ReconcileEffect::Saturated,
         ReconcileStep::Idle => ReconcileEffect::Idle,
     })
+}
+
+/// The postconditions of one reconcile step on the queue it changed: a row it removed is gone,
+/// a row it parked or requeued is parked and unreserved, a finished handoff has no token left,
+/// and a row it starts holds the reconciler's reservation.
+fn debug_assert_step(state: &QueueState, step: &ReconcileStep) {
+    let row = |key: &TurnKey| state.row(key);
+    let parked = |key: &TurnKey| {
+        row(key).is_some_and(|r| r.state == RowState::Parked && r.slot_reservation.is_none())
+    };
+    match step {
+        ReconcileStep::Forgotten { key } | ReconcileStep::Removed { key } => {
+            debug_assert!(row(key).is_none(), "a removed row is gone");
+            debug_assert!(
+                state.runner(key).is_none(),
+                "a removed row's runner record is gone"
+            );
+        }
+        ReconcileStep::Requeued { key } | ReconcileStep::Parked { key } => {
+            debug_assert!(
+                parked(key),
+                "a requeued or parked row is parked and unreserved"
+            );
+        }
+        ReconcileStep::CompletedHandoff { key } => debug_assert!(
+            row(key).is_some_and(|r| r.slot_reservation.is_none()),
+            "a finished handoff leaves no token"
+        ),
+        ReconcileStep::Spawn { key, token, .. } => debug_assert!(
+            row(key)
+                .and_then(|r| r.slot_reservation.as_ref())
+                .is_some_and(|r| r.token == *token),
+            "a row reconcile starts holds its reservation"
+        ),
+        ReconcileStep::Kill { .. } | ReconcileStep::Saturated | ReconcileStep::Idle => {}
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1086,6 +1192,21 @@ pub fn cancel<L: Liveness>(
     state.entries.retain(|e| !effect.removed.contains(&e.key));
     state.runners.retain(|r| !effect.removed.contains(&r.key));
     state.works.retain(|w| !effect.removed.contains(&w.key));
+    debug_assert!(
+        state
+            .entries
+            .iter()
+            .filter(|e| selection.selects(&e.key))
+            .all(|e| e.cancel_requested),
+        "every selected row that stays keeps the cancel request durably"
+    );
+    debug_assert!(
+        effect
+            .signal
+            .iter()
+            .all(|(key, _)| state.row(key).is_some()),
+        "a signalled executor's row stays until the executor leaves it"
+    );
     effect
 }
 

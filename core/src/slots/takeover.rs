@@ -74,6 +74,18 @@ pub fn take_over_reserved_slot(
         r.child = Some(me);
     }
     state.set_runner(key, me, false);
+    debug_assert!(
+        state.runner(key).is_some_and(|r| r.identity == me),
+        "a runner that took over is the turn's recorded runner"
+    );
+    debug_assert!(
+        reserver_dead
+            || state
+                .row(key)
+                .and_then(|r| r.slot_reservation.as_ref())
+                .is_some_and(|r| r.token == token && r.child == Some(me)),
+        "a live reserver's reservation stays, bound to the runner, until its second publish"
+    );
     Ok(TakeOver::Running {
         adopted_dead_parent: reserver_dead,
     })
@@ -108,5 +120,10 @@ pub fn finish_turn(
     }
     state.entries.retain(|e| &e.key != key);
     state.clear_runner(key);
+    debug_assert!(state.row(key).is_none(), "a finished turn keeps no row");
+    debug_assert!(
+        state.runner(key).is_none(),
+        "a finished turn keeps no runner record"
+    );
     Ok(())
 }

@@ -100,3 +100,74 @@ fn concurrent_deliveries_are_all_accepted_durable_and_run_once() {
         DELIVERIES as u64
     );
 }
+
+/// A delivery that fails inside the batch after its mark was written (here: its task's record
+/// is corrupt, so its submit step cannot read it) is rolled back alone, mark and all: it is
+/// answered 503 with nothing queued, its redelivery is tried again rather than answered as a
+/// duplicate, the other deliveries of the home are unaffected, and once the record is repaired
+/// the same delivery is accepted and runs.
+#[test]
+fn a_delivery_that_fails_in_the_batch_leaves_no_mark_and_its_redelivery_is_tried_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran_log = dir.path().join("ran.log");
+    let release = dir.path().join("release");
+    std::fs::write(&release, b"").unwrap();
+    let home = TestHome::new(
+        2,
+        &held_route("/hooks/g", "generic", &release, &ran_log, ""),
+    );
+    let serve = Serve::start(&home);
+    let body = br#"{"event":"push"}"#;
+    let post = |id: &str, scope: &str| {
+        let headers = generic_signed(SECRET, now_secs(), id, None, Some(scope), body);
+        serve.post("/hooks/g", &headers, body)
+    };
+    // The task `job-bad` gets its record from a first, accepted delivery.
+    let first = post("warm", "bad");
+    assert_eq!(first.json()["status"], "accepted", "{}", first.text());
+    wait_until(60, "the first delivery to run", || {
+        ran(&ran_log).contains(&"warm".to_string())
+    });
+    let db = rusqlite::Connection::open(home.home.join("tollgate.db")).unwrap();
+    db.busy_timeout(std::time::Duration::from_secs(10)).unwrap();
+    let good: String = db
+        .query_row("SELECT body FROM tasks WHERE name = 'job-bad'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    db.execute("UPDATE tasks SET body = '{' WHERE name = 'job-bad'", [])
+        .unwrap();
+
+    let failed = post("lost", "bad");
+    assert_eq!(failed.status, 503, "{}", failed.text());
+    assert_eq!(failed.json()["status"], "withdrawn", "{}", failed.text());
+    assert!(
+        !dedupe_log_lines(&home).contains("\\\"lost\\\""),
+        "the failed delivery's mark was rolled back with it: {}",
+        dedupe_log_lines(&home)
+    );
+    // Another scope's delivery in the meantime is accepted as usual.
+    let other = post("other", "good");
+    assert_eq!(other.json()["status"], "accepted", "{}", other.text());
+    // The sender retries: tried again, not answered as a duplicate of what was never queued.
+    let retried = post("lost", "bad");
+    assert_eq!(retried.status, 503, "{}", retried.text());
+    assert_eq!(retried.json()["status"], "withdrawn", "{}", retried.text());
+
+    db.execute(
+        "UPDATE tasks SET body = ?1 WHERE name = 'job-bad'",
+        rusqlite::params![good],
+    )
+    .unwrap();
+    let repaired = post("lost", "bad");
+    assert_eq!(repaired.json()["status"], "accepted", "{}", repaired.text());
+    wait_until(60, "the repaired delivery and the other one to run", || {
+        let ran = ran(&ran_log);
+        ran.contains(&"lost".to_string()) && ran.contains(&"other".to_string())
+    });
+    assert_eq!(
+        ran(&ran_log).iter().filter(|id| *id == "lost").count(),
+        1,
+        "the redelivered event ran once"
+    );
+}

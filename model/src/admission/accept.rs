@@ -100,8 +100,8 @@ impl AdmissionModel {
             return;
         };
         let event = st.attempts[attempt as usize].event;
-        let Some(mark) = self.mark_step(st, event, flight.arrived_at_millis) else {
-            self.duplicate_in_commit(st, flight);
+        let Some(mark) = Self::mark_step(st, event, flight.arrived_at_millis) else {
+            Self::duplicate_in_commit(st, flight);
             return;
         };
         let scope = self.cfg.events[event as usize].scope as usize;
@@ -176,12 +176,7 @@ impl AdmissionModel {
     /// The group commit's mark step, what serve's `accept::one` calls: the table's rows read,
     /// [`TableMarks::mark`] judging the delivery at its arrival time (as the gate judged it). The
     /// mark to write with the turn, or none when a live stored mark makes it a duplicate.
-    fn mark_step(
-        &self,
-        st: &AdmissionState,
-        event: u8,
-        arrived_at_millis: u64,
-    ) -> Option<MarkWrite> {
+    fn mark_step(st: &AdmissionState, event: u8, arrived_at_millis: u64) -> Option<MarkWrite> {
         let identity = identity_of(event);
         let mut table = TableMarks::read(stored_marks(st), DEDUPE_TTL_MILLIS);
         match table.mark(DedupeKeys::of(&identity), arrived_at_millis) {
@@ -190,8 +185,10 @@ impl AdmissionModel {
         }
     }
 
-    /// A row of the mark table written (a plain insert: the step found no live row of it).
+    /// A row of the mark table written: the step found no live row of its identity, and an
+    /// expired one is replaced.
     fn write_mark(st: &mut AdmissionState, mark: MarkWrite) {
+        st.marks.retain(|row| row.identity != mark.identity);
         st.marks.push(mark);
         st.marks.sort_by(|a, b| a.identity.cmp(&b.identity));
     }
@@ -201,7 +198,7 @@ impl AdmissionModel {
     /// dropped (settled abandoned), and the delivery is answered as a duplicate. Unreachable while
     /// the gate holds every live stored mark (one serve restores them all at its start): a
     /// changed mark step shows here.
-    fn duplicate_in_commit(&self, st: &mut AdmissionState, flight: InFlight) {
+    fn duplicate_in_commit(st: &mut AdmissionState, flight: InFlight) {
         let identity = identity_of(st.attempts[flight.attempt as usize].event);
         let Some(serve) = st.serve.as_mut() else {
             return;
@@ -265,7 +262,7 @@ impl AdmissionModel {
         if self.cfg.variant == Variant::MarkWithTheAck {
             // The broken group commit: the mark written after the turn's commit, with the 200.
             let event = st.attempts[attempt as usize].event;
-            if let Some(mark) = self.mark_step(st, event, arrived_at_millis) {
+            if let Some(mark) = Self::mark_step(st, event, arrived_at_millis) {
                 Self::write_mark(st, mark);
             }
         }

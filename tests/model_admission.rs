@@ -2,7 +2,7 @@
 //! admission steps (`core/src/admission/steps.rs`) in serve's order: one small configuration per
 //! strategy, serve crashing at every step of the accept sequence and restarting, the withdraw
 //! path and the detach timeout; and the teeth: every property has a deliberately broken variant
-//! under which the checker must find that property broken (an `always`, A1-A5) or never reach it
+//! under which the checker must find that property broken (an `always`, A1-A6) or never reach it
 //! (a `sometimes` example), by name. Each configuration's unique state count is
 //! pinned (a changed state space shows up in review as a changed number). Larger configurations
 //! run with `TOLLGATE_MODEL_FULL=1`.
@@ -93,9 +93,12 @@ fn queue_max2_tenant1_with_a_sync_delivery() {
     check(queue_with_a_sync_delivery(), 242_123);
 }
 
+/// The mark table's rows carry the model clock they were marked at (the group commit's
+/// `MarkWrite`), so deliveries marked before and after a debounce tick are distinct states: with
+/// every mark judged at time 0 the count is the 209 435 of a table that held events only.
 #[test]
 fn debounce_max2_tenant1() {
-    check(small(2, 1, Strategy::Debounce { quiet_millis: 2 }), 209_435);
+    check(small(2, 1, Strategy::Debounce { quiet_millis: 2 }), 212_951);
 }
 
 #[test]
@@ -119,7 +122,7 @@ fn two_scopes_with_a_sync_delivery() {
 }
 
 /// Serve crashes at any step of the accept sequence (after the gate, after the durable turn,
-/// after the spawn) and restarts once: marks come back from the dedupe log and the turn records,
+/// after the spawn) and restarts once: marks come back from the mark table and the turn records,
 /// every turn still in the queue is re-adopted, and a row a dead serve reserved is recovered.
 /// A3 across crashes: no acknowledged delivery ends without having run.
 fn crash_and_restart_queue() -> AdmissionConfig {
@@ -136,14 +139,18 @@ fn crash_and_restart_concurrent1() -> AdmissionConfig {
         .with_restarts(1)
 }
 
+/// The mark is durable with its turn (the group commit's transaction), not with the 200: a serve
+/// that dies between the two no longer leaves a turn without its mark, so the paths where the
+/// restarted serve admitted a redelivery of an ended turn's event and queued it again are gone
+/// (87 134 and 23 832 states with the mark written at the ack, `Variant::MarkWithTheAck`).
 #[test]
 fn crash_and_restart_queue_max2() {
-    check(crash_and_restart_queue(), 87_134);
+    check(crash_and_restart_queue(), 77_516);
 }
 
 #[test]
 fn crash_and_restart_concurrent1_max1() {
-    check(crash_and_restart_concurrent1(), 23_832);
+    check(crash_and_restart_concurrent1(), 23_002);
 }
 
 /// The withdraw path (a turn that cannot be created) and the detach timeout (a running turn
@@ -267,6 +274,9 @@ fn teeth(variant: Variant) -> Vec<Tooth> {
             &[names::A2],
             &[names::WITHDRAWN_RETRY],
         )],
+        // Serve dies between the turn's commit and the 200, the turn ends, and the restarted
+        // serve has no mark of it: the redelivery is admitted and queued again.
+        Variant::MarkWithTheAck => vec![tooth(crash_and_restart_queue(), &[names::A6], &[])],
         Variant::RefusesEverything => {
             vec![tooth(small(2, 1, Strategy::Drop), &[], &[names::AT_REST])]
         }
@@ -385,6 +395,7 @@ teeth_tests! {
     teeth_drain_of_running_work_only_breaks_a3 => DrainRunningOnly,
     teeth_serve_recovery_skipped_breaks_a3 => SkipRecovery,
     teeth_withdraw_that_keeps_the_mark_breaks_a2 => WithdrawKeepsMark,
+    teeth_a_mark_written_with_the_ack_breaks_a6 => MarkWithTheAck,
     teeth_a_gate_refusing_everything_never_rests_after_work => RefusesEverything,
     teeth_no_tenant_ceiling_breaks_a1 => NoTenantCeiling,
     teeth_a_drain_handing_off_nothing_breaks_a3 => DrainHandsOffNothing,

@@ -12,16 +12,20 @@
 //! - **Deliver(event)**: the gate, [`Admission::admit_and_mark`]. `Refused`: the overload answer
 //!   (no ack, no mark, admission-rejected). `Duplicate`: the duplicate answer. `Admitted`: the
 //!   accept sequence begins (nothing answered yet).
-//! - **Submit(delivery)**: the durable turn, under the queue lock: the slot step production's
+//! - **Submit(delivery)**: the delivery's part of serve's group commit, one transaction under the
+//!   queue lock: the mark step production's group commit calls ([`TableMarks::mark`] on the mark
+//!   table's rows, judged at the delivery's arrival; a live stored mark answers it as a
+//!   duplicate and queues nothing), then the slot step production's
 //!   submit runs ([`steps::submit`] on the model's real [`QueueState`], with the scope's strategy):
-//!   a start reserves the row for this serve, a superseded waiter's turn ends, a dropped turn ends.
+//!   a start reserves the row for this serve, a superseded waiter's turn ends, a dropped turn ends;
+//!   the mark the step returned is written with the turn.
 //!   Then [`Admission::made_durable`]: until here a
 //!   redelivery of the identity is told to retry (`InFlight`), never answered as a duplicate. **SubmitFails(delivery)** (when the configuration
 //!   allows it): the turn could not be created, [`Admission::withdraw`], answered 503.
 //! - **Spawn(delivery)**: serve's driver performs the submit's [`Handoff`]: the runner is spawned,
 //!   the two publishes ([`steps::handoff_publish_first`], [`steps::handoff_publish_second`]) land,
 //!   and the runner's take-over ([`steps::runner_take_over`]) starts the turn's work.
-//! - **Ack(delivery)**: the durable dedupe line, then the 200; the delivery is watched (a `drop`
+//! - **Ack(delivery)**: the 200; the delivery is watched (a `drop`
 //!   turn settles at once through [`delivery_outcome`]).
 //! - **Watch(delivery)**: the watcher's [`watch_turn`] for a delivery whose turn ended: settle.
 //!   **Timeout(delivery)** (when allowed): the detach deadline passes while the turn's work runs:
@@ -35,8 +39,8 @@
 //!   ([`drain`] says hand off), [`Admission::hand_off`]; the handed-off turns are recorded for the
 //!   next serve, and this serve exits. Its turns run on.
 //! - **Crash**: serve dies (its ledger, dedupe set, watcher and accept sequences are gone; rows,
-//!   turn records, the dedupe log and the hand-off file stay). **Restart**: a new serve:
-//!   [`Admission::restore_mark`] for the dedupe log, [`Admission::readopt`] for every turn still
+//!   turn records, the mark table and the hand-off file stay). **Restart**: a new serve:
+//!   [`Admission::restore_mark`] for each live mark of the table, [`Admission::readopt`] for every turn still
 //!   in the queue or handed off ([`TurnAtStart`] from the row and who is alive), then
 //!   [`recovery`]: when it says reconcile, serve runs [`steps::reconcile`] until it is final, which
 //!   parks the rows only a dead serve reserved and starts them.
@@ -58,7 +62,7 @@
 //! events, tenants and processes, and who is alive), `accept` (the accept sequence's sections),
 //! `runners` (handoff, reconcile, watcher, cancel and finish), `lifecycle` (drain, crash,
 //! restart), `enabled` (which actions a state enables), `actions` (the stateright `Model`),
-//! [`properties`] (A1-A5 and the examples), `broken` (the teeth's broken step copies) and
+//! [`properties`] (A1-A6 and the examples), `broken` (the teeth's broken step copies) and
 //! [`render`] (counterexample trails).
 
 mod accept;
@@ -106,7 +110,7 @@ impl AdmissionModel {
             turns: Vec::new(),
             queue: QueueState::default(),
             next_token: 1,
-            dedupe_log: Vec::new(),
+            marks: Vec::new(),
             handed_off: Vec::new(),
             now: 0,
             attempts: Vec::new(),

@@ -4,14 +4,16 @@
 //! or a failing submit may fall between any two of these sections.
 
 use super::broken::{mark_then_admit, submit_keeping_every_waiter};
-use super::config::{Variant, DETACH_TIMEOUT_MILLIS, WORKERS};
+use super::config::{Variant, DEDUPE_TTL_MILLIS, DETACH_TIMEOUT_MILLIS, WORKERS};
 use super::state::{
-    count_release, record_settle, AdmissionState, Answer, Attempt, Hold, InFlight, Turn, Watching,
+    count_release, record_settle, stored_marks, AdmissionState, Answer, Attempt, Hold, InFlight,
+    Turn, Watching,
 };
 use super::world::{identity_of, serve_identity, tenant_of, turn_of, Live};
 use super::AdmissionModel;
 use tollgate_core::admission::{
-    delivery_outcome, Admit, Deadline, Delivery, Outcome, RejectReason, Strategy, TurnEnd,
+    delivery_outcome, Admit, Deadline, DedupeKeys, Delivery, MarkStep, MarkWrite, Outcome,
+    RejectReason, Strategy, TableMarks, TurnEnd,
 };
 use tollgate_core::slots::steps::{self, SubmitEffect, SubmitInput};
 
@@ -79,6 +81,7 @@ impl AdmissionModel {
                     attempt: attempt_index,
                     hold,
                     id,
+                    arrived_at_millis: now,
                     turn: None,
                     handoff: None,
                 });
@@ -87,11 +90,20 @@ impl AdmissionModel {
         st.attempts.push(attempt);
     }
 
+    /// The delivery's part of serve's group commit, one transaction: the core's mark step on the
+    /// stored marks, then the submit step; the mark it returns is written with the turn (both or
+    /// neither), then the turn is durable ([`Admission::made_durable`]).
+    ///
+    /// [`Admission::made_durable`]: tollgate_core::admission::Admission::made_durable
     pub(super) fn submit(&self, st: &mut AdmissionState, attempt: u8) {
         let Some(flight) = Self::inflight(st, attempt) else {
             return;
         };
         let event = st.attempts[attempt as usize].event;
+        let Some(mark) = Self::mark_step(st, event, flight.arrived_at_millis) else {
+            Self::duplicate_in_commit(st, flight);
+            return;
+        };
         let scope = self.cfg.events[event as usize].scope as usize;
         let strategy = match (self.cfg.variant, self.cfg.scopes[scope]) {
             // BUG: a drop scope submits as a queue scope.
@@ -132,6 +144,9 @@ impl AdmissionModel {
                 return;
             }
         };
+        if self.cfg.variant != Variant::MarkWithTheAck {
+            Self::write_mark(st, mark);
+        }
         for old in &decision.superseded {
             st.turns[turn_of(old) as usize].end = Some(TurnEnd::Superseded);
         }
@@ -156,6 +171,45 @@ impl AdmissionModel {
                 f.handoff = handoff.clone();
             }
         }
+    }
+
+    /// The group commit's mark step, what serve's `accept::one` calls: the table's rows read,
+    /// [`TableMarks::mark`] judging the delivery at its arrival time (as the gate judged it). The
+    /// mark to write with the turn, or none when a live stored mark makes it a duplicate.
+    fn mark_step(st: &AdmissionState, event: u8, arrived_at_millis: u64) -> Option<MarkWrite> {
+        let identity = identity_of(event);
+        let mut table = TableMarks::read(stored_marks(st), DEDUPE_TTL_MILLIS);
+        match table.mark(DedupeKeys::of(&identity), arrived_at_millis) {
+            MarkStep::Write(write) => Some(write),
+            MarkStep::Duplicate => None,
+        }
+    }
+
+    /// A row of the mark table written: the step found no live row of its identity, and an
+    /// expired one is replaced.
+    fn write_mark(st: &mut AdmissionState, mark: MarkWrite) {
+        st.marks.retain(|row| row.identity != mark.identity);
+        st.marks.push(mark);
+        st.marks.sort_by(|a, b| a.identity.cmp(&b.identity));
+    }
+
+    /// The group commit found a live stored mark of the delivery's identity: nothing is queued
+    /// (its savepoint rolled back); as serve's handler answers it, the permit is made durable and
+    /// dropped (settled abandoned), and the delivery is answered as a duplicate. Unreachable while
+    /// the gate holds every live stored mark (one serve restores them all at its start): a
+    /// changed mark step shows here.
+    fn duplicate_in_commit(st: &mut AdmissionState, flight: InFlight) {
+        let identity = identity_of(st.attempts[flight.attempt as usize].event);
+        let Some(serve) = st.serve.as_mut() else {
+            return;
+        };
+        serve.inflight.retain(|f| f.attempt != flight.attempt);
+        serve.admission.made_durable(&identity);
+        let settled = serve.admission.settle(flight.id, Outcome::Abandoned);
+        record_settle(st, flight.hold, settled, Outcome::Abandoned);
+        let answered = &mut st.attempts[flight.attempt as usize];
+        answered.answer = Answer::Duplicate;
+        answered.acked = true;
     }
 
     /// The turn could not be created: the withdraw step, then the 503.
@@ -192,21 +246,25 @@ impl AdmissionModel {
         self.perform_handoff(st, handoff, false);
     }
 
-    /// The durable dedupe line, the 200, and the watcher (a dropped turn settles at once).
+    /// The 200 (the mark is durable with the turn already), and the watcher (a dropped turn
+    /// settles at once).
     pub(super) fn ack(&self, st: &mut AdmissionState, attempt: u8) {
         let Some(InFlight {
             hold,
             id,
+            arrived_at_millis,
             turn: Some(turn),
             ..
         }) = Self::inflight(st, attempt)
         else {
             return;
         };
-        let event = st.attempts[attempt as usize].event;
-        if !st.dedupe_log.contains(&event) {
-            st.dedupe_log.push(event);
-            st.dedupe_log.sort_unstable();
+        if self.cfg.variant == Variant::MarkWithTheAck {
+            // The broken group commit: the mark written after the turn's commit, with the 200.
+            let event = st.attempts[attempt as usize].event;
+            if let Some(mark) = Self::mark_step(st, event, arrived_at_millis) {
+                Self::write_mark(st, mark);
+            }
         }
         st.attempts[attempt as usize].acked = true;
         let dropped = st.turns[turn as usize].end == Some(TurnEnd::Dropped);

@@ -43,6 +43,11 @@ pub enum Variant {
     /// Withdraw releases the capacity but keeps the mark: the sender's retry of a delivery that
     /// was never acknowledged is answered as a duplicate and never runs (breaks A2).
     WithdrawKeepsMark,
+    /// The durable mark is written with the acknowledgement, after the turn's commit, instead of
+    /// in its transaction: a serve that dies between the two leaves a turn without its mark;
+    /// once that turn ended, a restarted serve admits a redelivery afresh and queues the event
+    /// again (breaks A6).
+    MarkWithTheAck,
     /// The gate refuses every delivery as if at capacity: nothing is ever admitted (the example
     /// "at rest after admitting work" is never reached).
     RefusesEverything,
@@ -62,7 +67,7 @@ pub enum Variant {
 }
 
 impl Variant {
-    pub const BROKEN: [Variant; 13] = [
+    pub const BROKEN: [Variant; 14] = [
         Variant::MarkBeforeAdmit,
         Variant::ReleaseAtAck,
         Variant::AckAndDropAtCap,
@@ -70,6 +75,7 @@ impl Variant {
         Variant::DrainRunningOnly,
         Variant::SkipRecovery,
         Variant::WithdrawKeepsMark,
+        Variant::MarkWithTheAck,
         Variant::RefusesEverything,
         Variant::NoTenantCeiling,
         Variant::DrainHandsOffNothing,

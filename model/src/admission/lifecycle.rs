@@ -77,13 +77,17 @@ impl AdmissionModel {
         }
     }
 
-    /// Serve's start: marks from the dedupe log, readopt every turn in the queue or handed off,
-    /// then the recovery step.
+    /// Serve's start: the live marks of the mark table restored, readopt every turn in the queue
+    /// or handed off, then the recovery step.
     pub(super) fn restart(&self, st: &mut AdmissionState) {
         st.starts += 1;
         let mut serve = self.fresh_serve();
-        for &event in &st.dedupe_log {
-            serve.admission.restore_mark(&identity_of(event), 0);
+        // The store's read of the table's live marks (`live_marks`: expiry after now), each
+        // restored with the time it was marked, as serve's start does.
+        for mark in st.marks.iter().filter(|m| m.expires_at_millis > st.now) {
+            serve
+                .admission
+                .restore_mark(&mark.identity, mark.marked_at_millis);
         }
         let mut effects = Vec::new();
         let mut reserved_by_dead = Vec::new();

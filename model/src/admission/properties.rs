@@ -1,4 +1,4 @@
-//! The properties the checker holds the model to: the invariants A1-A5 (names match
+//! The properties the checker holds the model to: the invariants A1-A6 (names match
 //! spec/invariants.md, the A table) and the `sometimes` examples that show they are not vacuous,
 //! with which examples a configuration can reach.
 
@@ -16,6 +16,8 @@ pub mod names {
     pub const A3: &str = "A3 no silent loss";
     pub const A4: &str = "A4 one parked waiter";
     pub const A5: &str = "A5 capacity only at terminal outcome";
+    /// The fleet dedupe model's name (`crate::fleet_dedupe`): one invariant, one name.
+    pub const A6: &str = "A6 one turn per identity per mark lifetime";
 
     pub const AT_REST: &str = "at rest after admitting work";
     pub const RETRY_ADMITTED: &str = "a rejected delivery's retry is admitted";
@@ -143,6 +145,17 @@ fn a5_capacity_at_outcome(_: &AdmissionModel, st: &AdmissionState) -> bool {
     })
 }
 
+/// At most one durable turn per event identity within its mark's lifetime (the model's TTL
+/// outlives every run: at most one per event), across serve crashes: the mark is durable with
+/// its turn, so a restarted serve answers a redelivery of an event whose turn already ended as a
+/// duplicate instead of queueing it again.
+fn a6_one_turn_per_identity(_: &AdmissionModel, st: &AdmissionState) -> bool {
+    st.turns
+        .iter()
+        .enumerate()
+        .all(|(i, t)| st.turns[..i].iter().all(|earlier| earlier.event != t.event))
+}
+
 /// For some event: an answer matching `first`, later one matching `second`, later (when given)
 /// one matching `third`.
 fn event_saw(st: &AdmissionState, steps: &[fn(&Answer) -> bool]) -> bool {
@@ -246,6 +259,7 @@ pub(super) fn of(model: &AdmissionModel) -> Properties {
         Property::always(names::A3, a3_no_silent_loss),
         Property::always(names::A4, a4_one_parked_waiter),
         Property::always(names::A5, a5_capacity_at_outcome),
+        Property::always(names::A6, a6_one_turn_per_identity),
         Property::sometimes(names::AT_REST, at_rest),
     ];
     fault_examples(&model.cfg, &mut props);

@@ -3,7 +3,8 @@
 //! that change them. Plain data the sections, the properties and the trails all read.
 
 use tollgate_core::admission::{
-    Admission, Deadline, DeliveryId, Ledger, Outcome, RejectReason, Settled, TurnEnd,
+    Admission, Deadline, DeliveryId, Ledger, MarkWrite, Outcome, RejectReason, Settled, StoredMark,
+    TurnEnd,
 };
 use tollgate_core::slots::steps::Handoff;
 use tollgate_core::slots::QueueState;
@@ -85,6 +86,8 @@ pub struct InFlight {
     pub attempt: u8,
     pub hold: u8,
     pub id: DeliveryId,
+    /// The model clock at its arrival: the group commit's mark step judges it then.
+    pub arrived_at_millis: u64,
     /// Set by the submit.
     pub turn: Option<u8>,
     /// The submit's reservation, for serve's driver to perform (lost if serve crashes first).
@@ -138,8 +141,10 @@ pub struct AdmissionState {
     pub queue: QueueState,
     /// The next fresh slot token is `token_from_counter(next_token)`.
     pub next_token: u32,
-    /// Events with a durable dedupe line.
-    pub dedupe_log: Vec<u8>,
+    /// The durable mark table (`serve_dedupe`): the marks the group commit's mark step
+    /// ([`TableMarks::mark`](tollgate_core::admission::TableMarks::mark)) returned, each written
+    /// in the transaction of its delivery's turn; sorted by identity (the table has no order).
+    pub marks: Vec<MarkWrite>,
     /// Turns listed in the hand-off file.
     pub handed_off: Vec<u8>,
     pub now: u64,
@@ -163,6 +168,14 @@ pub enum AdmissionAction {
     Drain,
     Crash,
     Restart,
+}
+
+/// The mark table's rows as the store reads them for the group commit's mark step.
+pub(super) fn stored_marks(st: &AdmissionState) -> impl Iterator<Item = StoredMark> + '_ {
+    st.marks.iter().map(|m| StoredMark {
+        identity: m.identity.clone(),
+        expires_at_millis: m.expires_at_millis,
+    })
 }
 
 /// The ledger of the serve that runs now (none while serve is down).

@@ -179,6 +179,12 @@ impl Ledger {
             },
         );
         debug_assert!(self.deferred <= self.limits.max_detached);
+        debug_assert!(
+            dispatch != Dispatch::Deferred
+                || self.limits.max_detached_per_tenant == 0
+                || self.retained_by(tenant) <= self.limits.max_detached_per_tenant,
+            "a tenant never holds more than its ceiling"
+        );
         Ok(id)
     }
 
@@ -197,6 +203,12 @@ impl Ledger {
                 }
             }
         }
+        debug_assert!(!self.held.contains_key(&id), "a delivery is settled once");
+        debug_assert_eq!(
+            self.per_tenant.values().sum::<usize>(),
+            self.deferred,
+            "the tenants' counts add up to the deferred deliveries"
+        );
         Ok(())
     }
 

@@ -328,6 +328,31 @@ impl Admission {
 
     /// Admit, then mark ([`decide_delivery`]): a refused delivery is never marked (A2).
     pub fn admit_and_mark(&mut self, delivery: &Delivery, now_millis: u64) -> Admit {
+        let marked_before = self.dedupe.contains(&delivery.identity, now_millis);
+        let admit = self.admit_and_mark_unchecked(delivery, now_millis);
+        let marked = self.dedupe.contains(&delivery.identity, now_millis);
+        match admit {
+            Admit::Admitted { id } => {
+                debug_assert!(
+                    self.ledger.is_held(id),
+                    "an admitted delivery holds capacity"
+                );
+                debug_assert!(
+                    marked || self.dedupe_ttl_millis == 0,
+                    "an admitted delivery is marked"
+                );
+            }
+            Admit::Refused { .. } => debug_assert_eq!(
+                marked, marked_before,
+                "a refused delivery is never marked (A2)"
+            ),
+            Admit::Duplicate | Admit::InFlight => {}
+        }
+        admit
+    }
+
+    /// [`Admission::admit_and_mark`] without its postconditions.
+    fn admit_and_mark_unchecked(&mut self, delivery: &Delivery, now_millis: u64) -> Admit {
         let decision = decide_delivery(
             &mut self.ledger,
             &mut self.dedupe,
@@ -392,10 +417,19 @@ impl Admission {
     /// Records `outcome` for `id` and releases its capacity, once (A5).
     pub fn settle(&mut self, id: DeliveryId, outcome: Outcome) -> Settled {
         self.in_flight.retain(|_, held| *held != id);
-        match self.ledger.settle(id) {
+        let settled = match self.ledger.settle(id) {
             Ok(()) => Settled::Released { outcome },
             Err(_) => Settled::AlreadyEnded,
-        }
+        };
+        debug_assert!(
+            !self.ledger.is_held(id),
+            "a settled delivery holds no capacity"
+        );
+        debug_assert!(
+            self.in_flight.values().all(|held| *held != id),
+            "a settled delivery is no longer in flight"
+        );
+        settled
     }
 
     /// The turn of an admitted, marked, not yet acknowledged delivery could not be created. Both
@@ -403,6 +437,10 @@ impl Admission {
     /// and release its capacity as failed.
     pub fn withdraw(&mut self, id: DeliveryId, identity: &EventIdentity) -> Settled {
         self.dedupe.forget(identity);
+        debug_assert!(
+            !self.dedupe.contains(identity, 0),
+            "a withdrawn delivery's mark is forgotten, so its retry is judged afresh (A2)"
+        );
         self.settle(id, Outcome::Failed)
     }
 
@@ -415,14 +453,25 @@ impl Admission {
     /// ids it settled; the shell records their turns for the next serve.
     pub fn hand_off(&mut self) -> Vec<DeliveryId> {
         let held = self.ledger.held();
-        held.into_iter()
+        let settled: Vec<DeliveryId> = held
+            .into_iter()
             .filter(|id| {
                 matches!(
                     self.settle(*id, Outcome::HandedOffAtShutdown),
                     Settled::Released { .. }
                 )
             })
-            .collect()
+            .collect();
+        debug_assert!(
+            self.ledger.held().is_empty(),
+            "a hand-off leaves nothing held (A3)"
+        );
+        debug_assert_eq!(
+            self.ledger.retained(),
+            0,
+            "a hand-off releases every capacity"
+        );
+        settled
     }
 }
 

@@ -9,9 +9,33 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Milliseconds since the Unix epoch; 0 for a clock set before 1970 (nothing tollgate records is
 /// older than its own start, so such a clock is broken rather than meaningful).
 pub fn now_millis() -> u64 {
-    SystemTime::now()
+    let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, duration_millis)
+        .map_or(0, duration_millis);
+    offset(now)
+}
+
+/// The variable a fault-injection build reads to run this process's wall clock ahead (or behind,
+/// negative) by that many milliseconds: the fleet tests' hosts on one machine then disagree on
+/// the time as hosts do, so a step that judged a lease by the host's clock instead of the
+/// database's shows (spec/fleet.md, "Leases"). Read once; ignored outside `failpoints` builds.
+pub const TEST_OFFSET_ENV: &str = "TOLLGATE_TEST_CLOCK_OFFSET_MILLIS";
+
+#[cfg(feature = "failpoints")]
+fn offset(now: u64) -> u64 {
+    static OFFSET: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    let by = *OFFSET.get_or_init(|| {
+        std::env::var(TEST_OFFSET_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    });
+    now.saturating_add_signed(by)
+}
+
+#[cfg(not(feature = "failpoints"))]
+fn offset(now: u64) -> u64 {
+    now
 }
 
 /// `duration` in whole milliseconds, saturating at `u64::MAX` instead of wrapping.

@@ -4,6 +4,7 @@
 pub mod containment;
 pub mod failpoints;
 pub mod fifo;
+pub mod fleet;
 pub mod http;
 pub mod postgres;
 pub mod queue_shapes;

@@ -149,6 +149,54 @@ fn settled_records(settled: &BTreeSet<TurnKey>) -> TurnRecords {
         .collect()
 }
 
+/// A parked row holding a dead reservation (its reserver died before its spawn) is stolen by the
+/// next start decision, but never on a drained host: the steal would start the turn there. The
+/// finishing runner of a drained host hands nothing off and leaves the dead reservation as it
+/// was; the same finish on a host that may start steals it under a fresh token.
+#[test]
+fn a_drained_host_never_steals_a_dead_reservation() {
+    for drained in [true, false] {
+        let mut state = QueueState::default();
+        let mut world = World::default();
+        let (a, b) = (TurnKey::new("a", 1), TurnKey::new("b", 1));
+        let runner = id(11);
+        run_turn(&mut state, &mut world, &a, id(10), runner, 1);
+        world.live.insert(id(20));
+        let parked = submit_one(&mut state, &world, &b, id(20), 2, 1, Strategy::default());
+        assert_eq!(parked.effect, SubmitEffect::Park);
+        let dead = id(30);
+        state.row_mut(&b).unwrap().slot_reservation =
+            Some(crate::slots::RunnerSlotReservation::new(dead, token(9)));
+        world.drained = drained;
+        let next = runner_finish(
+            &mut state,
+            FinishInput {
+                key: &a,
+                me: runner,
+                fresh_token: token(3),
+                now_millis: 3_000,
+                cap: 1,
+                strategies: NO_STRATEGIES,
+                liveness: &world,
+            },
+        )
+        .unwrap();
+        let held = state.row(&b).and_then(|r| r.slot_reservation.as_ref());
+        if drained {
+            assert!(next.is_none(), "a drained host handed off {next:?}");
+            assert_eq!(held.map(|r| r.token), Some(token(9)), "nothing was stolen");
+            assert_eq!(state.row(&b).map(|r| &r.state), Some(&RowState::Parked));
+        } else {
+            let handoff = next.expect("an undrained host steals the dead reservation");
+            assert_eq!(handoff.key(), &b);
+            assert_eq!(
+                held.map(|r| (r.token, r.reserver)),
+                Some((token(3), runner))
+            );
+        }
+    }
+}
+
 #[test]
 fn a_drained_host_starts_nothing_and_an_undrained_one_starts_what_it_queued() {
     let mut state = QueueState::default();

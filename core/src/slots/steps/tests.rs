@@ -149,6 +149,53 @@ fn settled_records(settled: &BTreeSet<TurnKey>) -> TurnRecords {
         .collect()
 }
 
+/// A runner that was taken for dead and replaced (reconcile started another runner for its turn)
+/// cannot finish the turn when it comes back: its finish is refused (`QUEUE_NOT_OWNER`) and
+/// changes nothing, so the replacement keeps its row, its runner record and its slot.
+#[test]
+fn a_replaced_runner_coming_back_cannot_finish_its_successors_turn() {
+    let mut state = QueueState::default();
+    let mut world = World::default();
+    let key = TurnKey::new("t", 1);
+    let late = id(11);
+    let work = run_turn(&mut state, &mut world, &key, id(10), late, 1);
+    // The runner and its work are seen gone: reconcile replaces the runner.
+    world.live.remove(&late);
+    world.live_works.remove(&work);
+    let reconciler = id(20);
+    world.live.insert(reconciler);
+    let effect = reconcile_once(&mut state, &world, reconciler, 2, &BTreeSet::new());
+    let ReconcileEffect::Spawn { handoff, replaced } = effect else {
+        panic!("expected the runner to be replaced, got {effect:?}")
+    };
+    assert_eq!(replaced, Some(late));
+    let successor = id(21);
+    world.live.insert(successor);
+    let bound = handoff_publish_first(&mut state, handoff, successor).unwrap();
+    handoff_publish_second(&mut state, bound).unwrap();
+    let before = state.clone();
+    // The replaced runner was alive after all, and finishes.
+    world.live.insert(late);
+    let finished = runner_finish(
+        &mut state,
+        FinishInput {
+            key: &key,
+            me: late,
+            fresh_token: token(3),
+            now_millis: 3_000,
+            cap: 1,
+            strategies: NO_STRATEGIES,
+            liveness: &world,
+        },
+    );
+    assert!(
+        matches!(finished, Err(SlotError::NotOwner { .. })),
+        "a late runner's finish is refused: {finished:?}"
+    );
+    assert_eq!(state, before, "the refused finish changed nothing");
+    assert_eq!(state.runner(&key).map(|r| r.identity), Some(successor));
+}
+
 /// A parked row holding a dead reservation (its reserver died before its spawn) is stolen by the
 /// next start decision, but never on a drained host: the steal would start the turn there. The
 /// finishing runner of a drained host hands nothing off and leaves the dead reservation as it

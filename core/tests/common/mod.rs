@@ -95,7 +95,7 @@ pub fn lease(host: &str, process: ProcessIdentity, expires_at_db_millis: u64) ->
 pub struct Ran<E> {
     pub effect: E,
     pub writes: Writes,
-    /// What the step asked for in each read round, in order.
+    /// What the step asked for in each read round of the attempt that decided, in order.
     pub rounds: Vec<Need>,
     /// What each attempt loaded of the queue: the section's own reads first, then each widening.
     pub loads: Vec<Reads>,
@@ -145,13 +145,14 @@ impl Home {
     }
 
     /// Decides `section` as the shell's runner does, without applying it: the queue after it
-    /// (the part merged back) and what it did; `Err` when the section stays undecided.
+    /// (the part merged back) and what it did; `Err` when the section stays undecided, with what
+    /// each attempt loaded.
     pub fn decide<X: Section>(
         &self,
         section: &X,
         world: &World,
         fleet: Option<&FleetView>,
-    ) -> Result<(QueueState, Ran<X::Effect>), Undecided<()>> {
+    ) -> Result<(QueueState, Ran<X::Effect>), (Undecided<()>, Vec<Reads>)> {
         let fleet = fleet.cloned().map(|mut f| {
             f.leases = self.leases.clone();
             f
@@ -161,6 +162,7 @@ impl Home {
         let mut rounds = Vec::new();
         while loads.len() < MAX_LOADS {
             loads.push(reads.clone());
+            rounds.clear();
             let (part, loaded) = match &reads {
                 Reads::Everything => (self.queue.clone(), Loaded::Whole),
                 Reads::Part(named) => (
@@ -202,7 +204,7 @@ impl Home {
                     return Ok((queue, ran));
                 }
                 Err(Undecided::Widen(next)) => reads = next,
-                Err(other) => return Err(other),
+                Err(other) => return Err((other, loads)),
             }
         }
         panic!("the section asked for more of the queue after {MAX_LOADS} loads: {loads:?}");
@@ -220,7 +222,9 @@ impl Home {
     {
         let (queue, ran) = match self.decide(section, world, fleet) {
             Ok(decided) => decided,
-            Err(undecided) => panic!("the section stayed undecided: {undecided:?}"),
+            Err((undecided, loads)) => {
+                panic!("the section stayed undecided: {undecided:?} (loaded {loads:?})")
+            }
         };
         self.queue = queue;
         self.apply(&ran.writes);

@@ -49,7 +49,7 @@ fn cancelling_one_turn_reads_its_tasks_rows_and_ends_only_that_turn() {
     let first = submit(&mut home, &world, "a", None, 1, 1_000).effect.key;
     let second = submit(&mut home, &world, "a", None, 2, 1_000).effect.key;
     let ran = home.run(&cancel_of(CancelSelection::Turn(&second)), &world, None);
-    assert_eq!(ran.effect.removed, [second.clone()]);
+    assert_eq!(ran.effect.removed, std::slice::from_ref(&second));
     assert_eq!(ran.loads, [Reads::Part(cancel_reads("a"))]);
     assert_eq!(home.turn(&second).outcome, Some(TurnOutcome::Cancelled));
     assert_eq!(home.turn(&first).outcome, None);

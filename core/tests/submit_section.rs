@@ -165,7 +165,7 @@ fn a_queue_arrival_ends_the_waiter_it_replaces_superseded_and_older_waiters_stay
         .collect();
     let newest = submit(&mut home, &world, "a", Some(Strategy::Queue), 20, 1_100).effect;
     let replaced = &waiters[2];
-    assert_eq!(newest.superseded, [replaced.clone()]);
+    assert_eq!(newest.superseded, std::slice::from_ref(replaced));
     assert_eq!(home.turn(replaced).outcome, Some(TurnOutcome::Superseded));
     assert_eq!(home.turn(replaced).ended_at_millis, Some(1_100));
     assert!(home.queue.row(replaced).is_none());
@@ -201,8 +201,7 @@ fn a_generated_name_other_than_the_planned_one_runs_again_on_its_own_task() {
 
 /// A queue at its bound of rows, every one parked.
 fn full_queue() -> QueueState {
-    let mut queue = QueueState::default();
-    queue.entries = (1..=MAX_QUEUE_ROWS as u64)
+    let entries = (1..=MAX_QUEUE_ROWS as u64)
         .map(|n| QueueEntry {
             queue_id: n,
             key: TurnKey::new("bulk", n as u32),
@@ -215,8 +214,11 @@ fn full_queue() -> QueueState {
             after: Vec::new(),
         })
         .collect();
-    queue.next_queue_id = MAX_QUEUE_ROWS as u64 + 1;
-    queue
+    QueueState {
+        entries,
+        next_queue_id: MAX_QUEUE_ROWS as u64 + 1,
+        ..QueueState::default()
+    }
 }
 
 #[test]

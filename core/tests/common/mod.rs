@@ -101,6 +101,9 @@ pub struct Ran<E> {
     pub loads: Vec<Reads>,
 }
 
+/// Why a section stayed undecided, with what each of its attempts loaded of the queue.
+pub type NotDecided = (Undecided<()>, Vec<Reads>);
+
 /// The most times a section is loaded: its part, the part a step can then name, the whole queue.
 const MAX_LOADS: usize = 3;
 
@@ -152,7 +155,7 @@ impl Home {
         section: &X,
         world: &World,
         fleet: Option<&FleetView>,
-    ) -> Result<(QueueState, Ran<X::Effect>), (Undecided<()>, Vec<Reads>)> {
+    ) -> Result<(QueueState, Ran<X::Effect>), NotDecided> {
         let fleet = fleet.cloned().map(|mut f| {
             f.leases = self.leases.clone();
             f

@@ -107,6 +107,11 @@ fn a_task_whose_record_was_deleted_numbers_after_its_highest_turn_and_warns() {
     }
     let ran = submit(&mut home, &World::default(), "a", None, 1, 1_000);
     assert_eq!(ran.effect.key, TurnKey::new("a", 4));
+    assert!(
+        ran.rounds.iter().any(|r| r.numbers.contains("a")),
+        "the task's recorded numbers are read: {:?}",
+        ran.rounds
+    );
     assert_eq!(home.tasks["a"].next_turn, 5);
     assert_eq!(ran.writes.warnings.len(), 1, "{:?}", ran.writes.warnings);
     assert!(

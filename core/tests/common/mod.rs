@@ -122,12 +122,14 @@ pub struct Home {
 impl Home {
     /// Reads what `need` names into `records`, as a store does inside the section.
     pub fn read(&self, need: &Need, records: &mut Records) {
-        for task in need.tasks.iter().chain(&need.numbers) {
+        for task in &need.tasks {
             let record = self.tasks.get(task).cloned();
             let dir = record.is_some()
                 || self.leftover_tasks.contains(task)
                 || self.turns.keys().any(|k| &k.task == task);
             records.put_task(task.clone(), record, dir);
+        }
+        for task in &need.numbers {
             let numbers = self
                 .turns
                 .keys()

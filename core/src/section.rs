@@ -546,11 +546,6 @@ pub struct View<'a, L: Liveness> {
 }
 
 impl<L: Liveness> View<'_, L> {
-    /// Whether this host may start a turn (false while a fleet host is drained).
-    pub fn may_start(&self) -> bool {
-        self.fleet.is_none_or(|f| f.may_start)
-    }
-
     /// How the step observes processes in this section: [`SectionLiveness`].
     pub fn liveness(&self) -> SectionLiveness<'_, L> {
         SectionLiveness {

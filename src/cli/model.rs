@@ -38,7 +38,7 @@ pub enum ModelCommand {
 pub enum ModelName {
     /// The runner slot protocol (spec/slots.md, invariants S1-S13).
     Slots,
-    /// The admission bound and the strategies (spec/admission.md, invariants A1-A5).
+    /// The admission bound and the strategies (spec/admission.md, invariants A1-A6).
     Admission,
     /// A batch run's deadlines, lanes and worktrees (spec/execution.md, invariants D1-D7).
     Execution,

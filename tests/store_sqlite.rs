@@ -662,36 +662,12 @@ fn random_changes_round_trip_through_the_diff_write() {
     assert!(expected.entries.len() > 3, "the walk must grow the queue");
 }
 
-/// Runs the binary on the file store of earlier versions (`queue.json`, `tasks/*/task.json`,
-/// `tasks/*/turns/*/turn.json`): how the import tests make a home of an earlier version.
-fn tollgate_on_files(home: &Path, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(common::BIN)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .env(tollgate::queue::FILE_STORE_ENV, "1")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run tollgate")
-}
-
-/// A home of an earlier version: records as files, one finished turn (id 1), a queue.json.
+/// A home of an earlier version: records as files, one finished turn (id 1), a queue.json
+/// (written by [`common::legacy_home`] in that version's formats; no database).
 fn home_of_files(home: &Path) {
-    let out = tollgate_on_files(home, &["init", "--workers", "1"]);
+    let out = tollgate(home, &["init", "--workers", "1"]);
     assert!(out.status.success(), "{}", describe(&out));
-    let out = tollgate_on_files(home, &["submit", "--task", "old", "--wait", "--", "true"]);
-    assert!(out.status.success(), "{}", describe(&out));
-    // The runner logs its end last: from then on nothing of it touches the home (a bounded poll
-    // of observable state).
-    let log = home.join("tasks/old/turns/1/runner.log");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(&log).is_ok_and(|text| text.contains("ran, outcome")) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the runner never ended"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    common::legacy_home::write(home, "old", "before");
     assert!(home.join("tasks/old/turns/1/turn.json").is_file());
     assert!(home.join("tasks/old/task.json").is_file());
     assert!(!home.join("tollgate.db").exists());

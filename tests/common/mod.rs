@@ -5,6 +5,7 @@ pub mod containment;
 pub mod failpoints;
 pub mod fifo;
 pub mod http;
+pub mod legacy_home;
 pub mod postgres;
 pub mod queue_shapes;
 pub mod rlimit;

@@ -20,7 +20,7 @@ use tollgate::exec::worktree::{Worktree, WorktreeKind};
 use tollgate::home::Home;
 use tollgate::protocol::admission::Strategy as TaskStrategy;
 use tollgate::protocol::slots::{enqueue, park, ProcessIdentity, QueueState, TurnKey};
-use tollgate::queue::{parse_queue, SqliteStore, Store};
+use tollgate::queue::{parse_queue, SqliteStore};
 use tollgate::serve::{load_refused, HandedOff, RefusedDelivery};
 use tollgate::tasks::{self, DeliveryMeta, TaskRecord, TurnOutcome, TurnRecord};
 
@@ -433,8 +433,9 @@ proptest! {
     #[test]
     fn valid_turn_records_round_trip_through_save_and_load(turn in valid_turn()) {
         let dir = tempfile::tempdir().expect("tempdir");
+        // A fresh home: the save creates its database (a turn folder without a database would
+        // be a lost database's sign, refused).
         let home = Home::at(dir.path());
-        std::fs::create_dir_all(home.turn_dir(&turn.key)).expect("turn dir");
         tasks::save_turn(&home, &turn).expect("save");
         prop_assert_eq!(tasks::load_turn(&home, &turn.key).expect("load"), Some(turn.clone()));
         // A record is only accepted where it belongs.

@@ -375,7 +375,7 @@ fn concurrent_enqueue_coalesces_inverted_clocks() {
     use std::time::Duration;
     use tollgate::config::Durability;
     use tollgate::home::Home;
-    use tollgate::queue::{SqliteStore, Store};
+    use tollgate::queue::SqliteStore;
 
     let dir = tempfile::tempdir().unwrap();
     let home = Home::at(dir.path());
@@ -424,7 +424,6 @@ fn concurrent_enqueue_coalesces_inverted_clocks() {
 fn submit_completes_handoff_after_bind_records_the_child() {
     use std::collections::BTreeMap;
     use std::sync::Mutex;
-    use std::time::Duration;
     use tollgate::dispatch::Handoff;
     use tollgate::home::Home;
     use tollgate::process::{self_identity, ProcLiveness, RunnerSpawner, SpawnError};

@@ -110,8 +110,9 @@ fn a_postgres_home_keeps_its_records_in_the_database_and_every_command_reads_the
     assert_eq!(record_files(&home), Vec::<String>::new());
 }
 
-/// A home of an earlier version (records as files, [`common::legacy_home`]) switched to PostgreSQL: its record files are
-/// imported on the first command and renamed `*.imported`; a second command imports nothing.
+/// A home of an earlier version (records as files, [`common::legacy_home`]) switched to
+/// PostgreSQL: its record files are imported on the first command and renamed `*.imported`; a
+/// second command imports nothing.
 #[test]
 fn the_record_files_of_a_home_are_imported_once_and_moved_aside() {
     let Some(url) = server() else { return };

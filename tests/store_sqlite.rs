@@ -475,38 +475,42 @@ fn doctor_reports_a_queue_that_breaks_its_structure_and_exits_1() {
     );
 }
 
-/// The benchmark's switch to the file store never shows a home that has a database another queue.
+/// No switch runs a home on the file store of earlier versions any more: with the variable that
+/// once selected it (`TOLLGATE_FILE_STORE=1`) set, a home still keeps its queue and its records in
+/// `tollgate.db`, and no command writes `queue.json` or a record file.
 #[test]
-fn the_file_store_switch_is_refused_on_a_home_that_has_a_database() {
+fn the_old_file_store_switch_selects_nothing_and_no_record_file_is_written() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let home = tmp.path().join("home");
     std::fs::create_dir(&home).expect("an empty home");
-    let file_store = |args: &[&str]| {
+    let with_old_switch = |args: &[&str]| {
         std::process::Command::new(common::BIN)
             .arg("--home")
             .arg(&home)
             .args(args)
-            .env(tollgate::queue::FILE_STORE_ENV, "1")
+            .env("TOLLGATE_FILE_STORE", "1")
             .stdin(std::process::Stdio::null())
             .output()
             .expect("run tollgate")
     };
-    let out = file_store(&["submit", "--wait", "--", "true"]);
+    let out = with_old_switch(&["submit", "--task", "t", "--wait", "--", "true"]);
     assert!(out.status.success(), "{}", describe(&out));
-    assert!(home.join("queue.json").is_file());
-    assert!(!home.join("tollgate.db").exists());
-
-    let out = tollgate(&home, &["status"]);
+    assert!(home.join("tollgate.db").is_file());
+    assert!(!home.join("queue.json").exists());
+    assert!(!home.join("queue.lock").exists());
+    assert!(!home.join("tasks/t/task.json").exists());
+    assert!(!home.join("tasks/t/turns/1/turn.json").exists());
+    let out = with_old_switch(&["status", "--json"]);
     assert!(out.status.success(), "{}", describe(&out));
-    assert!(home.join("tollgate.db").is_file(), "imported on first use");
-    let out = file_store(&["status"]);
-    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
     assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains(&home.join("tollgate.db").display().to_string()),
+        String::from_utf8_lossy(&out.stdout).contains("\"t\""),
         "{}",
         describe(&out)
     );
+    let record = tollgate::tasks::load_turn(&Home::at(&home), &TurnKey::new("t", 1))
+        .expect("load")
+        .expect("in the database");
+    assert!(record.is_settled());
 }
 
 #[test]

@@ -145,7 +145,9 @@ pub enum StoreError {
     #[error("the in-memory queue store is poisoned: a section panicked while holding it")]
     Poisoned,
     /// The changed queue would not pass the loader's checks; it was not published.
-    #[error("refusing to publish {path}: the new queue would not load ({detail}); the file keeps its previous contents")]
+    #[error(
+        "refusing to publish {path}: the new queue would not load ({detail}); nothing was changed"
+    )]
     Unpublishable { path: PathBuf, detail: String },
     /// The section's COMMIT failed, or a step right after it did: whether its changes are in the
     /// database is not known (a full disk can fail a commit whose last page already is in the

@@ -1,4 +1,4 @@
-//! Exclusive `flock(2)` locks on files in the home: `queue.lock`, `serve.lock`, `sweep.lock`.
+//! Exclusive `flock(2)` locks on files in the home: `serve.lock`, `sweep.lock`.
 //!
 //! flock is released by the kernel when the holder dies, so a crashed command can never wedge
 //! what the lock guards. Two ways to take one: [`try_exclusive`] answers at once (serve: one

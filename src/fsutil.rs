@@ -60,7 +60,8 @@ pub enum FileError {
 pub mod limits {
     /// `tollgate.toml`.
     pub const CONFIG_BYTES: u64 = 1 << 20;
-    /// `queue.json`: up to `MAX_QUEUE_ROWS` (100 000) rows of well under 1 KiB each.
+    /// An earlier version's `queue.json` (read by the import): up to `MAX_QUEUE_ROWS` (100 000)
+    /// rows of well under 1 KiB each.
     pub const QUEUE_BYTES: u64 = 128 << 20;
     /// `task.json`: a name, a counter and a strategy.
     pub const TASK_BYTES: u64 = 64 << 10;

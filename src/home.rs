@@ -56,18 +56,14 @@ impl Home {
     pub fn db_path(&self) -> PathBuf {
         self.root.join("tollgate.db")
     }
-    /// The queue document of earlier versions (and of the file store): imported into the
-    /// database on first use, then moved aside to [`Home::imported_queue_path`].
+    /// The queue document of earlier versions' file store: imported into the database on first
+    /// use, then moved aside to [`Home::imported_queue_path`].
     pub fn queue_path(&self) -> PathBuf {
         self.root.join("queue.json")
     }
     /// Where an imported `queue.json` is kept (moved, never deleted).
     pub fn imported_queue_path(&self) -> PathBuf {
         self.root.join("queue.json.imported")
-    }
-    /// The file store's lock (the database store serialises writers with its own write lock).
-    pub fn lock_path(&self) -> PathBuf {
-        self.root.join("queue.lock")
     }
     pub fn tasks_dir(&self) -> PathBuf {
         self.root.join("tasks")

@@ -4,10 +4,10 @@
 //! - [`protocol`]: the sans-IO core. Every decision of the slot protocol is a function from state
 //!   values to state values; no file, clock, thread or `/proc` read.
 //! - the shell around it: [`home`] and [`config`] (state directory), [`queue`] (the store of the
-//!   queue: `tollgate.db`, the old `queue.json` store, or in memory), [`tasks`] (task and turn
-//!   records), [`process`] (identities and liveness from `/proc`, detached spawn, works), [`driver`]
-//!   (performs the effects of the core's steps: spawn and two-publish handoff, kills),
-//!   [`dispatch`] (its error), [`submit`], [`runner`], [`reconcile`], [`cancel`], [`status`], and
+//!   queue: `tollgate.db`, PostgreSQL, or in memory; an old `queue.json` is only imported),
+//!   [`tasks`] (task and turn records), [`process`] (identities and liveness from `/proc`,
+//!   detached spawn, works), [`driver`] (performs the effects of the core's steps: spawn and
+//!   two-publish handoff, kills), [`dispatch`] (its error), [`submit`], [`runner`], [`reconcile`], [`cancel`], [`status`], and
 //!   [`cli`].
 //! - one module per file or OS primitive the shell uses everywhere: [`fsutil`] (atomic publish,
 //!   bounded strict reads), [`jsonl`] (JSON-lines logs), [`flock`] (exclusive locks with a

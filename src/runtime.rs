@@ -41,8 +41,8 @@ impl Runtime<ProcLiveness> {
     }
 }
 
-/// The home's store: `tollgate.db` with the config's `lock_timeout` and `durability` (the file
-/// store only under [`crate::queue::FILE_STORE_ENV`], for the benchmark). No IO.
+/// The home's store: `tollgate.db` (or the PostgreSQL database its `store` setting names) with
+/// the config's `lock_timeout` and `durability`. No IO.
 pub fn store_for(home: &Home, config: &Config) -> HomeStore {
     HomeStore::for_home(home, config)
 }

@@ -1,27 +1,26 @@
-//! Task and turn records: rows of the home's database (`tasks` and `turns`, schema version 4,
-//! spec/store.md "Records") when its store is `tollgate.db`; files on disk otherwise (the file
-//! store and PostgreSQL homes): `tasks/<task>/task.json` and `tasks/<task>/turns/<n>/turn.json`.
-//! The turn's folder `tasks/<task>/turns/<n>/` holds the turn's logs (and, on files, its
-//! record). With the records in a database it is made lazily, by whoever first writes into it
-//! (the runner's spawn, an attached run, a watcher), never by the step that creates the turn: a
-//! queued turn may have no folder, and every reader treats a missing folder as an empty one
-//! (spec/turns.md, "The turn folder").
+//! Task and turn records: rows of the home's database (`tasks` and `turns`; SQLite schema
+//! version 4 in `tollgate.db`, or PostgreSQL; spec/store.md "Records"). An earlier version kept
+//! them as files (`tasks/<task>/task.json`, `tasks/<task>/turns/<n>/turn.json`): those are only
+//! imported, once, when the database is opened. The turn's folder `tasks/<task>/turns/<n>/`
+//! holds the turn's logs. It is made lazily, by whoever first writes into it (the runner's spawn,
+//! an attached run, a watcher), never by the step that creates the turn: a queued turn may have
+//! no folder, and every reader treats a missing folder as an empty one (spec/turns.md, "The turn
+//! folder").
 //!
-//! The queue lock guards the records too: a turn number is handed out, its record written and its
-//! row enqueued in one critical section. In the database that section is one transaction: the
-//! section runner hands the store's [`RecordTx`] (`Store::transact_section`) to
-//! [`read_records`] and [`apply_writes`], so the records a step reads and writes are read and
+//! A turn number is handed out, its record written and its row enqueued in one section, one
+//! transaction: the section runner hands the store's [`RecordTx`] (`Store::transact_section`)
+//! to [`read_records`] and [`apply_writes`], so the records a step reads and writes are read and
 //! written in its transaction and commit with it. The `&Home` functions here are record accesses
 //! outside any section: each commits on its own.
 //!
-//! Records are never overwritten by a new turn: a turn's directory is created exclusively (with
-//! the records in a database: its record is inserted only where none exists and no folder is
-//! left at its place), and when the number `next_turn` names is taken (a deleted `task.json`, a rewound counter) the turn gets the
-//! first number after the highest recorded one instead, with a warning. Counters are checked: a task
-//! whose numbers are used up refuses new turns. Nothing is published that the loader would refuse.
+//! Records are never overwritten by a new turn: its record is inserted only where none exists
+//! and no folder is left at its place, and when the number `next_turn` names is taken (a deleted
+//! task record, a rewound counter) the turn gets the first number after the highest recorded one
+//! instead, with a warning. Counters are checked: a task whose numbers are used up refuses new
+//! turns. Nothing is published that the loader would refuse.
 
 use crate::argv::{Argv, Env};
-use crate::fsutil::{self, FileError};
+use crate::fsutil::FileError;
 use crate::home::Home;
 use crate::protocol::admission::Strategy;
 use crate::protocol::section::{Draft, Halt, Records, Unread};
@@ -103,41 +102,26 @@ fn load_task_in(
     tx: &mut RecordTx<'_>,
     task: &str,
 ) -> Result<Option<TaskRecord>, FileError> {
-    if records::in_database(home) {
-        let path = db_record_path(home, format!("tasks/{task}"));
-        return db(home, tx, records::Access::Read, None, |c| c.task_body(task))?
-            .map(|text| parse_task(&path, text.as_bytes()))
-            .transpose();
-    }
-    let path = home.task_file(task);
-    match fsutil::read_state_file(&path, "task record", fsutil::limits::TASK_BYTES)? {
-        Some(bytes) => parse_task(&path, &bytes).map(Some),
-        None => Ok(None),
-    }
+    let path = db_record_path(home, format!("tasks/{task}"));
+    db(home, tx, records::Access::Read, None, |c| c.task_body(task))?
+        .map(|text| parse_task(&path, text.as_bytes()))
+        .transpose()
 }
 
-/// Where the record of `key` lives, for a message: `tollgate.db (record turns/T/N)` in a
-/// database home, else the `turn.json` path.
 /// Where the record of task `task` lives, for a message (as [`turn_record_location`]).
 pub fn task_record_location(home: &Home, task: &str) -> PathBuf {
-    if records::in_database(home) {
-        db_record_path(home, format!("tasks/{task}"))
-    } else {
-        home.task_file(task)
-    }
+    db_record_path(home, format!("tasks/{task}"))
 }
 
+/// Where the record of `key` lives, for a message: `tollgate.db (record turns/T/N)` (or the
+/// PostgreSQL database and queue).
 pub fn turn_record_location(home: &Home, key: &TurnKey) -> String {
-    if records::in_database(home) {
-        format!(
-            "{} (record turns/{}/{})",
-            records::database_name(home).display(),
-            key.task,
-            key.turn
-        )
-    } else {
-        home.turn_file(key).display().to_string()
-    }
+    format!(
+        "{} (record turns/{}/{})",
+        records::database_name(home).display(),
+        key.task,
+        key.turn
+    )
 }
 
 pub fn load_turn(home: &Home, key: &TurnKey) -> Result<Option<TurnRecord>, FileError> {
@@ -150,19 +134,12 @@ pub fn load_turn_in(
     tx: &mut RecordTx<'_>,
     key: &TurnKey,
 ) -> Result<Option<TurnRecord>, FileError> {
-    if records::in_database(home) {
-        let path = db_record_path(home, format!("turns/{}/{}", key.task, key.turn));
-        return db(home, tx, records::Access::Read, None, |c| {
-            c.turn_body(&key.task, key.turn)
-        })?
-        .map(|text| parse_turn(&path, text.as_bytes(), key))
-        .transpose();
-    }
-    let path = home.turn_file(key);
-    match fsutil::read_state_file(&path, "turn record", fsutil::limits::TURN_BYTES)? {
-        Some(bytes) => parse_turn(&path, &bytes, key).map(Some),
-        None => Ok(None),
-    }
+    let path = db_record_path(home, format!("turns/{}/{}", key.task, key.turn));
+    db(home, tx, records::Access::Read, None, |c| {
+        c.turn_body(&key.task, key.turn)
+    })?
+    .map(|text| parse_turn(&path, text.as_bytes(), key))
+    .transpose()
 }
 
 fn save_task(home: &Home, tx: &mut RecordTx<'_>, record: &TaskRecord) -> Result<(), FileError> {
@@ -171,13 +148,10 @@ fn save_task(home: &Home, tx: &mut RecordTx<'_>, record: &TaskRecord) -> Result<
         path: path.clone(),
         detail: format!("the task record would not load ({detail})"),
     })?;
-    if records::in_database(home) {
-        let text = body(&path, record)?;
-        return db(home, tx, records::Access::Write, None, |c| {
-            c.put_task(&record.name, record.next_turn, &text)
-        });
-    }
-    fsutil::publish_json(&path, record)
+    let text = body(&path, record)?;
+    db(home, tx, records::Access::Write, None, |c| {
+        c.put_task(&record.name, record.next_turn, &text)
+    })
 }
 
 pub fn save_turn(home: &Home, turn: &TurnRecord) -> Result<(), FileError> {
@@ -194,8 +168,7 @@ pub fn save_turn_in(
 }
 
 /// Writes `turn`'s record; `create`: a new turn, refused when its number already has a record
-/// (the database's primary key; on files the exclusive `mkdir` of [`claim_turn_dir`] is that
-/// guard), so a record is never overwritten by a new turn.
+/// (the database's primary key), so a record is never overwritten by a new turn.
 fn write_turn(
     home: &Home,
     tx: &mut RecordTx<'_>,
@@ -207,36 +180,33 @@ fn write_turn(
         path: path.clone(),
         detail: format!("the turn record would not load ({detail})"),
     })?;
-    if records::in_database(home) {
-        let text = body(&path, turn)?;
-        let row = records::TurnRow {
-            task: &turn.key.task,
-            turn: turn.key.turn,
-            short_id: turn.id,
-            settled: turn.is_settled(),
-            ended_at_millis: turn.ended_at_millis,
-            body: &text,
-        };
-        // Recording an outcome is a promise (`wait` and `status` tell it, and reconcile trusts
-        // it instead of running the turn again): its commit is synced.
-        let access = if turn.is_settled() {
-            records::Access::Outcome
-        } else {
-            records::Access::Write
-        };
-        // A new turn's record signals no folder: nobody watches a turn before it exists, and its
-        // folder is made later (a `utimensat` of a missing folder is a wasted syscall).
-        let changed = (!create).then(|| home.turn_dir(&turn.key));
-        let written = db(home, tx, access, changed, |c| c.put_turn(&row, create))?;
-        if !written {
-            return Err(FileError::Refused {
-                path: db_record_path(home, format!("turns/{}/{}", turn.key.task, turn.key.turn)),
-                detail: "a record of this turn exists already".to_string(),
-            });
-        }
-        return Ok(());
+    let text = body(&path, turn)?;
+    let row = records::TurnRow {
+        task: &turn.key.task,
+        turn: turn.key.turn,
+        short_id: turn.id,
+        settled: turn.is_settled(),
+        ended_at_millis: turn.ended_at_millis,
+        body: &text,
+    };
+    // Recording an outcome is a promise (`wait` and `status` tell it, and reconcile trusts it
+    // instead of running the turn again): its commit is synced.
+    let access = if turn.is_settled() {
+        records::Access::Outcome
+    } else {
+        records::Access::Write
+    };
+    // A new turn's record signals no folder: nobody watches a turn before it exists, and its
+    // folder is made later (a `utimensat` of a missing folder is a wasted syscall).
+    let changed = (!create).then(|| home.turn_dir(&turn.key));
+    let written = db(home, tx, access, changed, |c| c.put_turn(&row, create))?;
+    if !written {
+        return Err(FileError::Refused {
+            path: db_record_path(home, format!("turns/{}/{}", turn.key.task, turn.key.turn)),
+            detail: "a record of this turn exists already".to_string(),
+        });
     }
-    fsutil::publish_json(&path, turn)
+    Ok(())
 }
 
 /// Hands out the next turn number of `task` (creating the task) and writes the turn's record,
@@ -317,16 +287,6 @@ fn with_records<T>(
         path: home.task_file(task),
         detail: "a record rule kept asking for more records".to_string(),
     })
-}
-
-/// `mkdir` with mode 0700 that never reuses a directory: `Ok(false)` when `dir` exists.
-fn create_exclusive_dir(dir: &Path) -> Result<bool, FileError> {
-    use std::os::unix::fs::DirBuilderExt;
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
-        Err(e) => Err(FileError::io(dir, e)),
-    }
 }
 
 /// First pause between two tries of recording a turn's result on a full disk.
@@ -468,30 +428,13 @@ pub fn parked_strategies(
 
 /// Names of every task in the home, sorted.
 pub fn list_tasks(home: &Home) -> Result<Vec<String>, FileError> {
-    if records::in_database(home) {
-        return db(
-            home,
-            &mut RecordTx::outside(),
-            records::Access::Read,
-            None,
-            |c| c.task_names(),
-        );
-    }
-    let dir = home.tasks_dir();
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(FileError::io(&dir, e)),
-    };
-    let mut names = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| FileError::io(&dir, e))?;
-        if entry.path().join("task.json").is_file() {
-            names.push(entry.file_name().to_string_lossy().into_owned());
-        }
-    }
-    names.sort();
-    Ok(names)
+    db(
+        home,
+        &mut RecordTx::outside(),
+        records::Access::Read,
+        None,
+        |c| c.task_names(),
+    )
 }
 
 /// Turn numbers recorded for `task`, ascending.
@@ -501,70 +444,44 @@ pub fn list_turns(home: &Home, task: &str) -> Result<Vec<u32>, FileError> {
 
 /// [`list_turns`] in `tx`.
 fn list_turns_in(home: &Home, tx: &mut RecordTx<'_>, task: &str) -> Result<Vec<u32>, FileError> {
-    if records::in_database(home) {
-        return db(home, tx, records::Access::Read, None, |c| {
-            c.turn_numbers(task)
-        });
-    }
-    dir_turns(home, task)
+    db(home, tx, records::Access::Read, None, |c| {
+        c.turn_numbers(task)
+    })
 }
 
-/// Every turn without an outcome, with its record: reconcile's orphan candidates. In the
-/// database they come from the index of unfinished turns (the cost follows the turns in flight,
-/// not every turn ever recorded); on files every record is read.
+/// Every turn without an outcome, with its record: reconcile's orphan candidates. They come from
+/// the database's index of unfinished turns (the cost follows the turns in flight, not every
+/// turn ever recorded).
 pub fn unfinished_turns(home: &Home) -> Result<Vec<TurnRecord>, FileError> {
-    if records::in_database(home) {
-        let outside = &mut RecordTx::outside();
-        let rows = db(home, outside, records::Access::Read, None, |c| {
-            c.unfinished()
-        })?;
-        return rows
-            .into_iter()
-            .map(|(task, turn, text)| {
-                let key = TurnKey::new(task, turn);
-                let path = db_record_path(home, format!("turns/{}/{}", key.task, key.turn));
-                parse_turn(&path, text.as_bytes(), &key)
-            })
-            .collect();
-    }
-    let mut unfinished = Vec::new();
-    for task in list_tasks(home)? {
-        for turn in list_turns(home, &task)? {
-            if let Some(record) = load_turn(home, &TurnKey::new(task.clone(), turn))? {
-                if !record.is_settled() {
-                    unfinished.push(record);
-                }
-            }
-        }
-    }
-    Ok(unfinished)
+    let outside = &mut RecordTx::outside();
+    let rows = db(home, outside, records::Access::Read, None, |c| {
+        c.unfinished()
+    })?;
+    rows.into_iter()
+        .map(|(task, turn, text)| {
+            let key = TurnKey::new(task, turn);
+            let path = db_record_path(home, format!("turns/{}/{}", key.task, key.turn));
+            parse_turn(&path, text.as_bytes(), &key)
+        })
+        .collect()
 }
 
 /// The keys of every turn without an outcome, from the database's index of unfinished turns
 /// without reading a record's body (serve's fallback re-read: a watched turn found here is still
-/// live, since a row's `settled` is written with its outcome); `None` for a home whose records
-/// are files (the caller reads the records).
-pub fn unfinished_turn_keys(home: &Home) -> Result<Option<BTreeSet<TurnKey>>, FileError> {
-    if !records::in_database(home) {
-        return Ok(None);
-    }
+/// live, since a row's `settled` is written with its outcome).
+pub fn unfinished_turn_keys(home: &Home) -> Result<BTreeSet<TurnKey>, FileError> {
     let outside = &mut RecordTx::outside();
     let rows = db(home, outside, records::Access::Read, None, |c| {
         c.unfinished_keys()
     })?;
-    Ok(Some(
-        rows.into_iter()
-            .map(|(task, turn)| TurnKey::new(task, turn))
-            .collect(),
-    ))
+    Ok(rows
+        .into_iter()
+        .map(|(task, turn)| TurnKey::new(task, turn))
+        .collect())
 }
 
-/// The turns whose short id is `id`, from the database's index; `None` for a home whose records
-/// are files (the caller searches them).
-pub fn turns_with_id(home: &Home, id: u64) -> Result<Option<Vec<TurnKey>>, FileError> {
-    if !records::in_database(home) {
-        return Ok(None);
-    }
+/// The turns whose short id is `id`, from the database's index.
+pub fn turns_with_id(home: &Home, id: u64) -> Result<Vec<TurnKey>, FileError> {
     let rows = db(
         home,
         &mut RecordTx::outside(),
@@ -572,11 +489,10 @@ pub fn turns_with_id(home: &Home, id: u64) -> Result<Option<Vec<TurnKey>>, FileE
         None,
         |c| c.turns_with_short_id(id),
     )?;
-    Ok(Some(
-        rows.into_iter()
-            .map(|(task, turn)| TurnKey::new(task, turn))
-            .collect(),
-    ))
+    Ok(rows
+        .into_iter()
+        .map(|(task, turn)| TurnKey::new(task, turn))
+        .collect())
 }
 
 /// Removes a settled turn: its record and its folder (logs). Call under the queue lock.
@@ -586,11 +502,9 @@ pub fn remove_turn(home: &Home, key: &TurnKey) -> Result<(), FileError> {
 
 /// [`remove_turn`] in `tx`.
 fn remove_turn_in(home: &Home, tx: &mut RecordTx<'_>, key: &TurnKey) -> Result<(), FileError> {
-    if records::in_database(home) {
-        db(home, tx, records::Access::Write, None, |c| {
-            c.delete_turn(&key.task, key.turn)
-        })?;
-    }
+    db(home, tx, records::Access::Write, None, |c| {
+        c.delete_turn(&key.task, key.turn)
+    })?;
     let dir = home.turn_dir(key);
     match std::fs::remove_dir_all(&dir) {
         Ok(()) => Ok(()),
@@ -607,11 +521,9 @@ pub fn remove_task(home: &Home, name: &str) -> Result<(), FileError> {
 
 /// [`remove_task`] in `tx`.
 fn remove_task_in(home: &Home, tx: &mut RecordTx<'_>, name: &str) -> Result<(), FileError> {
-    if records::in_database(home) {
-        db(home, tx, records::Access::Write, None, |c| {
-            c.delete_task(name)
-        })?;
-    }
+    db(home, tx, records::Access::Write, None, |c| {
+        c.delete_task(name)
+    })?;
     let dir = home.task_dir(name);
     match std::fs::remove_dir_all(&dir) {
         Ok(()) => Ok(()),
@@ -675,9 +587,7 @@ pub fn read_records(
     }
     for task in &need.numbers {
         let mut numbers = list_turns_in(home, tx, task)?;
-        if records::in_database(home) {
-            numbers.extend(dir_turns(home, task)?);
-        }
+        numbers.extend(dir_turns(home, task)?);
         records.put_numbers(task.clone(), numbers);
     }
     Ok(())
@@ -696,26 +606,8 @@ pub fn apply_writes(
     use crate::protocol::section::RecordWrite;
     for write in writes.in_order() {
         match write {
-            RecordWrite::Task(task) => {
-                if !records::in_database(home) {
-                    fsutil::create_private_dir(&home.task_dir(&task.name))?;
-                }
-                save_task(home, tx, task)?;
-            }
-            RecordWrite::Turn(write) => {
-                if write.create && !records::in_database(home) {
-                    fsutil::create_private_dir(
-                        &home.task_dir(&write.record.key.task).join("turns"),
-                    )?;
-                    if !create_exclusive_dir(&home.turn_dir(&write.record.key))? {
-                        return Err(FileError::Refused {
-                            path: home.turn_dir(&write.record.key),
-                            detail: "a turn directory exists already".to_string(),
-                        });
-                    }
-                }
-                write_turn(home, tx, &write.record, write.create)?;
-            }
+            RecordWrite::Task(task) => save_task(home, tx, task)?,
+            RecordWrite::Turn(write) => write_turn(home, tx, &write.record, write.create)?,
             RecordWrite::RemoveTurn(key) => remove_turn_in(home, tx, key)?,
             RecordWrite::RemoveTask(name) => remove_task_in(home, tx, name)?,
         }

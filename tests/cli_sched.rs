@@ -369,14 +369,11 @@ fn tollgate_env(home: &Path, env: &[(&str, &str)], args: &[&str]) -> std::proces
 }
 
 /// The pause set and the priorities live in the queue state, so every store keeps them: the
-/// same scenario on the file store (`queue.json`), SQLite (the default) and PostgreSQL (when
-/// `TOLLGATE_TEST_POSTGRES` names a server; skipped with a message otherwise).
+/// same scenario on SQLite (the default) and PostgreSQL (when `TOLLGATE_TEST_POSTGRES` names a
+/// server, or one can be started; skipped with a message otherwise).
 #[test]
 fn pause_and_priority_hold_on_every_store() {
-    let mut stores: Vec<(&str, Vec<(String, String)>)> = vec![
-        ("file", vec![("TOLLGATE_FILE_STORE".into(), "1".into())]),
-        ("sqlite", vec![]),
-    ];
+    let mut stores: Vec<(&str, Vec<(String, String)>)> = vec![("sqlite", vec![])];
     if let Some(url) = common::postgres::server() {
         let sep = if url.contains('?') { '&' } else { '?' };
         let queue = format!("sched-{}", std::process::id());

@@ -12,7 +12,8 @@
 //! `runner::leave_and_start_next` for a turn found settled, `reconcile::reconcile`,
 //! `cancel::cancel`, `schedule::pause` and `schedule::resume`. Each walk runs on one of the two
 //! stores the shell runs in-process: the home's database (SQLite: the queue and the records in
-//! `tollgate.db`, sections on parts of the queue) and the in-memory queue with record files. Both
+//! `tollgate.db`, sections on parts of the queue) and the in-memory queue (its records in the home's
+//! `tollgate.db`, each access in a transaction of its own: the memory store lends none). Both
 //! are wrapped so that the store's unlocked hint of the next id is sometimes wrong (as when
 //! another submitter took that id): a submit whose guessed task part misses widens (the section
 //! runner's part-then-whole retry), which the walks count.
@@ -309,7 +310,7 @@ impl<S: Store> Store for Hinted<S> {
 enum StoreKind {
     /// The home's database (the queue and the records in `tollgate.db`).
     Sqlite,
-    /// The queue in memory, the records in files.
+    /// The queue in memory, the records in the home's database (outside any section).
     Memory,
 }
 
@@ -731,7 +732,7 @@ fn walk_on(kind: StoreKind, seed: u64) -> Box<dyn Walking> {
         StoreKind::Memory => {
             tollgate::queue::records::register(
                 &home,
-                tollgate::queue::records::RecordHome::Files,
+                tollgate::queue::records::RecordHome::Sqlite,
                 config.lock_timeout(),
             );
             let store = MemoryStore::default();

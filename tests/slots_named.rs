@@ -367,23 +367,27 @@ fn duplicate_enqueue_and_backwards_time_do_not_mutate_fifo_state() {
 }
 
 /// S7 through the real store: threads released together by a barrier, each with a clock further
-/// behind, enqueue under the real `queue.lock`; FIFO and times stay monotone.
+/// behind and its own connection to the home's database, enqueue under the database's write
+/// lock; FIFO and times stay monotone.
 #[test]
 fn concurrent_enqueue_coalesces_inverted_clocks() {
     use std::sync::{Arc, Barrier};
     use std::time::Duration;
+    use tollgate::config::Durability;
     use tollgate::home::Home;
-    use tollgate::queue::QueueStore;
+    use tollgate::queue::SqliteStore;
 
     let dir = tempfile::tempdir().unwrap();
     let home = Home::at(dir.path());
     home.ensure().unwrap();
-    let store = QueueStore::new(home, Duration::from_secs(30));
+    let store_of =
+        |home: &Home| SqliteStore::new(home.clone(), Duration::from_secs(30), Durability::Os);
+    let store = store_of(&home);
     const THREADS: u64 = 8;
     let barrier = Arc::new(Barrier::new(THREADS as usize));
     let handles: Vec<_> = (0..THREADS)
         .map(|i| {
-            let (store, barrier) = (store.clone(), barrier.clone());
+            let (store, barrier) = (store_of(&home), barrier.clone());
             std::thread::spawn(move || {
                 let owner = ProcessIdentity {
                     pid: 100 + i as u32,
@@ -420,12 +424,10 @@ fn concurrent_enqueue_coalesces_inverted_clocks() {
 fn submit_completes_handoff_after_bind_records_the_child() {
     use std::collections::BTreeMap;
     use std::sync::Mutex;
-    use std::time::Duration;
     use tollgate::dispatch::Handoff;
     use tollgate::home::Home;
     use tollgate::process::{self_identity, ProcLiveness, RunnerSpawner, SpawnError};
-    use tollgate::queue::QueueStore;
-    use tollgate::runtime::Runtime;
+    use tollgate::runtime::{store_for, Runtime};
     use tollgate::submit::{submit_detached, Placement, SubmitRequest};
 
     /// Starts a real `sleep` as the "runner" and reads its identity from /proc.
@@ -447,7 +449,7 @@ fn submit_completes_handoff_after_bind_records_the_child() {
     let config = home.init(Some(1)).unwrap();
     let spawner = SleepSpawner(Mutex::new(Vec::new()));
     let rt = Runtime {
-        store: QueueStore::new(home.clone(), Duration::from_secs(10)),
+        store: store_for(&home, &config),
         home,
         config,
         spawner: Box::new(spawner),

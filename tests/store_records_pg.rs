@@ -110,22 +110,15 @@ fn a_postgres_home_keeps_its_records_in_the_database_and_every_command_reads_the
     assert_eq!(record_files(&home), Vec::<String>::new());
 }
 
-/// A home of the file store (records as files) switched to PostgreSQL: its record files are
-/// imported on the first command and renamed `*.imported`; a second command imports nothing.
+/// A home of an earlier version (records as files, [`common::legacy_home`]) switched to
+/// PostgreSQL: its record files are imported on the first command and renamed `*.imported`; a
+/// second command imports nothing.
 #[test]
 fn the_record_files_of_a_home_are_imported_once_and_moved_aside() {
     let Some(url) = server() else { return };
     let tmp = tempfile::tempdir().expect("tempdir");
     let home = init_home(tmp.path(), 1);
-    let out = Command::new(common::BIN)
-        .arg("--home")
-        .arg(&home)
-        .args(["submit", "--wait", "--task", "old", "--", "echo", "before"])
-        .env(tollgate::queue::FILE_STORE_ENV, "1")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run");
-    assert!(out.status.success(), "{}", describe(&out));
+    common::legacy_home::write(&home, "old", "before");
     let files = record_files(&home);
     assert_eq!(files.len(), 2, "{files:?}");
     let queue = unique_queue("import");
@@ -166,15 +159,7 @@ fn a_corrupt_record_file_is_refused_naming_it_and_nothing_is_imported() {
     let Some(url) = server() else { return };
     let tmp = tempfile::tempdir().expect("tempdir");
     let home = init_home(tmp.path(), 1);
-    let out = Command::new(common::BIN)
-        .arg("--home")
-        .arg(&home)
-        .args(["submit", "--wait", "--task", "old", "--", "true"])
-        .env(tollgate::queue::FILE_STORE_ENV, "1")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run");
-    assert!(out.status.success(), "{}", describe(&out));
+    common::legacy_home::write(&home, "old", "");
     let turn = home.join("tasks/old/turns/1/turn.json");
     std::fs::write(&turn, b"{\"version\":1,").expect("corrupt");
     let queue = unique_queue("corrupt");

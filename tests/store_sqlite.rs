@@ -475,38 +475,42 @@ fn doctor_reports_a_queue_that_breaks_its_structure_and_exits_1() {
     );
 }
 
-/// The benchmark's switch to the file store never shows a home that has a database another queue.
+/// No switch runs a home on the file store of earlier versions any more: with the variable that
+/// once selected it (`TOLLGATE_FILE_STORE=1`) set, a home still keeps its queue and its records in
+/// `tollgate.db`, and no command writes `queue.json` or a record file.
 #[test]
-fn the_file_store_switch_is_refused_on_a_home_that_has_a_database() {
+fn the_old_file_store_switch_selects_nothing_and_no_record_file_is_written() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let home = tmp.path().join("home");
     std::fs::create_dir(&home).expect("an empty home");
-    let file_store = |args: &[&str]| {
+    let with_old_switch = |args: &[&str]| {
         std::process::Command::new(common::BIN)
             .arg("--home")
             .arg(&home)
             .args(args)
-            .env(tollgate::queue::FILE_STORE_ENV, "1")
+            .env("TOLLGATE_FILE_STORE", "1")
             .stdin(std::process::Stdio::null())
             .output()
             .expect("run tollgate")
     };
-    let out = file_store(&["submit", "--wait", "--", "true"]);
+    let out = with_old_switch(&["submit", "--task", "t", "--wait", "--", "true"]);
     assert!(out.status.success(), "{}", describe(&out));
-    assert!(home.join("queue.json").is_file());
-    assert!(!home.join("tollgate.db").exists());
-
-    let out = tollgate(&home, &["status"]);
+    assert!(home.join("tollgate.db").is_file());
+    assert!(!home.join("queue.json").exists());
+    assert!(!home.join("queue.lock").exists());
+    assert!(!home.join("tasks/t/task.json").exists());
+    assert!(!home.join("tasks/t/turns/1/turn.json").exists());
+    let out = with_old_switch(&["status", "--json"]);
     assert!(out.status.success(), "{}", describe(&out));
-    assert!(home.join("tollgate.db").is_file(), "imported on first use");
-    let out = file_store(&["status"]);
-    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
     assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains(&home.join("tollgate.db").display().to_string()),
+        String::from_utf8_lossy(&out.stdout).contains("\"t\""),
         "{}",
         describe(&out)
     );
+    let record = tollgate::tasks::load_turn(&Home::at(&home), &TurnKey::new("t", 1))
+        .expect("load")
+        .expect("in the database");
+    assert!(record.is_settled());
 }
 
 #[test]
@@ -662,36 +666,12 @@ fn random_changes_round_trip_through_the_diff_write() {
     assert!(expected.entries.len() > 3, "the walk must grow the queue");
 }
 
-/// Runs the binary on the file store of earlier versions (`queue.json`, `tasks/*/task.json`,
-/// `tasks/*/turns/*/turn.json`): how the import tests make a home of an earlier version.
-fn tollgate_on_files(home: &Path, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(common::BIN)
-        .arg("--home")
-        .arg(home)
-        .args(args)
-        .env(tollgate::queue::FILE_STORE_ENV, "1")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run tollgate")
-}
-
-/// A home of an earlier version: records as files, one finished turn (id 1), a queue.json.
+/// A home of an earlier version: records as files, one finished turn (id 1), a queue.json
+/// (written by [`common::legacy_home`] in that version's formats; no database).
 fn home_of_files(home: &Path) {
-    let out = tollgate_on_files(home, &["init", "--workers", "1"]);
+    let out = tollgate(home, &["init", "--workers", "1"]);
     assert!(out.status.success(), "{}", describe(&out));
-    let out = tollgate_on_files(home, &["submit", "--task", "old", "--wait", "--", "true"]);
-    assert!(out.status.success(), "{}", describe(&out));
-    // The runner logs its end last: from then on nothing of it touches the home (a bounded poll
-    // of observable state).
-    let log = home.join("tasks/old/turns/1/runner.log");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(&log).is_ok_and(|text| text.contains("ran, outcome")) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the runner never ended"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    common::legacy_home::write(home, "old", "before");
     assert!(home.join("tasks/old/turns/1/turn.json").is_file());
     assert!(home.join("tasks/old/task.json").is_file());
     assert!(!home.join("tollgate.db").exists());

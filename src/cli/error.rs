@@ -6,7 +6,7 @@ use crate::dispatch::DispatchError;
 use crate::fsutil::FileError;
 use crate::home::HomeError;
 use crate::protocol::slots::SlotError;
-use crate::queue::{LockError, StoreError};
+use crate::queue::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
@@ -85,9 +85,7 @@ impl From<StoreError> for CliError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::File(e) => file_error(&e),
-            StoreError::Lock(LockError::Timeout { .. })
-            | StoreError::Lock(_)
-            | StoreError::Busy { .. }
+            StoreError::Busy { .. }
             | StoreError::Database { .. }
             | StoreError::Unpublishable { .. }
             | StoreError::Poisoned => CliError::Environment(error.to_string()),

@@ -60,10 +60,7 @@ pub fn resolve_task_turn(rt: &Runtime, task: &str, turn: Option<u32>) -> Result<
     Ok(TurnKey::new(task, turn))
 }
 
-/// The turn whose short id is `text` (all digits). Ids grow with submission, and so do the turn
-/// numbers of a task, so each task is searched from its newest turn down and left as soon as a
-/// turn's id is below the one wanted (or missing: records from before ids are the oldest; a
-/// dropped turn, which never had a row, is stepped over).
+/// The turn whose short id is `text` (all digits), from the database's index of short ids.
 fn by_id(rt: &Runtime, text: &str) -> Result<TurnKey, CliError> {
     let numeric_task = || {
         if matches!(tasks::load_task(&rt.home, text), Ok(Some(_))) {
@@ -75,32 +72,7 @@ fn by_id(rt: &Runtime, text: &str) -> Result<TurnKey, CliError> {
     let id: u64 = text
         .parse()
         .map_err(|_| CliError::Usage(format!("{text:?}: no turn has this id{}", numeric_task())))?;
-    let mut found = Vec::new();
-    let indexed = tasks::turns_with_id(&rt.home, id)?;
-    let searched = if indexed.is_some() {
-        Vec::new()
-    } else {
-        tasks::list_tasks(&rt.home)?
-    };
-    found.extend(indexed.into_iter().flatten());
-    for task in searched {
-        for &n in tasks::list_turns(&rt.home, &task)?.iter().rev() {
-            let key = TurnKey::new(task.clone(), n);
-            let Some(record) = tasks::load_turn(&rt.home, &key)? else {
-                continue;
-            };
-            match record.id {
-                Some(got) if got == id => {
-                    found.push(key);
-                    break;
-                }
-                Some(got) if got > id => continue,
-                // A turn dropped at submit got no row, hence no id; older turns may have one.
-                None if record.outcome == Some(tasks::TurnOutcome::Dropped) => continue,
-                _ => break,
-            }
-        }
-    }
+    let mut found = tasks::turns_with_id(&rt.home, id)?;
     match found.len() {
         1 => Ok(found.remove(0)),
         0 => Err(CliError::Usage(format!(

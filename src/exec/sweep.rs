@@ -6,8 +6,8 @@
 //!
 //! **Where it lives** (spec/store.md, "The sweep list"): two tables, `sweep_runs` and
 //! `sweep_entries`, in a SQLite database on this machine. For a home whose store is its
-//! `tollgate.db` that is `tollgate.db` (schema version 6); for any other home (a PostgreSQL store,
-//! the benchmark's file store) it is `<home>/sweep.db`, holding only these tables. The list is
+//! `tollgate.db` that is `tollgate.db` (schema version 6); for a home whose store is PostgreSQL it
+//! is `<home>/sweep.db`, holding only these tables. The list is
 //! per machine on purpose: it names this machine's processes (pids, start times, cgroups) and
 //! worktree paths, which another host could neither observe nor remove, so it never goes to a
 //! shared database. Every change is one short write transaction committed with `synchronous =
@@ -186,9 +186,7 @@ fn locate(home: &Path) -> Result<Location, SweepError> {
             path: setting.into(),
             message: detail,
         }),
-        HomeStore::File(_) | HomeStore::Postgres(_) => {
-            Ok(Location::Local(home.root().join(SWEEP_DB), timeout))
-        }
+        HomeStore::Postgres(_) => Ok(Location::Local(home.root().join(SWEEP_DB), timeout)),
     }
 }
 

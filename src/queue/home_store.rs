@@ -1,20 +1,17 @@
-//! The store the binary builds for a home: the database ([`SqliteStore`]), or, only for the
-//! benchmark's side by side and tests, the file store of earlier versions ([`QueueStore`]).
+//! The store the binary builds for a home: its database, `tollgate.db` ([`SqliteStore`]) or
+//! PostgreSQL ([`PostgresStore`]). An earlier version's files (`queue.json`, the record files)
+//! are only imported, once, when the database is opened (spec/store.md, "Migration from
+//! `queue.json` and the record files").
 
 use super::postgres::{PostgresStore, PostgresUrl};
 use super::records::RecordTx;
 use super::sqlite::SqliteStore;
-use super::store::{Commit, QueueStore, Store, StoreError};
+use super::store::{Commit, Store, StoreError};
 use crate::config::Config;
 use crate::home::Home;
 use crate::protocol::fleet::FleetView;
 use crate::protocol::slots::steps::{Loaded, Reads};
 use crate::protocol::slots::QueueState;
-
-/// Set to `1` to run a home on the file store (`queue.json` under `queue.lock`) instead of the
-/// database: for `benches/store_fsync.sh`, which measures both in one run. Never for a real home:
-/// the two stores do not share state, so a home that has a database refuses it.
-pub const FILE_STORE_ENV: &str = "TOLLGATE_FILE_STORE";
 
 /// Overrides the `store` setting of tollgate.toml: `sqlite` (the home's `tollgate.db`) or a
 /// `postgres://` URL (spec/store.md, "PostgreSQL").
@@ -23,7 +20,6 @@ pub const STORE_ENV: &str = "TOLLGATE_STORE";
 #[derive(Debug)]
 pub enum HomeStore {
     Database(SqliteStore),
-    File(QueueStore),
     /// Boxed: the client and its URL make it several times the size of the others.
     Postgres(Box<PostgresStore>),
     /// A `store` setting that does not parse: every use fails naming it, nothing is changed.
@@ -43,15 +39,13 @@ impl HomeStore {
                 config.store.clone(),
             ),
         };
-        let in_database = store.as_deref().is_none_or(|s| s == "sqlite")
-            && std::env::var_os(FILE_STORE_ENV).is_none_or(|v| v != "1");
-        // The records follow the queue into its database (spec/store.md, "Records").
-        let records = if in_database {
-            super::records::RecordHome::Sqlite
-        } else {
-            super::records::RecordHome::Files
-        };
-        super::records::register(home, records, config.lock_timeout());
+        // The records follow the queue into its database (spec/store.md, "Records"); a
+        // PostgreSQL home registers its own below.
+        super::records::register(
+            home,
+            super::records::RecordHome::Sqlite,
+            config.lock_timeout(),
+        );
         if let Some(url) = store.filter(|s| s != "sqlite") {
             return match PostgresUrl::parse(&url) {
                 // A `host` setting says this home is one of a fleet, whose homes must name one
@@ -102,15 +96,11 @@ impl HomeStore {
                 Err(detail) => HomeStore::Misconfigured { setting, detail },
             };
         }
-        if std::env::var_os(FILE_STORE_ENV).is_some_and(|v| v == "1") {
-            HomeStore::File(QueueStore::new(home.clone(), config.lock_timeout()))
-        } else {
-            HomeStore::Database(SqliteStore::new(
-                home.clone(),
-                config.lock_timeout(),
-                config.durability,
-            ))
-        }
+        HomeStore::Database(SqliteStore::new(
+            home.clone(),
+            config.lock_timeout(),
+            config.durability,
+        ))
     }
 
     /// [`Store::load`], callable without importing the trait.
@@ -128,28 +118,12 @@ impl HomeStore {
     {
         Store::transact(self, change)
     }
-
-    /// The file store on a home that has a database would show a different queue: refused.
-    fn file_store(store: &QueueStore) -> Result<&QueueStore, StoreError> {
-        let db = store.home().db_path();
-        if db.exists() {
-            return Err(StoreError::Database {
-                path: db,
-                detail: format!(
-                    "{FILE_STORE_ENV}=1 asks for the file store, but this home keeps its queue in \
-                     this database; unset {FILE_STORE_ENV}"
-                ),
-            });
-        }
-        Ok(store)
-    }
 }
 
 impl Store for HomeStore {
     fn load(&self) -> Result<QueueState, StoreError> {
         match self {
             HomeStore::Database(store) => Store::load(store),
-            HomeStore::File(store) => Self::file_store(store)?.load(),
             HomeStore::Postgres(store) => Store::load(store.as_ref()),
             HomeStore::Misconfigured { setting, detail } => Err(misconfigured(setting, detail)),
         }
@@ -173,7 +147,6 @@ impl Store for HomeStore {
     {
         match self {
             HomeStore::Database(store) => store.transact_as(commit, change),
-            HomeStore::File(store) => Self::file_store(store)?.transact_as(commit, change),
             HomeStore::Postgres(store) => store.transact_as(commit, change),
             HomeStore::Misconfigured { setting, detail } => {
                 Err(misconfigured(setting, detail).into())

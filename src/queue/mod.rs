@@ -1,10 +1,11 @@
-//! The queue store: the home's database `tollgate.db` ([`SqliteStore`], spec/store.md), the file
-//! store of earlier versions (`queue.json` under `queue.lock`), or memory (tests).
+//! The queue store: the home's database, `tollgate.db` ([`SqliteStore`], spec/store.md) or
+//! PostgreSQL ([`PostgresStore`]), or memory (tests). The file store of earlier versions
+//! (`queue.json` under `queue.lock`) survives only as what the database's first open imports
+//! ([`parse_queue`], `sqlite/import.rs`).
 
 mod busy;
 mod earlier_state;
 mod home_store;
-mod lock;
 mod log_trim;
 mod postgres;
 pub mod records;
@@ -13,8 +14,7 @@ mod sqlite;
 mod store;
 mod wal_dirsync;
 
-pub use home_store::{HomeStore, FILE_STORE_ENV, STORE_ENV};
-pub use lock::{LockError, QueueLock};
+pub use home_store::{HomeStore, STORE_ENV};
 pub use postgres::{
     redact, FleetContext, PostgresLock, PostgresStore, PostgresUrl, POSTGRES_SCHEMA_VERSION,
 };
@@ -26,4 +26,4 @@ pub use postgres::{LeaseSnapshot, LEASE_LOCK};
 pub use records::RecordTx;
 pub(crate) use sqlite::SWEEP_SCHEMA_V6;
 pub use sqlite::{check_database, DoctorReport, SqliteStore, SCHEMA_VERSION};
-pub use store::{parse_queue, Commit, MemoryStore, QueueStore, Store, StoreError};
+pub use store::{parse_queue, Commit, MemoryStore, Store, StoreError};

@@ -104,7 +104,7 @@ impl SqliteStore {
         &self.home
     }
 
-    /// [`Store::load`], callable without importing the trait (as on the file store).
+    /// [`Store::load`], callable without importing the trait.
     pub fn load(&self) -> Result<QueueState, StoreError> {
         Store::load(self)
     }

@@ -2,21 +2,18 @@
 //!
 //! [`Store`] is what the shell needs of a store: a lock-free read of a whole document, and a
 //! locked section that publishes its change only when it returns `Ok`. The home's store is
-//! [`crate::queue::SqliteStore`] (`tollgate.db`, spec/store.md); [`QueueStore`] keeps `queue.json`
-//! under `queue.lock` (the store of earlier versions, kept for tests and the benchmark's side by
-//! side); [`MemoryStore`] keeps the queue in memory for the shell conformance tests (same publish
-//! rules, a mutex for the lock).
+//! [`crate::queue::SqliteStore`] (`tollgate.db`, spec/store.md) or
+//! [`crate::queue::PostgresStore`]; [`MemoryStore`] keeps the queue in memory for the shell
+//! conformance tests (same publish rules, a mutex for the lock). [`parse_queue`] reads the
+//! `queue.json` of an earlier version's file store, for the import at the database's first open.
 
-use super::lock::{LockError, QueueLock};
 use super::records::RecordTx;
 use crate::fsutil::{self, FileError};
-use crate::home::Home;
 use crate::protocol::fleet::FleetView;
 use crate::protocol::slots::steps::{Loaded, Reads};
 use crate::protocol::slots::{QueueState, QUEUE_FORMAT_VERSION};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::Duration;
 
 pub use crate::protocol::section::Commit;
 
@@ -55,7 +52,7 @@ pub trait Store {
     /// whether the part suffices for its step, and returns an `Err` (publishing nothing) when it
     /// does not, to run again with [`Reads::Everything`]. The commit writes only the rows that
     /// changed and never removes a row it did not load. A store that cannot load a part loads
-    /// the whole queue and says [`Loaded::Whole`] (this default: the file, memory and PostgreSQL
+    /// the whole queue and says [`Loaded::Whole`] (this default: the memory and PostgreSQL
     /// stores).
     fn transact_reading<R, E>(
         &self,
@@ -136,8 +133,6 @@ pub trait Store {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error(transparent)]
-    Lock(#[from] LockError),
     /// The database's write lock stayed taken for all of `lock_timeout`.
     #[error("timed out after {waited_millis} ms waiting for the write lock of the database {path}; another tollgate command holds it (raise `lock_timeout` in tollgate.toml if this is expected)")]
     Busy { path: PathBuf, waited_millis: u128 },
@@ -150,7 +145,9 @@ pub enum StoreError {
     #[error("the in-memory queue store is poisoned: a section panicked while holding it")]
     Poisoned,
     /// The changed queue would not pass the loader's checks; it was not published.
-    #[error("refusing to publish {path}: the new queue would not load ({detail}); the file keeps its previous contents")]
+    #[error(
+        "refusing to publish {path}: the new queue would not load ({detail}); nothing was changed"
+    )]
     Unpublishable { path: PathBuf, detail: String },
     /// The section's COMMIT failed, or a step right after it did: whether its changes are in the
     /// database is not known (a full disk can fail a commit whose last page already is in the
@@ -162,8 +159,9 @@ pub enum StoreError {
     },
 }
 
-/// Parses and checks a queue document read from `path` (named in errors): what [`QueueStore::load`]
-/// accepts, and what [`QueueStore::transact`] checks before it publishes.
+/// Parses and checks a queue document read from `path` (named in errors): an earlier version's
+/// `queue.json`, as strictly as that version's file store loaded it (the import at the
+/// database's first open reads it through this).
 pub fn parse_queue(path: &Path, bytes: &[u8]) -> Result<QueueState, FileError> {
     let state: QueueState = fsutil::parse_json(path, bytes)?;
     check_queue(&state).map_err(|detail| FileError::Corrupt {
@@ -186,80 +184,10 @@ pub(crate) fn check_queue(state: &QueueState) -> Result<(), String> {
     state.check_structure()
 }
 
-#[derive(Clone, Debug)]
-pub struct QueueStore {
-    home: Home,
-    lock_timeout: Duration,
-}
-
-impl QueueStore {
-    pub fn new(home: Home, lock_timeout: Duration) -> Self {
-        QueueStore { home, lock_timeout }
-    }
-
-    pub fn home(&self) -> &Home {
-        &self.home
-    }
-
-    /// Reads the queue without the lock (publication is atomic, so this sees a whole document).
-    /// A missing file is the empty queue; a malformed one is an error naming it.
-    pub fn load(&self) -> Result<QueueState, StoreError> {
-        let path = self.home.queue_path();
-        match fsutil::read_state_file(&path, "queue", fsutil::limits::QUEUE_BYTES)? {
-            Some(bytes) => Ok(parse_queue(&path, &bytes)?),
-            None => Ok(QueueState::default()),
-        }
-    }
-
-    /// Runs `change` on the queue under the lock and publishes the result if it changed.
-    ///
-    /// On an error from `change` nothing is published: the file keeps its previous contents. The
-    /// closure may also write task and turn files, which the same lock guards.
-    pub fn transact<R, E>(
-        &self,
-        change: impl FnOnce(&mut QueueState) -> Result<R, E>,
-    ) -> Result<R, E>
-    where
-        E: From<StoreError>,
-    {
-        let _lock = QueueLock::acquire(&self.home.lock_path(), self.lock_timeout)
-            .map_err(StoreError::from)?;
-        let original = self.load()?;
-        let mut state = original.clone();
-        let result = change(&mut state)?;
-        if state != original {
-            // Never publish what the next load would refuse: that would stop every command.
-            check_queue(&state).map_err(|detail| StoreError::Unpublishable {
-                path: self.home.queue_path(),
-                detail,
-            })?;
-            fail::fail_point!("queue::before_publish");
-            fsutil::publish_json(&self.home.queue_path(), &state).map_err(StoreError::from)?;
-        }
-        Ok(result)
-    }
-}
-
-impl Store for QueueStore {
-    fn load(&self) -> Result<QueueState, StoreError> {
-        QueueStore::load(self)
-    }
-
-    /// Every publication of the file store is durable (write, fsync, rename, fsync).
-    fn transact_as<R, E>(
-        &self,
-        _commit: Commit,
-        change: impl FnOnce(&mut QueueState) -> Result<R, E>,
-    ) -> Result<R, E>
-    where
-        E: From<StoreError>,
-    {
-        QueueStore::transact(self, change)
-    }
-}
-
-/// The queue in memory, for tests that run the shell without a `queue.json`: a section holds the
-/// mutex, works on a copy and publishes it only on `Ok`, exactly like [`QueueStore::transact`].
+/// The queue in memory, for tests that run the shell without a database for the queue: a section
+/// holds the mutex, works on a copy and publishes it only on `Ok`. Its records are the home's
+/// (`tollgate.db`), each access in a transaction of its own: the memory store lends no
+/// transaction ([`RecordTx::outside`]).
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     state: Mutex<QueueState>,
@@ -293,7 +221,7 @@ impl Store for MemoryStore {
         let mut state = guard.clone();
         let result = change(&mut state)?;
         if state != *guard {
-            // The same refusal as the file store: never publish what a load would refuse.
+            // The same refusal as the database stores: never publish what a load would refuse.
             check_queue(&state).map_err(|detail| StoreError::Unpublishable {
                 path: PathBuf::from("<memory>"),
                 detail,

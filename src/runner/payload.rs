@@ -4,9 +4,7 @@
 //! the group commit's one thread, and the turn's folder does not exist yet): the turn's runner
 //! writes the body into its own turn folder (`payload`) from the row before the command starts,
 //! and names that file in the command's environment (`TOLLGATE_PAYLOAD`). On a PostgreSQL queue
-//! another host may run the turn: its runner writes the file in its own home. A home whose
-//! records are files (no database) has the file written, durably, and named in the turn's record,
-//! by the accept itself.
+//! another host may run the turn: its runner writes the file in its own home.
 
 use crate::fsutil::FileError;
 use crate::home::Home;
@@ -21,13 +19,13 @@ pub const PAYLOAD_VAR: &str = "TOLLGATE_PAYLOAD";
 pub const PAYLOAD_FILE: &str = "payload";
 
 /// `turn` with `TOLLGATE_PAYLOAD` naming this home's payload file of the turn, holding the kept
-/// body: unchanged when the turn carries no delivery or the home's records are files; otherwise
+/// body: unchanged when the turn carries no delivery; otherwise
 /// the kept body is written into this home's turn folder (made if missing), unless the file there
 /// holds it already. A turn whose body is not kept (queued before the table existed) keeps the
 /// path its record names. `Err` only when the body is kept but cannot be read or written here:
 /// the command would run without its input, which is worse than not running it.
 pub fn localised<'a>(home: &Home, turn: &'a TurnRecord) -> Result<Cow<'a, TurnRecord>, FileError> {
-    if turn.delivery.is_none() || !records::in_database(home) {
+    if turn.delivery.is_none() {
         return Ok(Cow::Borrowed(turn));
     }
     let kept = records::with_db(home, Access::Read, None, |db| {

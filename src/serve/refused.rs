@@ -1,12 +1,12 @@
-//! Refused deliveries of senders that do not retry by themselves (github): recorded durably in
-//! `<home>/serve/refused.jsonl` so `tollgate deliveries --refused` can list them for redelivery.
+//! Refused deliveries of senders that do not retry by themselves (github), recorded durably so
+//! `tollgate deliveries --refused` can list them for redelivery: rows of the home's database
+//! (`super::state`). Earlier versions appended them to `<home>/serve/refused.jsonl`, which is
+//! only read, once, by the import into the database ([`load_refused`]).
 
 use crate::fsutil::FileError;
-use crate::jsonl::{self, Durability};
-use crate::sync::Mutex;
+use crate::jsonl;
 use serde::{Deserialize, Serialize};
-use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The most refusals `deliveries --refused` reads back (the newest ones).
 pub const MAX_LISTED: usize = 10_000;
@@ -26,28 +26,7 @@ pub struct RefusedDelivery {
     pub reason: String,
 }
 
-pub struct RefusedLog {
-    path: PathBuf,
-    file: Mutex<File>,
-}
-
-impl RefusedLog {
-    pub fn open(path: &Path) -> Result<Self, FileError> {
-        let file = jsonl::open_append(path, KIND)?;
-        Ok(RefusedLog {
-            path: path.to_path_buf(),
-            file: Mutex::new(file),
-        })
-    }
-
-    /// Appends and fsyncs one refusal (before the 503 is answered).
-    pub fn record(&self, refused: &RefusedDelivery) -> Result<(), FileError> {
-        let mut file = crate::sync::lock(&self.file);
-        jsonl::append(&mut file, &self.path, refused, Durability::Synced)
-    }
-}
-
-/// Every recorded refusal, oldest first (at most the newest [`MAX_LISTED`]). A torn last line is
+/// Every recorded refusal of an old list, oldest first (at most the newest [`MAX_LISTED`]). A torn last line is
 /// skipped.
 pub fn load_refused(path: &Path) -> Result<Vec<RefusedDelivery>, FileError> {
     // The newest part only (a bounded read of a regular file; a cut tail loses its partial line).
@@ -64,10 +43,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_recorded_refusal_reads_back_and_a_torn_last_line_is_skipped() {
+    fn an_old_lists_refusal_reads_back_and_a_torn_last_line_is_skipped() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("refused.jsonl");
-        let log = RefusedLog::open(&path).expect("open");
         let refused = RefusedDelivery {
             at_millis: 1,
             route: "/gh".into(),
@@ -77,9 +55,8 @@ mod tests {
             event: Some("push".into()),
             reason: "withdrawn: no room".into(),
         };
-        log.record(&refused).expect("record");
-        drop(log);
-        let mut text = std::fs::read_to_string(&path).expect("read");
+        // As earlier versions appended it: one JSON line per refusal.
+        let mut text = serde_json::to_string(&refused).expect("render") + "\n";
         text.push_str("{\"at_millis\":2,\"rou");
         std::fs::write(&path, text).expect("write");
         assert_eq!(load_refused(&path).expect("load"), vec![refused]);

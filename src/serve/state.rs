@@ -2,18 +2,17 @@
 //! hand-off list. In a database home (`tollgate.db`, the default, or a PostgreSQL store) they
 //! are tables of the home's database ([`crate::queue::serve_tables`]): a mark commits in the
 //! same transaction as its turn, and in PostgreSQL every home of the queue shares the marks, so
-//! dedupe is fleet-wide. A home whose records stay files (the benchmark's file store) keeps the
-//! files of earlier versions (`serve/dedupe.jsonl`, `serve/refused.jsonl`,
-//! `serve/handed-off.json`).
+//! dedupe is fleet-wide. Earlier versions kept them in files (`serve/dedupe.jsonl`,
+//! `serve/refused.jsonl`, `serve/handed-off.json`), which are only imported.
 //!
-//! The first `serve` (or `tollgate deliveries`) on a database home that still has those files
+//! The first `serve` (or `tollgate deliveries`) on a home that still has those files
 //! imports them in one transaction and then moves each aside (`*.imported`, never deleted); a
 //! file that would not load is refused with its path and nothing is imported (spec/ingress.md,
 //! "Durable state"). A PostgreSQL home's import is recorded by `(queue, home)`, so each home of
 //! a shared queue imports its own files once.
 
-use super::dedupe_log::{self, DedupeLog, Mark};
-use super::refused::{load_refused, RefusedDelivery, RefusedLog};
+use super::dedupe_log::{self, Mark};
+use super::refused::{load_refused, RefusedDelivery};
 use super::settings::ServePaths;
 use crate::fsutil::{self, FileError};
 use crate::home::Home;
@@ -35,20 +34,9 @@ pub struct HandedOff {
     pub turn: u32,
 }
 
-/// The state's two homes.
-enum Backing {
-    Files {
-        dedupe: DedupeLog,
-        refused: RefusedLog,
-        handed_off: PathBuf,
-    },
-    Database,
-}
-
-/// `serve`'s durable state for one home.
+/// `serve`'s durable state for one home: tables of its database.
 pub struct ServeState {
     home: Home,
-    backing: Backing,
     /// [`home_key`], computed once.
     home_key: String,
 }
@@ -93,7 +81,7 @@ fn aside_path(path: &Path) -> PathBuf {
     aside
 }
 
-/// Imports the old files of a database home (see the module's doc). Every present file is read
+/// Imports the old files of a home (see the module's doc). Every present file is read
 /// first, with its loader's checks; any refusal returns before the database is written. Returns
 /// how many files were imported.
 pub fn import_old_files(
@@ -208,16 +196,13 @@ fn from_json<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// The refused deliveries `tollgate deliveries --refused` lists, oldest first: the table of a
-/// database home (after importing an old list), else the file.
+/// The refused deliveries `tollgate deliveries --refused` lists, oldest first: the table (after
+/// importing an old list).
 pub fn list_refused(
     home: &Home,
     paths: &ServePaths,
     ttl_millis: u64,
 ) -> Result<Vec<RefusedDelivery>, FileError> {
-    if !records::in_database(home) {
-        return load_refused(&paths.refused);
-    }
     import_old_files(home, paths, ttl_millis)?;
     let bodies = records::with_db(home, Access::Read, None, |conn| {
         serve_tables::refused(conn).map_err(sql(home))
@@ -231,27 +216,13 @@ pub fn list_refused(
 impl ServeState {
     /// Opens the state and returns the marks live at `now_millis` (for the gate), oldest first:
     /// those of the legacy key format (`adapter/installation/identity`) too, which the core's
-    /// dedupe rule honours for a delivery's legacy identity. A database home imports the old
-    /// files first.
+    /// dedupe rule honours for a delivery's legacy identity. The old files are imported first.
     pub fn open(
         home: &Home,
         paths: &ServePaths,
         now_millis: u64,
         ttl_millis: u64,
     ) -> Result<(ServeState, Vec<Mark>), FileError> {
-        if !records::in_database(home) {
-            let (dedupe, marks) = DedupeLog::open(&paths.dedupe, now_millis, ttl_millis)?;
-            let state = ServeState {
-                home: home.clone(),
-                home_key: home_key(home),
-                backing: Backing::Files {
-                    dedupe,
-                    refused: RefusedLog::open(&paths.refused)?,
-                    handed_off: paths.handed_off.clone(),
-                },
-            };
-            return Ok((state, marks));
-        }
         import_old_files(home, paths, ttl_millis)?;
         let stored = records::with_db(home, Access::Write, None, |conn| {
             serve_tables::prune_marks(conn, now_millis).map_err(sql(home))?;
@@ -260,7 +231,6 @@ impl ServeState {
         let state = ServeState {
             home: home.clone(),
             home_key: home_key(home),
-            backing: Backing::Database,
         };
         let marks = stored
             .into_iter()
@@ -272,12 +242,14 @@ impl ServeState {
         Ok((state, marks))
     }
 
-    /// Whether the marks live in the database (and so commit with their turns).
+    /// Whether the marks live in the database (and so commit with their turns): always, since
+    /// no store keeps serve's state in files any more. Kept for the callers that still branch on
+    /// it (serve's accept); their other branch is never taken.
     pub fn in_database(&self) -> bool {
-        matches!(self.backing, Backing::Database)
+        true
     }
 
-    /// Inside the group commit's transaction (database homes): the stored marks of `keys` (the
+    /// Inside the group commit's transaction: the stored marks of `keys` (the
     /// batch's identities and legacy identities), for the core's
     /// [`TableMarks`](crate::protocol::admission::TableMarks) to decide on.
     pub fn marks_of(
@@ -285,121 +257,87 @@ impl ServeState {
         tx: &mut RecordTx<'_>,
         keys: &[&EventIdentity],
     ) -> Result<Vec<StoredMark>, FileError> {
-        match &self.backing {
-            // One serve per home, which marks in its gate first: the log is written after the
-            // commit and never asked.
-            Backing::Files { .. } => Ok(Vec::new()),
-            Backing::Database => {
-                let texts: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
-                let rows = records::with_db_in(&self.home, tx, Access::Write, None, |conn| {
-                    serve_tables::marks_of(conn, &texts).map_err(sql(&self.home))
-                })?;
-                Ok(rows
-                    .into_iter()
-                    .map(|(key, expires_at_millis)| StoredMark {
-                        identity: EventIdentity(key),
-                        expires_at_millis,
-                    })
-                    .collect())
-            }
-        }
+        let texts: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
+        let rows = records::with_db_in(&self.home, tx, Access::Write, None, |conn| {
+            serve_tables::marks_of(conn, &texts).map_err(sql(&self.home))
+        })?;
+        Ok(rows
+            .into_iter()
+            .map(|(key, expires_at_millis)| StoredMark {
+                identity: EventIdentity(key),
+                expires_at_millis,
+            })
+            .collect())
     }
 
-    /// Inside the group commit's transaction (database homes): writes the mark the core's step
+    /// Inside the group commit's transaction: writes the mark the core's step
     /// returned, replacing its identity's expired row. The table's unique key is the
     /// enforcement: a live row there fails the write (the delivery is rolled back), never
     /// overwritten.
     pub fn write_mark(&self, tx: &mut RecordTx<'_>, mark: &MarkWrite) -> Result<(), FileError> {
-        match &self.backing {
-            Backing::Files { .. } => Ok(()),
-            Backing::Database => records::with_db_in(&self.home, tx, Access::Write, None, |conn| {
-                serve_tables::insert_mark(
-                    conn,
-                    &mark.identity.0,
-                    mark.marked_at_millis,
-                    mark.expires_at_millis,
-                )
-                .map_err(sql(&self.home))
-            }),
-        }
+        records::with_db_in(&self.home, tx, Access::Write, None, |conn| {
+            serve_tables::insert_mark(
+                conn,
+                &mark.identity.0,
+                mark.marked_at_millis,
+                mark.expires_at_millis,
+            )
+            .map_err(sql(&self.home))
+        })
     }
 
-    /// Inside the group commit's transaction, after its marks (database homes): drops the oldest
+    /// Inside the group commit's transaction, after its marks: drops the oldest
     /// marks beyond the bound, so the commit keeps it.
     pub fn trim_marks(&self, tx: &mut RecordTx<'_>) -> Result<(), FileError> {
-        match &self.backing {
-            Backing::Files { .. } => Ok(()),
-            Backing::Database => records::with_db_in(&self.home, tx, Access::Write, None, |conn| {
-                serve_tables::trim_marks(conn)
-                    .map(|_| ())
-                    .map_err(sql(&self.home))
-            }),
-        }
+        records::with_db_in(&self.home, tx, Access::Write, None, |conn| {
+            serve_tables::trim_marks(conn)
+                .map(|_| ())
+                .map_err(sql(&self.home))
+        })
     }
 
-    /// A savepoint statement inside the group commit's transaction (database homes only).
+    /// A savepoint statement inside the group commit's transaction.
     pub fn savepoint(&self, tx: &mut RecordTx<'_>, statement: &str) -> Result<(), FileError> {
-        match &self.backing {
-            Backing::Files { .. } => Ok(()),
-            Backing::Database => records::with_db_in(&self.home, tx, Access::Write, None, |conn| {
-                serve_tables::savepoint(conn, statement).map_err(sql(&self.home))
-            }),
-        }
+        records::with_db_in(&self.home, tx, Access::Write, None, |conn| {
+            serve_tables::savepoint(conn, statement).map_err(sql(&self.home))
+        })
     }
 
-    /// After the commit (file homes): appends the durable mark, as earlier versions did.
+    /// After the commit: nothing, since the mark committed with its turn (earlier versions
+    /// appended it to `serve/dedupe.jsonl` here). Kept for the caller that still calls it
+    /// (serve's accept).
     pub fn mark_after_commit(&self, key: &str, now_millis: u64) -> Result<(), FileError> {
-        match &self.backing {
-            Backing::Files { dedupe, .. } => dedupe.append(key, now_millis),
-            Backing::Database => Ok(()),
-        }
+        let _ = (key, now_millis);
+        Ok(())
     }
 
     /// Records a refusal durably (before the 503 is answered).
     pub fn record_refused(&self, refused: &RefusedDelivery) -> Result<(), FileError> {
-        match &self.backing {
-            Backing::Files { refused: log, .. } => log.record(refused),
-            Backing::Database => {
-                let body = to_json(refused)?;
-                records::with_db(&self.home, Access::Outcome, None, |conn| {
-                    serve_tables::add_refused(conn, &body).map_err(sql(&self.home))
-                })
-            }
-        }
+        let body = to_json(refused)?;
+        records::with_db(&self.home, Access::Outcome, None, |conn| {
+            serve_tables::add_refused(conn, &body).map_err(sql(&self.home))
+        })
     }
 
     /// The deliveries the previous instance handed off.
     pub fn handed_off(&self) -> Result<Vec<HandedOff>, FileError> {
-        match &self.backing {
-            Backing::Files { handed_off, .. } => {
-                Ok(fsutil::load_json(handed_off)?.unwrap_or_default())
-            }
-            Backing::Database => {
-                let bodies = records::with_db(&self.home, Access::Read, None, |conn| {
-                    serve_tables::handed_off(conn, &self.home_key).map_err(sql(&self.home))
-                })?;
-                bodies
-                    .iter()
-                    .map(|b| from_json(&self.home, "serve_handed_off", b))
-                    .collect()
-            }
-        }
+        let bodies = records::with_db(&self.home, Access::Read, None, |conn| {
+            serve_tables::handed_off(conn, &self.home_key).map_err(sql(&self.home))
+        })?;
+        bodies
+            .iter()
+            .map(|b| from_json(&self.home, "serve_handed_off", b))
+            .collect()
     }
 
     /// Replaces the hand-off list durably.
     pub fn replace_handed_off(&self, handed: &[HandedOff]) -> Result<(), FileError> {
-        match &self.backing {
-            Backing::Files { handed_off, .. } => fsutil::publish_json(handed_off, &handed),
-            Backing::Database => {
-                let rows = handed
-                    .iter()
-                    .map(|h| Ok((h.delivery.id.clone(), to_json(h)?)))
-                    .collect::<Result<Vec<_>, FileError>>()?;
-                records::with_db(&self.home, Access::Outcome, None, |conn| {
-                    serve_tables::replace_handed_off(conn, &self.home_key, &rows)
-                        .map_err(sql(&self.home))
-                })
-            }
-        }
+        let rows = handed
+            .iter()
+            .map(|h| Ok((h.delivery.id.clone(), to_json(h)?)))
+            .collect::<Result<Vec<_>, FileError>>()?;
+        records::with_db(&self.home, Access::Outcome, None, |conn| {
+            serve_tables::replace_handed_off(conn, &self.home_key, &rows).map_err(sql(&self.home))
+        })
     }
 }

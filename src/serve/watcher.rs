@@ -409,8 +409,8 @@ impl Watcher {
         }
     }
 
-    /// Looks at every watched delivery's turn (the fallback tick, and the drain's poll). In a
-    /// database home one read of the unfinished turns' keys answers for every turn still live, so
+    /// Looks at every watched delivery's turn (the fallback tick, and the drain's poll). One read
+    /// of the unfinished turns' keys answers for every turn still live, so
     /// only the records of turns that ended (or vanished) are read: the tick's cost follows the
     /// deliveries that changed, not the deliveries retained.
     pub fn tick(&self) {
@@ -420,7 +420,7 @@ impl Watcher {
             return;
         }
         let unfinished = match tasks::unfinished_turn_keys(&self.home) {
-            Ok(keys) => keys,
+            Ok(keys) => Some(keys),
             Err(e) => {
                 tracing::warn!("{e}; reading each watched turn's record instead");
                 None

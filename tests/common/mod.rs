@@ -6,6 +6,7 @@ pub mod failpoints;
 pub mod fifo;
 pub mod fleet;
 pub mod http;
+pub mod legacy_home;
 pub mod postgres;
 pub mod queue_shapes;
 pub mod rlimit;

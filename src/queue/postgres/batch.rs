@@ -775,8 +775,10 @@ fn entry(row: &EntryRow) -> Result<QueueEntry, String> {
 }
 
 impl Document {
-    /// The queue's rows as the document the core takes, refusing what the file store's loader
-    /// would refuse.
+    /// The queue's rows as the document the core takes, refusing what [`parse_queue`] would
+    /// refuse.
+    ///
+    /// [`parse_queue`]: crate::queue::parse_queue
     pub(super) fn queue_state(&self, store: &PostgresStore) -> Result<QueueState, StoreError> {
         self.queue_rows(store, true)
     }
@@ -790,8 +792,8 @@ impl Document {
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
     }
 
-    /// The rows read as the document the core takes; `check`: refusing what the file store's
-    /// loader would refuse (a part is checked too: its rows are a subsequence of the queue's, so
+    /// The rows read as the document the core takes; `check`: refusing what
+    /// [`crate::queue::parse_queue`] would refuse (a part is checked too: its rows are a subsequence of the queue's, so
     /// the structural invariants hold of it; the active rows of `load_active` are not).
     pub(super) fn queue_rows(
         &self,

@@ -64,11 +64,10 @@ pub(crate) fn shared_slots(db: &Path) -> Option<LiveSlots> {
         .find_map(|(_, slots)| Some((slots.open.upgrade()?, slots.side.upgrade()?)))
 }
 
-/// Where a home's task and turn records live, as its store was built.
+/// Where a home's task and turn records live, as its store was built: always a database (an
+/// earlier version's record files are only imported, at its first open).
 #[derive(Clone, Debug)]
 pub enum RecordHome {
-    /// Files in `tasks/` (the benchmark's file store).
-    Files,
     /// The home's `tollgate.db`.
     Sqlite,
     /// The PostgreSQL database of the home's store, in its queue (schema version 5).
@@ -103,7 +102,8 @@ fn registered(home: &Home) -> Option<(RecordHome, Duration)> {
 
 /// Where `home` keeps its records, and the lock timeout to open its database with. A home no
 /// store was built for in this process (a test reading records): a PostgreSQL home by its config
-/// (or `TOLLGATE_STORE`), else the database when its file exists.
+/// (or `TOLLGATE_STORE`), else its `tollgate.db`, opened as every command opens it: created if
+/// missing, an earlier version's files imported into it (spec/store.md, "Records").
 pub(crate) fn choice(home: &Home) -> (RecordHome, Duration) {
     if let Some(found) = registered(home) {
         return found;
@@ -121,19 +121,15 @@ pub(crate) fn choice(home: &Home) -> (RecordHome, Duration) {
             return found;
         }
     }
-    let file_store = std::env::var_os(crate::queue::FILE_STORE_ENV).is_some_and(|v| v == "1");
-    let records = if !file_store && home.db_path().is_file() {
-        RecordHome::Sqlite
-    } else {
-        RecordHome::Files
-    };
-    (records, config.lock_timeout())
+    (RecordHome::Sqlite, config.lock_timeout())
 }
 
-/// Whether `home`'s records are kept in its database (SQLite or PostgreSQL; else: files in
-/// `tasks/`).
+/// Whether `home`'s records are kept in its database: always, now that no store keeps them in
+/// files. Kept for the callers that still branch on it (serve's accept); their other branch is
+/// never taken.
 pub fn in_database(home: &Home) -> bool {
-    !matches!(choice(home).0, RecordHome::Files)
+    let _ = home;
+    true
 }
 
 /// Whether `home`'s records are in a PostgreSQL database: homes of a fleet, where a turn may run
@@ -149,7 +145,7 @@ pub fn database_name(home: &Home) -> PathBuf {
         RecordHome::Postgres { url, queue, .. } => {
             PathBuf::from(format!("{} (queue {queue:?})", url.redacted))
         }
-        _ => home.db_path(),
+        RecordHome::Sqlite => home.db_path(),
     }
 }
 

@@ -56,8 +56,8 @@ pub(crate) struct PgLent {
 }
 
 /// The records of the section in progress: its open transaction, lent by the store for the
-/// closure's duration. [`RecordTx::outside`] is no section (the file store, the memory store,
-/// or a caller outside any section): each access then runs on its own.
+/// closure's duration. [`RecordTx::outside`] is no section (the memory store, or a caller
+/// outside any section): each access then runs on its own.
 pub struct RecordTx<'a> {
     lent: Option<LentRef<'a>>,
 }
@@ -275,7 +275,7 @@ pub(crate) fn with_db_in<T>(
                 f(&mut Db::Postgres(conn, queue))
             })
         }
-        (_, timeout) => {
+        (RecordHome::Sqlite, timeout) => {
             if let Some(LentRef::Sqlite(lent)) = &mut tx.lent {
                 if lent.db == home.db_path() {
                     lent.marks.note(access, changed);

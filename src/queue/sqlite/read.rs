@@ -16,7 +16,7 @@ use rusqlite::{Connection, OptionalExtension};
 use std::path::Path;
 
 /// Reads the queue's tables into the document the core takes, refusing (naming the database)
-/// what the file store's loader would refuse.
+/// what [`crate::queue::parse_queue`] would refuse.
 pub(super) fn read_queue(conn: &Connection, path: &Path) -> Result<QueueState, StoreError> {
     read_queue_part(conn, path, Part::All)
 }

@@ -221,20 +221,13 @@ fn commit_batch(
     };
     match outcome {
         Ok(results) => {
-            let mut effects = Vec::new();
-            for (pending, result) in batch.iter().zip(&results) {
-                if let Committed::Queued(decided) = result {
-                    if let Err(e) = app
-                        .serve_state
-                        .mark_after_commit(&pending.identity.0, pending.now_millis)
-                    {
-                        // The turn is durable; without the durable mark a redelivery after a
-                        // restart may run again (extra work, never lost work).
-                        tracing::warn!("{e}");
-                    }
-                    effects.push((**decided).clone());
-                }
-            }
+            let effects = results
+                .iter()
+                .filter_map(|result| match result {
+                    Committed::Queued(decided) => Some((**decided).clone()),
+                    Committed::Duplicate | Committed::Failed(_) => None,
+                })
+                .collect();
             (results, effects)
         }
         Err(e) => {
@@ -372,7 +365,7 @@ fn one(
 /// The delivery's body, in the same transaction as its turn: a row of the home's database (its
 /// only durable copy: the turn's runner writes the file from it before the command starts,
 /// [`crate::runner::payload::localised`]; spec/ingress.md "Group commit"), so an accept makes no
-/// inode. A home whose records are files gets the file itself, named in the turn's environment.
+/// inode.
 fn keep_payload(
     app: &App,
     tx: &mut RecordTx<'_>,
@@ -381,32 +374,15 @@ fn keep_payload(
     body: &[u8],
 ) -> Result<(), crate::fsutil::FileError> {
     let home = &app.home;
-    if app.serve_state.in_database() {
-        records::with_db_in(home, tx, Access::Write, None, |db| {
-            crate::queue::serve_tables::put_payload(db, &meta.id, &key.task, key.turn, body)
-                .map_err(|e| records::db_error(&records::database_name(home), e))
-        })?;
-    }
-    if !app.serve_state.in_database() || !records::in_database(home) {
-        let path = home.turn_dir(key).join(PAYLOAD_FILE);
-        crate::fsutil::publish_bytes(&path, body)?;
-        if let Some(mut turn) = crate::tasks::load_turn_in(home, tx, key)? {
-            turn.env.insert(
-                crate::runner::payload::PAYLOAD_VAR.into(),
-                path.into_os_string(),
-            );
-            crate::tasks::save_turn_in(home, tx, &turn)?;
-        }
-    }
-    Ok(())
+    records::with_db_in(home, tx, Access::Write, None, |db| {
+        crate::queue::serve_tables::put_payload(db, &meta.id, &key.task, key.turn, body)
+            .map_err(|e| records::db_error(&records::database_name(home), e))
+    })
 }
 
 /// Drops the kept payloads of turns that ended or are gone (at most [`PRUNE_MOST`]), in the
 /// batch's transaction `tx`.
 fn prune_payloads(app: &App, tx: &mut RecordTx<'_>) {
-    if !app.serve_state.in_database() {
-        return;
-    }
     let pruned = records::with_db_in(&app.home, tx, Access::Write, None, |db| {
         crate::queue::serve_tables::prune_payloads(db, PRUNE_MOST)
             .map_err(|e| records::db_error(&records::database_name(&app.home), e))
@@ -441,9 +417,6 @@ fn perform(app: &App, rt: &Runtime, decided: Vec<Decided>) {
 /// Rewrites the payload files of unfinished turns from their kept copies (a power loss may have
 /// lost an unsynced file); returns how many were rewritten.
 pub fn restore_payloads(app: &App) -> usize {
-    if !app.serve_state.in_database() {
-        return 0;
-    }
     let kept = records::with_db(&app.home, Access::Read, None, |db| {
         crate::queue::serve_tables::kept_payloads(db)
             .map_err(|e| records::db_error(&records::database_name(&app.home), e))

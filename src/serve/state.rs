@@ -242,13 +242,6 @@ impl ServeState {
         Ok((state, marks))
     }
 
-    /// Whether the marks live in the database (and so commit with their turns): always, since
-    /// no store keeps serve's state in files any more. Kept for the callers that still branch on
-    /// it (serve's accept); their other branch is never taken.
-    pub fn in_database(&self) -> bool {
-        true
-    }
-
     /// Inside the group commit's transaction: the stored marks of `keys` (the
     /// batch's identities and legacy identities), for the core's
     /// [`TableMarks`](crate::protocol::admission::TableMarks) to decide on.
@@ -301,14 +294,6 @@ impl ServeState {
         records::with_db_in(&self.home, tx, Access::Write, None, |conn| {
             serve_tables::savepoint(conn, statement).map_err(sql(&self.home))
         })
-    }
-
-    /// After the commit: nothing, since the mark committed with its turn (earlier versions
-    /// appended it to `serve/dedupe.jsonl` here). Kept for the caller that still calls it
-    /// (serve's accept).
-    pub fn mark_after_commit(&self, key: &str, now_millis: u64) -> Result<(), FileError> {
-        let _ = (key, now_millis);
-        Ok(())
     }
 
     /// Records a refusal durably (before the 503 is answered).

@@ -124,14 +124,6 @@ pub(crate) fn choice(home: &Home) -> (RecordHome, Duration) {
     (RecordHome::Sqlite, config.lock_timeout())
 }
 
-/// Whether `home`'s records are kept in its database: always, now that no store keeps them in
-/// files. Kept for the callers that still branch on it (serve's accept); their other branch is
-/// never taken.
-pub fn in_database(home: &Home) -> bool {
-    let _ = home;
-    true
-}
-
 /// Whether `home`'s records are in a PostgreSQL database: homes of a fleet, where a turn may run
 /// on a host whose home has no folder for it yet.
 pub fn in_postgres(home: &Home) -> bool {

@@ -37,7 +37,7 @@ pub(crate) mod tx;
 pub(crate) use access::{Access, TurnRow};
 pub(crate) use db::Db;
 pub(crate) use error::{db_error, DbError};
-pub use home::{database_name, in_database, in_postgres, register, RecordHome};
+pub use home::{database_name, in_postgres, register, RecordHome};
 pub(crate) use home::{share_side_store, share_sqlite, SideConnection, SqliteSlots};
 pub(crate) use postgres::{pg_import_records, PG_SCHEMA_V5};
 pub(crate) use sqlite::{open_home_database, put_task, put_turn, SCHEMA_V4};

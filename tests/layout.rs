@@ -147,6 +147,83 @@ fn the_top_level_modules_of_the_shell_form_no_import_cycle() {
     );
 }
 
+/// The functions of `text` longer than `limit` lines, as `(line, name, lines)`: a function
+/// starts at its `fn` line and ends at the first line that is its indentation and `}` (the code
+/// is rustfmt's). The file's `#[cfg(test)] mod tests` and everything after it are not read.
+fn long_functions(text: &str, limit: usize) -> Vec<(usize, String, usize)> {
+    let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+    let lines: Vec<&str> = code.lines().collect();
+    let mut found = Vec::new();
+    for (start, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        let Some(at) = trimmed.find("fn ") else {
+            continue;
+        };
+        let head = &trimmed[..at];
+        let is_fn = head
+            .split_whitespace()
+            .all(|w| w.starts_with("pub") || w == "const" || w == "unsafe" || w == "async");
+        if !is_fn || trimmed.ends_with(';') {
+            continue;
+        }
+        let indent = &line[..line.len() - trimmed.len()];
+        let close = format!("{indent}}}");
+        let Some(end) = lines[start..].iter().position(|l| *l == close) else {
+            continue;
+        };
+        let name: String = trimmed[at + 3..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if end + 1 > limit {
+            found.push((start + 1, name, end + 1));
+        }
+    }
+    found
+}
+
+/// The functions of the core, of the section runner and of the driver are at most 70 lines, so
+/// each reads as one decision (issue 26; tests and test modules aside).
+#[test]
+fn the_functions_of_the_core_the_section_runner_and_the_driver_are_at_most_70_lines() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<PathBuf> = rust_files(&manifest.join("core/src"))
+        .into_iter()
+        .filter(|f| !f.ends_with("tests.rs"))
+        .collect();
+    files.push(manifest.join("src/section.rs"));
+    files.push(manifest.join("src/driver.rs"));
+    let mut long = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("read a source file");
+        for (line, name, lines) in long_functions(&text, 70) {
+            long.push(format!("{}:{line} {name}: {lines} lines", file.display()));
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over 70 lines:\n{}",
+        long.join("\n")
+    );
+}
+
+/// The length scan measures a function from its `fn` line to its closing brace, and skips
+/// declarations and test modules.
+#[test]
+fn the_length_scan_measures_functions_and_skips_declarations_and_tests() {
+    let body = "    x();\n".repeat(3);
+    let text = format!(
+        "pub fn short() {{\n{body}}}\n\ntrait T {{\n    fn declared(&self);\n}}\n\n\
+         impl S {{\n    pub(crate) fn method(&self) {{\n    {body}    }}\n}}\n\n\
+         #[cfg(test)]\nmod tests {{\n    fn long() {{\n{body}{body}    }}\n}}\n"
+    );
+    assert_eq!(
+        long_functions(&text, 4),
+        vec![(1, "short".to_string(), 5), (12, "method".to_string(), 5)]
+    );
+    assert!(long_functions(&text, 5).is_empty());
+}
+
 /// The sibling files `line` names as `super::<name>` (and `use super::{a, b}`), besides
 /// comments: the imports between the files of one folder module.
 fn named_siblings(line: &str) -> Vec<String> {

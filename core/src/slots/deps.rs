@@ -273,34 +273,7 @@ pub fn depart(state: &mut QueueState, input: DepartInput<'_>) -> Result<Departur
     let cancelled = state.row(input.key).is_some_and(|r| r.cancel_requested);
     let due = retry_due(input.ended, input.retry).filter(|_| !cancelled);
     if let Some(plan) = due {
-        let key = input
-            .retry_key
-            .ok_or_else(|| SlotError::RetryKeyMissing {
-                key: input.key.clone(),
-            })?
-            .clone();
-        let ready_at_millis = input
-            .now_millis
-            .saturating_add(plan.delay_before_millis(plan.attempt));
-        // A repeated section (reconcile after a crash) finds the retry's row already there, maybe
-        // started: it is left as it is.
-        if let EnqueueOutcome::Enqueued { .. } = enqueue(state, &key, input.me, input.now_millis)? {
-            park(state, &key)?;
-            set_ready_at(state, &key, ready_at_millis)?;
-        }
-        for entry in state.entries.iter_mut() {
-            for dependency in entry.after.iter_mut() {
-                if &dependency.key == input.key {
-                    dependency.key = key.clone();
-                }
-            }
-        }
-        debug_assert!(state.row(&key).is_some(), "a due retry has its row");
-        departure.retry = Some(Requeued {
-            key,
-            plan,
-            ready_at_millis,
-        });
+        departure.retry = Some(requeue_retry(state, input, plan)?);
         return Ok(departure);
     }
     let mut leaving = vec![(input.key.clone(), input.ended)];
@@ -337,6 +310,44 @@ pub fn depart(state: &mut QueueState, input: DepartInput<'_>) -> Result<Departur
         "a settled dependent left the queue"
     );
     Ok(departure)
+}
+
+/// The retry `plan` of the leaving turn: its row (`input.retry_key`) enqueued and parked,
+/// startable after the backoff, and every row depending on the leaving turn depending on the
+/// retry instead (a dependency is on a task's attempt chain, not on one attempt).
+fn requeue_retry(
+    state: &mut QueueState,
+    input: DepartInput<'_>,
+    plan: RetryPlan,
+) -> Result<Requeued, SlotError> {
+    let key = input
+        .retry_key
+        .ok_or_else(|| SlotError::RetryKeyMissing {
+            key: input.key.clone(),
+        })?
+        .clone();
+    let ready_at_millis = input
+        .now_millis
+        .saturating_add(plan.delay_before_millis(plan.attempt));
+    // A repeated section (reconcile after a crash) finds the retry's row already there, maybe
+    // started: it is left as it is.
+    if let EnqueueOutcome::Enqueued { .. } = enqueue(state, &key, input.me, input.now_millis)? {
+        park(state, &key)?;
+        set_ready_at(state, &key, ready_at_millis)?;
+    }
+    for entry in state.entries.iter_mut() {
+        for dependency in entry.after.iter_mut() {
+            if &dependency.key == input.key {
+                dependency.key = key.clone();
+            }
+        }
+    }
+    debug_assert!(state.row(&key).is_some(), "a due retry has its row");
+    Ok(Requeued {
+        key,
+        plan,
+        ready_at_millis,
+    })
 }
 
 #[cfg(test)]

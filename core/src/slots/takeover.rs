@@ -74,6 +74,21 @@ pub fn take_over_reserved_slot(
         r.child = Some(me);
     }
     state.set_runner(key, me, false);
+    debug_assert_took_over(state, key, token, me, reserver_dead);
+    Ok(TakeOver::Running {
+        adopted_dead_parent: reserver_dead,
+    })
+}
+
+/// The postconditions of a take-over: the runner is the turn's recorded runner, and a live
+/// reserver's reservation stays, bound to the runner, until the reserver's second publish.
+fn debug_assert_took_over(
+    state: &QueueState,
+    key: &TurnKey,
+    token: SlotToken,
+    me: ProcessIdentity,
+    reserver_dead: bool,
+) {
     debug_assert!(
         state.runner(key).is_some_and(|r| r.identity == me),
         "a runner that took over is the turn's recorded runner"
@@ -86,9 +101,6 @@ pub fn take_over_reserved_slot(
                 .is_some_and(|r| r.token == token && r.child == Some(me)),
         "a live reserver's reservation stays, bound to the runner, until its second publish"
     );
-    Ok(TakeOver::Running {
-        adopted_dead_parent: reserver_dead,
-    })
 }
 
 /// The executor of `key` leaves the queue: its row and its runner record go in one publish.

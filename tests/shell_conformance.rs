@@ -697,7 +697,15 @@ struct Walk<S: Store> {
     path: Vec<String>,
     attached_runs: usize,
     pauses: usize,
+    _home: Kept,
+}
+
+/// What a walk's home keeps alive until the walk ends: its directory, and for the in-memory
+/// queue the home's database store, whose connection the record accesses outside any section
+/// reuse (as a command's accesses reuse its store's) instead of opening one each.
+struct Kept {
     _dir: tempfile::TempDir,
+    _records: Option<HomeStore>,
 }
 
 /// A walk's runtime on `kind`'s store in a new home with `cap` slots.
@@ -725,19 +733,26 @@ fn walk_on(kind: StoreKind, seed: u64) -> Box<dyn Walking> {
             // The store the binary builds for a home (it also says where its records are).
             let store = HomeStore::for_home(&home, &config);
             assert!(matches!(store, HomeStore::Database(_)), "a SQLite home");
+            let kept = Kept {
+                _dir: dir,
+                _records: None,
+            };
             Box::new(Walk::new(
-                kind, seed, rng, home, config, store, shared, mirror, dir,
+                kind, seed, rng, home, config, store, shared, mirror, kept,
             ))
         }
         StoreKind::Memory => {
-            tollgate::queue::records::register(
-                &home,
-                tollgate::queue::records::RecordHome::Sqlite,
-                config.lock_timeout(),
-            );
+            // Building the home's database store registers where its records are and lends its
+            // connection to the record accesses; the queue itself is the memory store's.
+            let records = HomeStore::for_home(&home, &config);
+            assert!(matches!(records, HomeStore::Database(_)), "a SQLite home");
             let store = MemoryStore::default();
+            let kept = Kept {
+                _dir: dir,
+                _records: Some(records),
+            };
             Box::new(Walk::new(
-                kind, seed, rng, home, config, store, shared, mirror, dir,
+                kind, seed, rng, home, config, store, shared, mirror, kept,
             ))
         }
     }
@@ -785,7 +800,7 @@ impl<S: Store> Walk<S> {
         store: S,
         shared: Shared,
         mirror: Mirror,
-        dir: tempfile::TempDir,
+        kept: Kept,
     ) -> Self {
         let rt = Runtime {
             home,
@@ -805,7 +820,7 @@ impl<S: Store> Walk<S> {
             path: Vec::new(),
             attached_runs: 0,
             pauses: 0,
-            _dir: dir,
+            _home: kept,
         }
     }
 

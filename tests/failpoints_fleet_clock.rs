@@ -15,7 +15,6 @@ mod common;
 use common::fleet::{home_on, json, ok, shared_url, tollgate_with, turn_view, wait_state};
 use common::postgres::{server, unique};
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 /// How far ahead the second host's clock runs: far past any lease's duration.
 const AHEAD_MILLIS: u64 = 3_600_000;
@@ -33,16 +32,6 @@ fn ahead(home: &Path, args: &[&str]) -> serde_json::Value {
     }
 }
 
-/// Opens the long turn's gate when the test ends, passed or not, so its command ends at once
-/// instead of at its own bound.
-struct OpenOnDrop(std::path::PathBuf);
-
-impl Drop for OpenOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::write(&self.0, b"");
-    }
-}
-
 #[test]
 fn a_host_whose_clock_runs_an_hour_ahead_neither_steals_nor_replaces_another_hosts_running_turn() {
     let Some(server) = server() else { return };
@@ -53,7 +42,7 @@ fn a_host_whose_clock_runs_an_hour_ahead_neither_steals_nor_replaces_another_hos
     let b = home_on(&tmp.path().join("b"), &url, &host_b, 1);
     let gate = tmp.path().join("go");
     let runs = tmp.path().join("runs");
-    let _open = OpenOnDrop(gate.clone());
+    let _open = common::OpenOnDrop(gate.clone());
 
     // A turn of a that runs until the test opens its gate (the command's own bounded wait), and
     // notes each start of it.
@@ -63,11 +52,7 @@ fn a_host_whose_clock_runs_an_hour_ahead_neither_steals_nor_replaces_another_hos
         g = gate.display()
     );
     ok(&a, &["submit", "--task", "long", "--", "sh", "-c", &long]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !runs.exists() {
-        assert!(Instant::now() < deadline, "the long turn never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::wait_until("the long turn to start", || runs.exists());
 
     // b, an hour ahead, submits a turn of its own and reconciles: its clock is in effect (its
     // record says so), yet a's runner is live to it and keeps the one slot.

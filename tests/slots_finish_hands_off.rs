@@ -5,18 +5,7 @@
 //! parked turn itself and so hide a finish that handed nothing off.
 mod common;
 
-use common::{describe, tollgate};
-use std::path::Path;
-use std::time::{Duration, Instant};
-
-/// Waits (a bounded poll of the file system only) until `path` exists.
-fn wait_for_file(path: &Path, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !path.exists() {
-        assert!(Instant::now() < deadline, "{what} within 30 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+use common::{describe, tollgate, wait_until};
 
 #[test]
 fn a_finishing_runner_starts_the_next_parked_turn_with_no_other_command() {
@@ -27,6 +16,7 @@ fn a_finishing_runner_starts_the_next_parked_turn_with_no_other_command() {
         tmp.path().join("first"),
         tmp.path().join("second"),
     );
+    let _open = common::OpenOnDrop(gate.clone());
     let long = format!(
         ": > {f}; i=0; while [ ! -e {g} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done",
         f = first.display(),
@@ -34,7 +24,7 @@ fn a_finishing_runner_starts_the_next_parked_turn_with_no_other_command() {
     );
     let out = tollgate(&home, &["submit", "--task", "one", "--", "sh", "-c", &long]);
     assert!(out.status.success(), "{}", describe(&out));
-    wait_for_file(&first, "the first turn started");
+    wait_until("the first turn to start", || first.exists());
     // The one slot is taken: the second turn is queued behind it.
     let touch = format!(": > {}", second.display());
     let out = tollgate(
@@ -50,7 +40,9 @@ fn a_finishing_runner_starts_the_next_parked_turn_with_no_other_command() {
     assert!(!second.exists(), "the second turn waits for the slot");
     // The first ends; its runner starts the second, and nothing else runs.
     std::fs::write(&gate, b"").expect("open the gate");
-    wait_for_file(&second, "the finishing runner started the queued turn");
+    wait_until("the finishing runner to start the queued turn", || {
+        second.exists()
+    });
     let out = tollgate(&home, &["wait", "two"]);
     assert!(out.status.success(), "{}", describe(&out));
 }

@@ -4,7 +4,6 @@
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 /// `tollgate --home <home> <args>` with `FAILPOINTS=<failpoints>` (or none), stdin closed.
 pub fn tollgate(home: &Path, failpoints: Option<&str>, args: &[&str]) -> Output {
@@ -35,14 +34,7 @@ pub fn status(home: &Path) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("status json")
 }
 
-/// Polls `ready` every 5 ms for at most 20 s.
-pub fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
-    let until = Instant::now() + Duration::from_secs(20);
-    while !ready() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
+pub use super::wait_until;
 
 /// The record of `key` in `home` once it has an outcome (waited for as [`wait_until`] does).
 pub fn settled(

@@ -163,3 +163,25 @@ pub fn memory_temp_dir() -> tempfile::TempDir {
     };
     dir.expect("temp dir")
 }
+
+/// Polls `ready` (observable state: a file, a record) every 5 ms for at most 20 s.
+pub fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !ready() {
+        assert!(
+            std::time::Instant::now() < until,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// Creates the file a test's long command waits for (its gate) when the test ends, passed or
+/// not, so the command ends at once instead of at its own bound.
+pub struct OpenOnDrop(pub std::path::PathBuf);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.0, b"");
+    }
+}

@@ -39,68 +39,86 @@ impl HomeStore {
                 config.store.clone(),
             ),
         };
-        // The records follow the queue into its database (spec/store.md, "Records"); a
-        // PostgreSQL home registers its own below.
+        // The records follow the queue into its database (spec/store.md, "Records"). The
+        // choice is registered once, when it is made: another thread's record access must never
+        // see a PostgreSQL home as a SQLite one, not even for an instant (it would open, or
+        // refuse as lost, a `tollgate.db` the home never had).
+        if let Some(url) = store.filter(|s| s != "sqlite") {
+            let built = Self::postgres_for_home(home, config, setting, &url);
+            if let HomeStore::Misconfigured { setting, detail } = &built {
+                super::records::register(
+                    home,
+                    super::records::RecordHome::Misconfigured {
+                        setting: setting.clone(),
+                        detail: detail.clone(),
+                    },
+                    config.lock_timeout(),
+                );
+            }
+            return built;
+        }
         super::records::register(
             home,
             super::records::RecordHome::Sqlite,
             config.lock_timeout(),
         );
-        if let Some(url) = store.filter(|s| s != "sqlite") {
-            return match PostgresUrl::parse(&url) {
-                // A `host` setting says this home is one of a fleet, whose homes must name one
-                // queue: without `?queue=` each would get its own (named by its path) and the
-                // fleet would split silently (spec/fleet.md, "One queue per fleet").
-                Ok(url) if url.queue.is_none() && config.host.is_some() => {
-                    HomeStore::Misconfigured {
-                        setting,
-                        detail: format!(
-                            "`host` names this machine in a fleet, but the store URL names no \
-                             queue, so this home would get a queue of its own (named by its \
-                             path) instead of sharing the fleet's; add `?queue=NAME` (the same \
-                             on every host of the fleet) to it, e.g. `{}?queue=fleet`, or remove \
-                             `host` for a home of its own",
-                            url.redacted
-                        ),
-                    }
-                }
-                Ok(url) => {
-                    // Each home its own queue unless the URL names one (the records are in the
-                    // queue's tables, so homes naming one queue share them). The canonical path, so `--home h`, `--home ./h` and `--home /abs/h` are
-                    // one queue (the home exists by the time a command uses its store).
-                    let queue = url.queue.clone().unwrap_or_else(|| {
-                        std::fs::canonicalize(home.root())
-                            .or_else(|_| std::path::absolute(home.root()))
-                            .unwrap_or_else(|_| home.root().to_path_buf())
-                            .display()
-                            .to_string()
-                    });
-                    super::records::register(
-                        home,
-                        super::records::RecordHome::Postgres {
-                            url: url.clone(),
-                            queue: queue.clone(),
-                            durability: config.durability,
-                        },
-                        config.lock_timeout(),
-                    );
-                    let store =
-                        PostgresStore::new(url, queue, config.lock_timeout(), config.durability)
-                            .for_home(home.clone());
-                    // Every section sees the fleet's leases (spec/fleet.md).
-                    match context_for(config) {
-                        Ok(fleet) => HomeStore::Postgres(Box::new(store.with_fleet(fleet))),
-                        Err(detail) => HomeStore::Misconfigured { setting, detail },
-                    }
-                }
-                Err(detail) => HomeStore::Misconfigured { setting, detail },
-            };
-        }
         HomeStore::Database(SqliteStore::new(
             home.clone(),
             config.lock_timeout(),
             config.durability,
         ))
+    }
+
+    /// The PostgreSQL store `url` names for `home` (registering its records' choice), or why
+    /// the setting is refused.
+    fn postgres_for_home(home: &Home, config: &Config, setting: String, url: &str) -> HomeStore {
+        let url = match PostgresUrl::parse(url) {
+            Ok(url) => url,
+            Err(detail) => return HomeStore::Misconfigured { setting, detail },
+        };
+        // A `host` setting says this home is one of a fleet, whose homes must name one queue:
+        // without `?queue=` each would get its own (named by its path) and the fleet would split
+        // silently (spec/fleet.md, "One queue per fleet").
+        if url.queue.is_none() && config.host.is_some() {
+            return HomeStore::Misconfigured {
+                setting,
+                detail: format!(
+                    "`host` names this machine in a fleet, but the store URL names no queue, so \
+                     this home would get a queue of its own (named by its path) instead of \
+                     sharing the fleet's; add `?queue=NAME` (the same on every host of the \
+                     fleet) to it, e.g. `{}?queue=fleet`, or remove `host` for a home of its own",
+                    url.redacted
+                ),
+            };
+        }
+        // Every section sees the fleet's leases (spec/fleet.md).
+        let fleet = match context_for(config) {
+            Ok(fleet) => fleet,
+            Err(detail) => return HomeStore::Misconfigured { setting, detail },
+        };
+        // Each home its own queue unless the URL names one (the records are in the queue's
+        // tables, so homes naming one queue share them). The canonical path, so `--home h`,
+        // `--home ./h` and `--home /abs/h` are one queue (the home exists by the time a command
+        // uses its store).
+        let queue = url.queue.clone().unwrap_or_else(|| {
+            std::fs::canonicalize(home.root())
+                .or_else(|_| std::path::absolute(home.root()))
+                .unwrap_or_else(|_| home.root().to_path_buf())
+                .display()
+                .to_string()
+        });
+        super::records::register(
+            home,
+            super::records::RecordHome::Postgres {
+                url: url.clone(),
+                queue: queue.clone(),
+                durability: config.durability,
+            },
+            config.lock_timeout(),
+        );
+        let store = PostgresStore::new(url, queue, config.lock_timeout(), config.durability)
+            .for_home(home.clone());
+        HomeStore::Postgres(Box::new(store.with_fleet(fleet)))
     }
 
     /// [`Store::load`], callable without importing the trait.

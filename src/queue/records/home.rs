@@ -76,6 +76,9 @@ pub enum RecordHome {
         queue: String,
         durability: crate::config::Durability,
     },
+    /// A home whose store setting (or config) is refused: every record access fails naming
+    /// `setting`, and none falls back to a `tollgate.db` the home may never have had.
+    Misconfigured { setting: String, detail: String },
 }
 
 /// `(home root, where its records are, lock_timeout)` as the homes' stores were built.
@@ -108,20 +111,21 @@ pub(crate) fn choice(home: &Home) -> (RecordHome, Duration) {
     if let Some(found) = registered(home) {
         return found;
     }
-    let config = crate::config::Config::load(&home.config_path())
-        .ok()
-        .flatten()
-        .unwrap_or_default();
-    let env = std::env::var(crate::queue::STORE_ENV).ok();
-    let store = env.filter(|v| !v.is_empty()).or(config.store.clone());
-    if store.as_deref().is_some_and(PostgresUrl::is_postgres) {
-        // Building the store registers its choice.
-        let _ = crate::queue::HomeStore::for_home(home, &config);
-        if let Some(found) = registered(home) {
-            return found;
+    let config = match crate::config::Config::load(&home.config_path()) {
+        Ok(config) => config.unwrap_or_default(),
+        // Not guessed: a PostgreSQL home read as a SQLite one would open (or refuse as lost) a
+        // `tollgate.db` it never had.
+        Err(e) => {
+            let refused = RecordHome::Misconfigured {
+                setting: home.config_path().display().to_string(),
+                detail: e.to_string(),
+            };
+            return (refused, crate::config::Config::default().lock_timeout());
         }
-    }
-    (RecordHome::Sqlite, config.lock_timeout())
+    };
+    // Building the store registers its choice (the database's, or the setting's refusal).
+    let _ = crate::queue::HomeStore::for_home(home, &config);
+    registered(home).unwrap_or((RecordHome::Sqlite, config.lock_timeout()))
 }
 
 /// Whether `home`'s records are in a PostgreSQL database: homes of a fleet, where a turn may run
@@ -138,6 +142,7 @@ pub fn database_name(home: &Home) -> PathBuf {
             PathBuf::from(format!("{} (queue {queue:?})", url.redacted))
         }
         RecordHome::Sqlite => home.db_path(),
+        RecordHome::Misconfigured { setting, .. } => PathBuf::from(setting),
     }
 }
 
@@ -187,4 +192,82 @@ pub(crate) fn share_side_store(key: PgKey, store: std::sync::Arc<PostgresStore>)
         sides.remove(0);
     }
     sides.push((key, store));
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::home::Home;
+
+    /// A home whose store setting is refused (here a fleet host whose URL names no queue) has
+    /// its record accesses refused naming the setting: none opens, creates or refuses as lost a
+    /// `tollgate.db` the home never had.
+    #[test]
+    fn a_refused_store_setting_refuses_record_accesses_and_creates_no_database() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = Home::at(dir.path());
+        std::fs::write(
+            home.config_path(),
+            "store = \"postgres://nobody@127.0.0.1:1/none\"\nhost = \"a\"\n",
+        )
+        .expect("config");
+        let err = crate::tasks::load_task(&home, "job").expect_err("refused");
+        let message = err.to_string();
+        assert!(message.contains("tollgate.toml"), "{message}");
+        assert!(message.contains("?queue="), "{message}");
+        assert!(!home.db_path().exists(), "no tollgate.db was created");
+    }
+
+    /// A config that does not parse is not read as "no store setting": the record access is
+    /// refused naming the file, and no `tollgate.db` appears.
+    #[test]
+    fn an_unreadable_config_refuses_record_accesses_and_creates_no_database() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = Home::at(dir.path());
+        std::fs::write(home.config_path(), "store = [\n").expect("config");
+        let err = crate::tasks::load_task(&home, "job").expect_err("refused");
+        assert!(err.to_string().contains("tollgate.toml"), "{err}");
+        assert!(!home.db_path().exists(), "no tollgate.db was created");
+    }
+
+    /// While a thread builds a PostgreSQL home's store again and again (serve builds one per
+    /// batch), another thread's record accesses always see the home as PostgreSQL: the choice is
+    /// registered once, never first as SQLite (CI once saw a restarted serve refuse its home as a
+    /// lost `tollgate.db` through that instant).
+    #[test]
+    fn a_postgres_home_is_never_seen_as_sqlite_while_its_store_is_built() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = Home::at(dir.path());
+        std::fs::write(
+            home.config_path(),
+            "store = \"postgres://nobody@127.0.0.1:1/none?queue=q\"\n",
+        )
+        .expect("config");
+        let config = crate::config::Config::load(&home.config_path())
+            .expect("config")
+            .unwrap_or_default();
+        let _ = crate::queue::HomeStore::for_home(&home, &config);
+        const BUILDS: usize = 20_000;
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let seen_sqlite = std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                let mut seen = 0usize;
+                while !done.load(std::sync::atomic::Ordering::Acquire) {
+                    if !super::in_postgres(&home) {
+                        seen += 1;
+                    }
+                }
+                seen
+            });
+            for _ in 0..BUILDS {
+                let _ = crate::queue::HomeStore::for_home(&home, &config);
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+            reader.join().expect("reader")
+        });
+        assert_eq!(
+            seen_sqlite, 0,
+            "reads that saw the PostgreSQL home as SQLite"
+        );
+        assert!(!home.db_path().exists());
+    }
 }

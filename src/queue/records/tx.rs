@@ -275,6 +275,10 @@ pub(crate) fn with_db_in<T>(
                 f(&mut Db::Postgres(conn, queue))
             })
         }
+        (RecordHome::Misconfigured { setting, detail }, _) => Err(FileError::Refused {
+            path: PathBuf::from(setting),
+            detail: format!("the home's store is refused ({detail})"),
+        }),
         (RecordHome::Sqlite, timeout) => {
             if let Some(LentRef::Sqlite(lent)) = &mut tx.lent {
                 if lent.db == home.db_path() {

@@ -22,10 +22,19 @@ use std::io::Write as _;
 /// concurrent submit may take the id the name came from once more.
 pub const MAX_PART_RUNS: usize = 3;
 
+/// The most times one section runs again because the store refused one of its write groups
+/// (each refusal fails one group: serve's batches hold at most this many deliveries).
+pub const MAX_GROUP_RERUNS: usize = crate::protocol::slots::sections::MAX_BATCH_DELIVERIES;
+
 /// Why one run of a section published nothing.
 enum Stop {
     /// The step needs more of the queue than the part: run again on what this names.
     Widen(Reads),
+    /// The store refused write group `.0` of the step ([`Writes::groups`]): rolled back, the
+    /// section runs again without it.
+    ///
+    /// [`Writes::groups`]: crate::protocol::section::Writes::groups
+    Group(usize, DispatchError),
     Failed(DispatchError),
 }
 
@@ -94,9 +103,14 @@ fn run_deciding<L: Liveness, S: Store, X: Section>(
     decided: Option<&Keep<X::Effect>>,
 ) -> Result<X::Effect, DispatchError> {
     let mut reads = section.reads();
+    // The section as told of its refused write groups (`None`: as given).
+    let mut told: Option<X> = None;
+    let mut group_reruns = 0;
     // At most MAX_PART_RUNS runs on parts, then one on the whole queue, which never widens.
-    for runs in 0..=MAX_PART_RUNS {
-        match run_reading(rt, section, &reads, decided) {
+    let mut runs = 0;
+    while runs <= MAX_PART_RUNS {
+        let current = told.as_ref().unwrap_or(section);
+        match run_reading(rt, current, &reads, decided) {
             Ok((effect, warnings)) => {
                 for warning in warnings {
                     // Best effort: an operator's line, after the commit that caused it.
@@ -105,14 +119,27 @@ fn run_deciding<L: Liveness, S: Store, X: Section>(
                 return Ok(effect);
             }
             Err(Stop::Failed(e)) => return Err(e),
+            Err(Stop::Group(group, e)) => {
+                group_reruns += 1;
+                match current.without_group(group, e.to_string()) {
+                    Some(next) if group_reruns <= MAX_GROUP_RERUNS => told = Some(next),
+                    _ => return Err(e),
+                }
+            }
             Err(Stop::Widen(_)) if reads == Reads::Everything => {
                 return Err(DispatchError::io(
                     "section",
                     std::io::Error::other("a step on the whole queue asked to read more of it"),
                 ))
             }
-            Err(Stop::Widen(next)) if runs + 1 < MAX_PART_RUNS => reads = next,
-            Err(Stop::Widen(_)) => reads = Reads::Everything,
+            Err(Stop::Widen(next)) => {
+                reads = if runs + 1 < MAX_PART_RUNS {
+                    next
+                } else {
+                    Reads::Everything
+                };
+                runs += 1;
+            }
         }
     }
     Err(DispatchError::io(
@@ -136,14 +163,19 @@ fn run_reading<L: Liveness, S: Store, X: Section>(
                 loaded,
                 &rt.liveness,
                 fleet.as_ref(),
-                |need, records| crate::tasks::read_records(&rt.home, tx, need, records),
+                |need, records| {
+                    crate::tasks::read_records(&rt.home, tx, need, records)
+                        .map_err(|e| (need.group, e))
+                },
             );
             let (attempt, step) = match decision {
                 Ok(decision) => decision,
                 Err(Undecided::Widen(next)) => return Err(Stop::Widen(next)),
                 Err(Undecided::Refused(e)) => return Err(Stop::Failed(refusal(&rt.home, e))),
                 Err(Undecided::Fleet(e)) => return Err(Stop::Failed(e.into())),
-                Err(Undecided::Read(e)) => return Err(Stop::Failed(e.into())),
+                // A read a write group's decision asked for fails that group alone.
+                Err(Undecided::Read((Some(group), e))) => return Err(Stop::Group(group, e.into())),
+                Err(Undecided::Read((None, e))) => return Err(Stop::Failed(e.into())),
                 Err(Undecided::TooManyReads) => {
                     return Err(Stop::Failed(DispatchError::io(
                         "section",
@@ -153,8 +185,7 @@ fn run_reading<L: Liveness, S: Store, X: Section>(
                     )))
                 }
             };
-            crate::tasks::apply_writes(&rt.home, tx, &step.writes)
-                .map_err(|e| Stop::Failed(e.into()))?;
+            apply(&rt.home, tx, &step.writes)?;
             if let (Some(leases), Some(view)) = (step.writes.leases, fleet.as_mut()) {
                 view.leases = leases;
             }
@@ -164,6 +195,21 @@ fn run_reading<L: Liveness, S: Store, X: Section>(
             }
             Ok((step.effect, step.writes.warnings))
         })
+}
+
+/// Applies a step's writes in `tx`: its own, then each write group in order (a refused one stops
+/// here, naming it), then the tables' upkeep.
+fn apply(
+    home: &crate::home::Home,
+    tx: &mut crate::queue::RecordTx<'_>,
+    writes: &crate::protocol::section::Writes,
+) -> Result<(), Stop> {
+    crate::tasks::apply_writes(home, tx, writes).map_err(|e| Stop::Failed(e.into()))?;
+    for (group, own) in writes.groups.iter().enumerate() {
+        debug_assert!(own.groups.is_empty(), "write groups do not nest");
+        crate::tasks::apply_writes(home, tx, own).map_err(|e| Stop::Group(group, e.into()))?;
+    }
+    crate::queue::serve_writes::upkeep(home, tx, writes).map_err(|e| Stop::Failed(e.into()))
 }
 
 /// A step's refusal as the shell reports it: one about a record names where that record lives

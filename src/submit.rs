@@ -114,7 +114,7 @@ pub fn fresh_task_name() -> String {
 
 /// Checks a request before the lock; returns its task name, `None` when the turn gets a fresh
 /// task (named under the lock by [`tasks::fresh_task_for`]).
-fn check_request(request: &SubmitRequest) -> Result<Option<String>, DispatchError> {
+pub(crate) fn check_request(request: &SubmitRequest) -> Result<Option<String>, DispatchError> {
     let task = request.task.clone();
     if let Some(task) = &task {
         validate_task_name(task)?;

@@ -590,12 +590,16 @@ pub fn read_records(
         numbers.extend(dir_turns(home, task)?);
         records.put_numbers(task.clone(), numbers);
     }
+    if !need.marks.is_empty() {
+        crate::queue::serve_writes::read_marks(home, tx, &need.marks, records)?;
+    }
     Ok(())
 }
 
 /// Applies a step's record writes in the core's order ([`Writes::in_order`]: the task records, then
-/// the turn records by key; a new turn refused where its place holds one), in `tx`: a section's
-/// writes commit with its queue change, or not at all.
+/// the turn records by key; a new turn refused where its place holds one), then its dedupe marks
+/// and kept payloads, in `tx`: a section's writes commit with its queue change, or not at all.
+/// Not its groups nor the tables' upkeep: the section runner applies those after.
 ///
 /// [`Writes::in_order`]: crate::protocol::section::Writes::in_order
 pub fn apply_writes(
@@ -612,5 +616,5 @@ pub fn apply_writes(
             RecordWrite::RemoveTask(name) => remove_task_in(home, tx, name)?,
         }
     }
-    Ok(())
+    crate::queue::serve_writes::apply(home, tx, writes)
 }

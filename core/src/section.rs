@@ -13,6 +13,7 @@
 //! [`decide`] is that call-read-call loop, shared by the shell's runner and the models, each with
 //! its own way to read a record.
 
+use crate::admission::{EventIdentity, MarkWrite, StoredMark};
 use crate::fleet::{FleetError, FleetView, LeaseTable};
 use crate::records::{TaskRecord, TurnRecord};
 use crate::slots::steps::{Loaded, Reads};
@@ -62,6 +63,23 @@ pub trait Section {
         part: &mut QueueState,
         view: &View<'_, L>,
     ) -> Result<Step<Self::Effect>, Halt>;
+
+    /// The most rounds of record reads this section's step may take ([`MAX_READ_ROUNDS`]; a
+    /// section composing several steps, each reading in turn, more).
+    fn max_read_rounds(&self) -> usize {
+        MAX_READ_ROUNDS
+    }
+
+    /// The section to run again when the store refused its step's write group `group`
+    /// ([`Writes::groups`]) with `error`: `None` (the default, a section without groups) makes
+    /// the refusal the section's error.
+    fn without_group(&self, group: usize, error: String) -> Option<Self>
+    where
+        Self: Sized,
+    {
+        let _ = (group, error);
+        None
+    }
 }
 
 /// Why [`decide`] returned no decision; the section publishes nothing.
@@ -91,7 +109,7 @@ pub fn decide<X: Section, L: Liveness, E>(
     mut read: impl FnMut(&Need, &mut Records) -> Result<(), E>,
 ) -> Result<(QueueState, Step<X::Effect>), Undecided<E>> {
     let mut records = Records::default();
-    for _ in 0..MAX_READ_ROUNDS {
+    for _ in 0..section.max_read_rounds() {
         let mut attempt = part.clone();
         let view = View {
             loaded,
@@ -135,11 +153,21 @@ pub struct Need {
     pub tasks: BTreeSet<String>,
     /// Tasks whose recorded turn numbers are asked for.
     pub numbers: BTreeSet<String>,
+    /// Identities whose dedupe marks (serve's mark table) are asked for.
+    pub marks: BTreeSet<EventIdentity>,
+    /// The write group whose decision asked (a batch's delivery, [`Writes::groups`]): a read that
+    /// fails fails that group alone, and the section runs again without it
+    /// ([`Section::without_group`]). `None`: the section's own read, whose failure is the
+    /// section's.
+    pub group: Option<usize>,
 }
 
 impl Need {
     pub fn is_empty(&self) -> bool {
-        self.turns.is_empty() && self.tasks.is_empty() && self.numbers.is_empty()
+        self.turns.is_empty()
+            && self.tasks.is_empty()
+            && self.numbers.is_empty()
+            && self.marks.is_empty()
     }
 
     /// Adds what `other` needs.
@@ -147,6 +175,8 @@ impl Need {
         self.turns.extend(other.turns);
         self.tasks.extend(other.tasks);
         self.numbers.extend(other.numbers);
+        self.marks.extend(other.marks);
+        self.group = self.group.or(other.group);
     }
 }
 
@@ -197,6 +227,8 @@ pub struct Records {
     /// one, left by a removal cut short: its name is not free for a generated task).
     task_dirs: BTreeMap<String, bool>,
     numbers: BTreeMap<String, Vec<u32>>,
+    /// Of each identity read: when its stored mark expires (`None`: no mark is stored).
+    marks: BTreeMap<EventIdentity, Option<u64>>,
 }
 
 impl Records {
@@ -221,6 +253,13 @@ impl Records {
                 .filter(|t| !self.numbers.contains_key(*t))
                 .cloned()
                 .collect(),
+            marks: need
+                .marks
+                .iter()
+                .filter(|m| !self.marks.contains_key(*m))
+                .cloned()
+                .collect(),
+            group: need.group,
         }
     }
 
@@ -301,6 +340,71 @@ impl Records {
         numbers.dedup();
         self.numbers.insert(task, numbers);
     }
+
+    /// The stored marks of `identities` (those that have one), or the [`Unread`] asking for the
+    /// identities not read yet.
+    pub fn marks<'i>(
+        &self,
+        identities: impl IntoIterator<Item = &'i EventIdentity>,
+    ) -> Result<Vec<StoredMark>, Unread> {
+        let mut found = Vec::new();
+        let mut missing = BTreeSet::new();
+        for identity in identities {
+            match self.marks.get(identity) {
+                Some(Some(expires_at_millis)) => found.push(StoredMark {
+                    identity: identity.clone(),
+                    expires_at_millis: *expires_at_millis,
+                }),
+                Some(None) => {}
+                None => {
+                    missing.insert(identity.clone());
+                }
+            }
+        }
+        if missing.is_empty() {
+            Ok(found)
+        } else {
+            Err(Unread::Records(Need {
+                marks: missing,
+                ..Need::default()
+            }))
+        }
+    }
+
+    /// Takes in what the store holds of `identity`'s mark: when it expires, or `None` for none.
+    pub fn put_mark(&mut self, identity: EventIdentity, expires_at_millis: Option<u64>) {
+        self.marks.insert(identity, expires_at_millis);
+    }
+
+    /// Takes in the record writes of a step composed before the next one (a batch's earlier
+    /// delivery), so the next sees them as if read: the records written, the turn numbers they
+    /// use, the removals as free places.
+    pub fn take_in(&mut self, writes: &Writes) {
+        for (key, write) in &writes.turns {
+            if let Some(numbers) = self.numbers.get_mut(&key.task) {
+                if let Err(at) = numbers.binary_search(&key.turn) {
+                    numbers.insert(at, key.turn);
+                }
+            }
+            self.turns.insert(
+                key.clone(),
+                TurnSlot::Record(Box::new(write.record.clone())),
+            );
+        }
+        for (name, record) in &writes.tasks {
+            let dir = self.task_dirs.get(name).copied().unwrap_or(false);
+            self.put_task(name.clone(), Some(record.clone()), dir);
+        }
+        for key in &writes.removed_turns {
+            self.turns.insert(key.clone(), TurnSlot::Free);
+        }
+        for name in &writes.removed_tasks {
+            self.put_task(name.clone(), None, false);
+        }
+        for mark in &writes.marks {
+            self.put_mark(mark.identity.clone(), Some(mark.expires_at_millis));
+        }
+    }
 }
 
 /// A turn record a step writes.
@@ -327,6 +431,29 @@ pub struct Writes {
     pub removed_turns: BTreeSet<TurnKey>,
     /// Tasks removed with their folders (`clean`), after their turns.
     pub removed_tasks: BTreeSet<String>,
+    /// Dedupe marks written to serve's mark table (a plain insert: a live row there refuses the
+    /// write, never overwritten).
+    pub marks: Vec<MarkWrite>,
+    /// Delivery payloads kept with their turns (serve's payload table).
+    pub payloads: Vec<PayloadWrite>,
+    /// Whether the mark table is trimmed to its bound after the writes above.
+    pub trim_marks: bool,
+    /// Kept payloads of ended turns dropped, at most this many, after the writes above.
+    pub prune_payloads: Option<usize>,
+    /// Writes applied after the ones above, each group on its own: when the store refuses one
+    /// (a full disk, a value the database refuses), the transaction is rolled back and the section
+    /// runs again told that group failed ([`Section::without_group`]), so one group's error never
+    /// fails the others. Empty for every section but serve's group commit (one per delivery).
+    pub groups: Vec<Writes>,
+}
+
+/// A delivery's payload kept in the same transaction as its turn.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PayloadWrite {
+    /// The delivery's id.
+    pub delivery: String,
+    pub key: TurnKey,
+    pub body: Vec<u8>,
 }
 
 impl Writes {
@@ -336,12 +463,18 @@ impl Writes {
             && self.leases.is_none()
             && self.removed_turns.is_empty()
             && self.removed_tasks.is_empty()
+            && self.marks.is_empty()
+            && self.payloads.is_empty()
+            && !self.trim_marks
+            && self.prune_payloads.is_none()
+            && self.groups.iter().all(Writes::is_empty)
     }
 
     /// Whether a write records a turn's outcome: the store syncs such a commit (an outcome is
     /// what `wait` reports and what reconcile trusts).
     pub fn records_an_outcome(&self) -> bool {
         self.turns.values().any(|w| w.record.is_settled())
+            || self.groups.iter().any(Writes::records_an_outcome)
     }
 
     /// The record writes in the order a store applies them, which is what a crash between two

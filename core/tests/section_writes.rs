@@ -178,6 +178,10 @@ fn a_merged_need_asks_for_what_both_needed() {
         turns: [TurnKey::new("b", 1)].into_iter().collect(),
         tasks: ["b".to_string()].into_iter().collect(),
         numbers: ["c".to_string()].into_iter().collect(),
+        marks: [tollgate_core::admission::EventIdentity("d".into())]
+            .into_iter()
+            .collect(),
+        group: Some(2),
     });
     assert_eq!(
         need.turns,
@@ -187,6 +191,8 @@ fn a_merged_need_asks_for_what_both_needed() {
     );
     assert_eq!(need.tasks, ["b".to_string()].into_iter().collect());
     assert_eq!(need.numbers, ["c".to_string()].into_iter().collect());
+    assert_eq!(need.marks.len(), 1);
+    assert_eq!(need.group, Some(2), "the group that asked is kept");
     let read = Records::default();
     assert_eq!(read.missing(&need), need);
 }

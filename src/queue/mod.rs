@@ -10,6 +10,7 @@ mod log_trim;
 mod postgres;
 pub mod records;
 pub mod serve_tables;
+pub mod serve_writes;
 mod sqlite;
 mod store;
 mod wal_dirsync;

@@ -352,8 +352,9 @@ pub(crate) fn marks_of(db: &mut Db<'_>, keys: &[&str]) -> Result<Vec<(String, u6
 }
 
 /// Writes the mark a core step decided on: drops `key`'s row expired at `marked_at_millis`, then
-/// inserts. A plain insert: the unique key fails it when a live mark is there (the caller's
-/// savepoint is rolled back), so a decision the table contradicts is never written over. Does not
+/// inserts. A plain insert: the unique key fails it when a live mark is there (the delivery's
+/// write group is refused and the batch runs again without it), so a decision the table
+/// contradicts is never written over. Does not
 /// trim: the caller's transaction ends with [`trim_marks`] (one count of the table per group
 /// commit), so every commit keeps the table within [`MAX_DEDUPE_ENTRIES`].
 ///
@@ -717,14 +718,4 @@ pub(crate) fn payload_of(
         .next()
         .and_then(|row| row.into_iter().next())
         .map(Val::bytes))
-}
-
-/// Runs `sql` (a `SAVEPOINT`, `RELEASE` or `ROLLBACK TO`, the same in both dialects): one
-/// delivery of a group commit.
-#[cfg(feature = "serve")]
-pub(crate) fn savepoint(db: &mut Db<'_>, sql: &str) -> Result<(), DbError> {
-    match db {
-        Db::Sqlite(c) => Ok(c.execute_batch(sql)?),
-        Db::Postgres(c, _) => Ok(c.batch_execute(sql)?),
-    }
 }

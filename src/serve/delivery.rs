@@ -5,7 +5,7 @@
 
 use super::settings::Route;
 use crate::group_commit::{self, Committer, Worker};
-use crate::protocol::admission::{DedupeKeys, EventIdentity};
+use crate::protocol::admission::EventIdentity;
 use crate::submit::{Decided, SubmitRequest};
 use crate::tasks::DeliveryMeta;
 use serde_json::json;
@@ -93,14 +93,6 @@ impl Pending {
             body,
             identity,
             now_millis,
-        }
-    }
-
-    /// The identities the delivery is deduplicated on.
-    pub(super) fn keys(&self) -> DedupeKeys<'_> {
-        DedupeKeys {
-            identity: &self.identity,
-            legacy: Some(&self.legacy),
         }
     }
 }

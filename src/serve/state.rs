@@ -16,10 +16,8 @@ use super::refused::{load_refused, RefusedDelivery};
 use super::settings::ServePaths;
 use crate::fsutil::{self, FileError};
 use crate::home::Home;
-use crate::protocol::admission::{EventIdentity, MarkWrite, StoredMark};
 use crate::queue::records::{self, Access};
 use crate::queue::serve_tables;
-use crate::queue::RecordTx;
 use crate::tasks::DeliveryMeta;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -240,60 +238,6 @@ impl ServeState {
             })
             .collect();
         Ok((state, marks))
-    }
-
-    /// Inside the group commit's transaction: the stored marks of `keys` (the
-    /// batch's identities and legacy identities), for the core's
-    /// [`TableMarks`](crate::protocol::admission::TableMarks) to decide on.
-    pub fn marks_of(
-        &self,
-        tx: &mut RecordTx<'_>,
-        keys: &[&EventIdentity],
-    ) -> Result<Vec<StoredMark>, FileError> {
-        let texts: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
-        let rows = records::with_db_in(&self.home, tx, Access::Write, None, |conn| {
-            serve_tables::marks_of(conn, &texts).map_err(sql(&self.home))
-        })?;
-        Ok(rows
-            .into_iter()
-            .map(|(key, expires_at_millis)| StoredMark {
-                identity: EventIdentity(key),
-                expires_at_millis,
-            })
-            .collect())
-    }
-
-    /// Inside the group commit's transaction: writes the mark the core's step
-    /// returned, replacing its identity's expired row. The table's unique key is the
-    /// enforcement: a live row there fails the write (the delivery is rolled back), never
-    /// overwritten.
-    pub fn write_mark(&self, tx: &mut RecordTx<'_>, mark: &MarkWrite) -> Result<(), FileError> {
-        records::with_db_in(&self.home, tx, Access::Write, None, |conn| {
-            serve_tables::insert_mark(
-                conn,
-                &mark.identity.0,
-                mark.marked_at_millis,
-                mark.expires_at_millis,
-            )
-            .map_err(sql(&self.home))
-        })
-    }
-
-    /// Inside the group commit's transaction, after its marks: drops the oldest
-    /// marks beyond the bound, so the commit keeps it.
-    pub fn trim_marks(&self, tx: &mut RecordTx<'_>) -> Result<(), FileError> {
-        records::with_db_in(&self.home, tx, Access::Write, None, |conn| {
-            serve_tables::trim_marks(conn)
-                .map(|_| ())
-                .map_err(sql(&self.home))
-        })
-    }
-
-    /// A savepoint statement inside the group commit's transaction.
-    pub fn savepoint(&self, tx: &mut RecordTx<'_>, statement: &str) -> Result<(), FileError> {
-        records::with_db_in(&self.home, tx, Access::Write, None, |conn| {
-            serve_tables::savepoint(conn, statement).map_err(sql(&self.home))
-        })
     }
 
     /// Records a refusal durably (before the 503 is answered).

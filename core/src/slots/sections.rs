@@ -5,6 +5,7 @@
 //! changes), and returns a [`Step`](crate::section::Step): the record writes and the effect. The
 //! shell runs every one of them through its one section runner, and the models call them too.
 
+mod accept;
 mod attached;
 mod cancel;
 mod clean;
@@ -17,6 +18,7 @@ mod take_over;
 mod unrun;
 mod work;
 
+pub use accept::{accept_batch, AcceptBatch, Accepted, BatchDelivery, MAX_BATCH_DELIVERIES};
 pub use attached::{attached, Attached, AttachedSection, AttachedStart};
 pub use cancel::{cancel, CancelSection};
 pub use clean::{clean, CleanEffect, CleanScope, CleanSection, Cleaned};

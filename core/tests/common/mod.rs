@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
-use tollgate_core::admission::Strategy;
+use tollgate_core::admission::{EventIdentity, Strategy};
 use tollgate_core::fleet::{FleetView, HostId, Lease, LeaseTable, LeaseTiming};
 use tollgate_core::records::{TaskRecord, TurnRecord};
 use tollgate_core::section::{decide, Need, RecordWrite, Records, Section, TurnSlot, Undecided};
@@ -102,7 +102,7 @@ pub struct Ran<E> {
 }
 
 /// Why a section stayed undecided, with what each of its attempts loaded of the queue.
-pub type NotDecided = (Undecided<()>, Vec<Reads>);
+pub type NotDecided = (Undecided<Option<usize>>, Vec<Reads>);
 
 /// The most times a section is loaded: its part, the part a step can then name, the whole queue.
 const MAX_LOADS: usize = 3;
@@ -117,6 +117,15 @@ pub struct Home {
     /// Turn folders left without a record.
     pub leftover_turns: BTreeSet<TurnKey>,
     pub leases: LeaseTable,
+    /// serve's mark table: when each identity's mark expires.
+    pub marks: BTreeMap<EventIdentity, u64>,
+    /// serve's kept payloads, by delivery id.
+    pub payloads: BTreeMap<String, (TurnKey, Vec<u8>)>,
+    /// Delivery ids whose payload write the store refuses (a value the database refuses).
+    pub refused_payloads: BTreeSet<String>,
+    /// Tasks whose record cannot be read (corrupt): a read asking for one fails, naming the
+    /// write group that asked.
+    pub unreadable_tasks: BTreeSet<String>,
 }
 
 impl Home {
@@ -146,6 +155,9 @@ impl Home {
                 None => TurnSlot::Free,
             };
             records.put_turn(key.clone(), slot);
+        }
+        for identity in &need.marks {
+            records.put_mark(identity.clone(), self.marks.get(identity).copied());
         }
     }
 
@@ -186,8 +198,11 @@ impl Home {
                 fleet.as_ref(),
                 |need, into| {
                     rounds.push(need.clone());
+                    if need.tasks.iter().any(|t| self.unreadable_tasks.contains(t)) {
+                        return Err(need.group);
+                    }
                     self.read(need, into);
-                    Ok::<(), ()>(())
+                    Ok(())
                 },
             );
             match decided {
@@ -236,7 +251,67 @@ impl Home {
         ran
     }
 
-    /// Applies `writes` in the order a store does.
+    /// Decides `section` and applies its decision as the shell's runner does with write groups:
+    /// a group the store refuses ([`Home::refused_payloads`]) rolls everything back and the
+    /// section runs again told so ([`Section::without_group`]). The decision that committed, and
+    /// the groups refused on the way.
+    pub fn run_grouped<X: Section>(
+        &mut self,
+        section: X,
+        world: &World,
+    ) -> (Ran<X::Effect>, Vec<usize>) {
+        let mut section = section;
+        let mut refused = Vec::new();
+        loop {
+            let (queue, ran) = match self.decide(&section, world, None) {
+                Ok(decided) => decided,
+                Err((Undecided::Read(Some(group)), _)) => {
+                    refused.push(group);
+                    section = section
+                        .without_group(group, format!("group {group} unreadable"))
+                        .expect("an unreadable group runs again");
+                    continue;
+                }
+                Err((undecided, loads)) => {
+                    panic!("the section stayed undecided: {undecided:?} (loaded {loads:?})")
+                }
+            };
+            let mut after = self.clone();
+            after.queue = queue;
+            match after.try_apply(&ran.writes) {
+                Ok(()) => {
+                    *self = after;
+                    return (ran, refused);
+                }
+                Err(group) => {
+                    refused.push(group);
+                    section = section
+                        .without_group(group, format!("group {group} refused"))
+                        .expect("a refused group runs again");
+                }
+            }
+        }
+    }
+
+    /// Applies `writes` and then each group; `Err` names the first group refused (what was
+    /// applied is then the caller's to throw away).
+    fn try_apply(&mut self, writes: &Writes) -> Result<(), usize> {
+        self.apply(writes);
+        for (index, group) in writes.groups.iter().enumerate() {
+            if group
+                .payloads
+                .iter()
+                .any(|p| self.refused_payloads.contains(&p.delivery))
+            {
+                return Err(index);
+            }
+            self.apply(group);
+        }
+        Ok(())
+    }
+
+    /// Applies `writes` (not its groups) in the order a store does; a mark over a live one
+    /// fails the test (the table's unique key would refuse it).
     pub fn apply(&mut self, writes: &Writes) {
         for write in writes.in_order() {
             match write {
@@ -265,6 +340,22 @@ impl Home {
         }
         if let Some(leases) = &writes.leases {
             self.leases = leases.clone();
+        }
+        for mark in &writes.marks {
+            if let Some(expires) = self.marks.get(&mark.identity) {
+                assert!(
+                    *expires <= mark.marked_at_millis,
+                    "a mark written over a live one: {mark:?}"
+                );
+            }
+            self.marks
+                .insert(mark.identity.clone(), mark.expires_at_millis);
+        }
+        for payload in &writes.payloads {
+            self.payloads.insert(
+                payload.delivery.clone(),
+                (payload.key.clone(), payload.body.clone()),
+            );
         }
     }
 

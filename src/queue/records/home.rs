@@ -196,7 +196,17 @@ pub(crate) fn share_side_store(key: PgKey, store: std::sync::Arc<PostgresStore>)
 
 #[cfg(test)]
 mod tests {
+    use crate::fsutil::FileError;
     use crate::home::Home;
+
+    /// The record of task `job`, read as every record access outside a section reads it.
+    fn read_task(home: &Home) -> Result<Option<String>, FileError> {
+        let name = super::database_name(home);
+        super::super::with_db(home, super::super::Access::Read, None, |db| {
+            db.task_body("job")
+                .map_err(|e| super::super::db_error(&name, e))
+        })
+    }
 
     /// A home whose store setting is refused (here a fleet host whose URL names no queue) has
     /// its record accesses refused naming the setting: none opens, creates or refuses as lost a
@@ -210,7 +220,7 @@ mod tests {
             "store = \"postgres://nobody@127.0.0.1:1/none\"\nhost = \"a\"\n",
         )
         .expect("config");
-        let err = crate::tasks::load_task(&home, "job").expect_err("refused");
+        let err = read_task(&home).expect_err("refused");
         let message = err.to_string();
         assert!(message.contains("tollgate.toml"), "{message}");
         assert!(message.contains("?queue="), "{message}");
@@ -224,7 +234,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let home = Home::at(dir.path());
         std::fs::write(home.config_path(), "store = [\n").expect("config");
-        let err = crate::tasks::load_task(&home, "job").expect_err("refused");
+        let err = read_task(&home).expect_err("refused");
         assert!(err.to_string().contains("tollgate.toml"), "{err}");
         assert!(!home.db_path().exists(), "no tollgate.db was created");
     }

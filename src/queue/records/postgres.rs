@@ -19,9 +19,8 @@ use std::time::Duration;
 /// `COMMIT` message (spec/store.md, "PostgreSQL", "Round trips"). A read of a record the
 /// transaction wrote is served from what it wrote; a read of a set of records (names, turn
 /// numbers, the unfinished turns) first sends what is pending, and so does every statement that
-/// is not the record layer's (the serve tables' statements and savepoints run through
-/// [`PgConn::execute`], [`PgConn::query`], [`PgConn::batch_execute`], which also forget what was
-/// written: a `ROLLBACK TO` may undo it). So every statement sees the transaction's writes in
+/// is not the record layer's (the serve tables' statements run through [`PgConn::execute`] and
+/// [`PgConn::query`], which also forget what was written). So every statement sees the transaction's writes in
 /// the order they were made, as when each was sent at once.
 pub(crate) struct PgConn {
     pub(super) client: postgres::Client,
@@ -95,11 +94,6 @@ impl PgConn {
         params: &[&(dyn postgres::types::ToSql + Sync)],
     ) -> Result<Vec<postgres::Row>, postgres::Error> {
         self.before_foreign()?.query(sql, params)
-    }
-
-    #[cfg(feature = "serve")]
-    pub(crate) fn batch_execute(&mut self, sql: &str) -> Result<(), postgres::Error> {
-        self.before_foreign()?.batch_execute(sql)
     }
 
     /// Remembers a task record read in a write transaction: it holds the queue's lock, under

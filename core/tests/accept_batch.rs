@@ -252,3 +252,13 @@ fn the_batch_reads_every_deliverys_task() {
         .collect();
     assert!(named.contains(&"t") && named.contains(&"u"), "{part:?}");
 }
+
+/// serve answers 200 on the strength of the batch's commit: it is a promise, synced before the
+/// section returns (spec/store.md, "Durability"), never an internal commit a power loss may undo.
+#[test]
+fn the_batch_commits_as_a_promise() {
+    use tollgate_core::section::Commit;
+    let batch = Batch::of(&[("d1", "x", "t")]);
+    let deliveries = batch.deliveries();
+    assert_eq!(section(&deliveries).commit(), Commit::Promise);
+}

@@ -178,3 +178,61 @@ fn a_refused_group_of_a_section_that_cannot_run_without_it_writes_nothing() {
         "the group applied before the refused one was rolled back with it"
     );
 }
+
+/// A section that asks to run again after every refusal of its group, forever.
+#[derive(Clone)]
+struct Stubborn {
+    inner: NewTurns,
+    steps: std::rc::Rc<std::cell::Cell<usize>>,
+}
+
+impl Section for Stubborn {
+    type Effect = BTreeMap<usize, String>;
+
+    fn commit(&self) -> Commit {
+        Commit::Internal
+    }
+
+    fn reads(&self) -> Reads {
+        self.inner.reads()
+    }
+
+    fn step<L: Liveness>(
+        &self,
+        part: &mut QueueState,
+        view: &View<'_, L>,
+    ) -> Result<Step<Self::Effect>, Halt> {
+        self.steps.set(self.steps.get() + 1);
+        self.inner.step(part, view)
+    }
+
+    fn without_group(&self, _group: usize, _error: String) -> Option<Self> {
+        Some(self.clone())
+    }
+}
+
+/// The reruns are bounded even when a section would run again forever: after
+/// `MAX_GROUP_RERUNS` reruns the refusal is the section's error.
+#[test]
+fn reruns_after_refused_groups_are_bounded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = home(dir.path());
+    let taken = TurnKey::new("t", 1);
+    let first = NewTurns {
+        keys: vec![taken.clone()],
+        failed: BTreeMap::new(),
+        reruns: false,
+    };
+    tollgate::section::run(&rt, &first).expect("the first record");
+    let stubborn = Stubborn {
+        inner: first,
+        steps: Default::default(),
+    };
+    let refused = tollgate::section::run(&rt, &stubborn);
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(
+        stubborn.steps.get(),
+        tollgate::section::MAX_GROUP_RERUNS + 1,
+        "the first run and its bounded reruns"
+    );
+}

@@ -1,0 +1,109 @@
+//! How far the section runner widens (spec/steps.md, "One section runner"): a step that says its
+//! part does not suffice runs again on what it names, at most `MAX_PART_RUNS` times on parts and
+//! then once on the whole queue; a step that asks for more of the whole queue is an error at once,
+//! never a loop.
+
+use std::cell::Cell;
+use tollgate::home::Home;
+use tollgate::process::{ProcLiveness, RunnerSpawner, SpawnError};
+use tollgate::protocol::section::{Commit, Halt, Section, Step, Unread, View};
+use tollgate::protocol::slots::steps::{QueueReads, Reads};
+use tollgate::protocol::slots::{Liveness, ProcessIdentity, QueueState, SlotToken, TurnKey};
+use tollgate::runtime::{store_for, Runtime};
+
+/// Never asked to spawn.
+struct NoSpawn;
+
+impl RunnerSpawner for NoSpawn {
+    fn spawn(&self, key: &TurnKey, _token: SlotToken) -> Result<ProcessIdentity, SpawnError> {
+        Err(SpawnError::Spawn {
+            key: key.clone(),
+            source: std::io::Error::other("no spawns in this test"),
+        })
+    }
+}
+
+/// A step that always asks for `next` of the queue, counting the loads it was run on.
+struct AlwaysWider {
+    next: Reads,
+    whole: Cell<usize>,
+    parts: Cell<usize>,
+}
+
+impl Section for AlwaysWider {
+    type Effect = ();
+
+    fn commit(&self) -> Commit {
+        Commit::Internal
+    }
+
+    fn reads(&self) -> Reads {
+        Reads::Part(QueueReads::default())
+    }
+
+    fn step<L: Liveness>(
+        &self,
+        _part: &mut QueueState,
+        view: &View<'_, L>,
+    ) -> Result<Step<()>, Halt> {
+        match view.loaded {
+            tollgate::protocol::slots::steps::Loaded::Whole => self.whole.set(self.whole.get() + 1),
+            _ => self.parts.set(self.parts.get() + 1),
+        }
+        Err(Halt::Unread(Unread::Queue(self.next.clone())))
+    }
+}
+
+fn runtime(dir: &std::path::Path) -> Runtime<ProcLiveness, tollgate::queue::HomeStore> {
+    let home = Home::at(dir);
+    let config = home.init(Some(1)).expect("init");
+    let store = store_for(&home, &config);
+    Runtime {
+        home,
+        config,
+        store,
+        spawner: Box::new(NoSpawn),
+        liveness: ProcLiveness,
+    }
+}
+
+#[test]
+fn a_step_asking_for_more_of_the_whole_queue_fails_after_one_run_on_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(dir.path());
+    let section = AlwaysWider {
+        next: Reads::Everything,
+        whole: Cell::new(0),
+        parts: Cell::new(0),
+    };
+    let err = tollgate::section::run(&rt, &section).expect_err("never decides");
+    assert!(
+        err.to_string().contains("whole queue asked to read more"),
+        "{err}"
+    );
+    assert_eq!((section.parts.get(), section.whole.get()), (1, 1));
+}
+
+#[test]
+fn a_step_widening_part_after_part_runs_on_the_whole_queue_last() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = runtime(dir.path());
+    let section = AlwaysWider {
+        next: Reads::Part(QueueReads {
+            tasks: ["other".to_string()].into_iter().collect(),
+            ..QueueReads::default()
+        }),
+        whole: Cell::new(0),
+        parts: Cell::new(0),
+    };
+    let err = tollgate::section::run(&rt, &section).expect_err("never decides");
+    assert!(
+        err.to_string().contains("whole queue asked to read more"),
+        "{err}"
+    );
+    assert_eq!(
+        (section.parts.get(), section.whole.get()),
+        (tollgate::section::MAX_PART_RUNS, 1),
+        "its parts, then the whole queue once"
+    );
+}

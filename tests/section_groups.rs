@@ -3,26 +3,16 @@
 //! the section runs again told which group failed, so the other groups commit and nothing of the
 //! refused one is kept; a section that cannot run without the group fails whole, writing nothing.
 
+mod common;
+
+use common::sections::one_slot;
 use std::collections::BTreeMap;
-use tollgate::home::Home;
-use tollgate::process::{ProcLiveness, RunnerSpawner, SpawnError};
+use tollgate::process::ProcLiveness;
 use tollgate::protocol::section::{Commit, Draft, Halt, Records, Section, Step, View, Writes};
 use tollgate::protocol::slots::steps::{QueueReads, Reads};
-use tollgate::protocol::slots::{Liveness, ProcessIdentity, QueueState, SlotToken, TurnKey};
+use tollgate::protocol::slots::{Liveness, QueueState, TurnKey};
 use tollgate::protocol::turns::NewTurn;
-use tollgate::runtime::{store_for, Runtime};
-
-/// Never asked to spawn: the sections here start nothing.
-struct NoSpawn;
-
-impl RunnerSpawner for NoSpawn {
-    fn spawn(&self, key: &TurnKey, _token: SlotToken) -> Result<ProcessIdentity, SpawnError> {
-        Err(SpawnError::Spawn {
-            key: key.clone(),
-            source: std::io::Error::other("no spawns in this test"),
-        })
-    }
-}
+use tollgate::runtime::Runtime;
 
 /// A section whose step writes one new turn record per key, each key its own write group, and
 /// answers which groups it was told failed. `reruns`: whether it may run again without a group.
@@ -94,19 +84,6 @@ impl Section for NewTurns {
     }
 }
 
-fn home(dir: &std::path::Path) -> Runtime<ProcLiveness, tollgate::queue::HomeStore> {
-    let home = Home::at(dir);
-    let config = home.init(Some(1)).expect("init");
-    let store = store_for(&home, &config);
-    Runtime {
-        home,
-        config,
-        store,
-        spawner: Box::new(NoSpawn),
-        liveness: ProcLiveness,
-    }
-}
-
 fn has_record(rt: &Runtime<ProcLiveness, tollgate::queue::HomeStore>, key: &TurnKey) -> bool {
     tollgate::tasks::load_turn(&rt.home, key)
         .expect("readable")
@@ -116,7 +93,7 @@ fn has_record(rt: &Runtime<ProcLiveness, tollgate::queue::HomeStore>, key: &Turn
 #[test]
 fn a_refused_group_is_rolled_back_alone_and_the_others_commit() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let rt = home(dir.path());
+    let rt = one_slot(dir.path());
     let taken = TurnKey::new("t", 1);
     let fresh = TurnKey::new("u", 1);
     let first = NewTurns {
@@ -151,7 +128,7 @@ fn a_refused_group_is_rolled_back_alone_and_the_others_commit() {
 #[test]
 fn a_refused_group_of_a_section_that_cannot_run_without_it_writes_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let rt = home(dir.path());
+    let rt = one_slot(dir.path());
     let taken = TurnKey::new("t", 1);
     let fresh = TurnKey::new("u", 1);
     tollgate::section::run(
@@ -216,7 +193,7 @@ impl Section for Stubborn {
 #[test]
 fn reruns_after_refused_groups_are_bounded() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let rt = home(dir.path());
+    let rt = one_slot(dir.path());
     let taken = TurnKey::new("t", 1);
     let first = NewTurns {
         keys: vec![taken.clone()],

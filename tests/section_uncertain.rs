@@ -2,29 +2,18 @@
 //! keeps the effect its step decided, so `submit` names the turn that may be queued instead of
 //! saying nothing changed; any other failure says nothing was queued, with no turn named.
 
-use std::collections::BTreeMap;
+mod common;
+
+use common::sections::{one_slot_with, submit_true};
 use std::sync::atomic::{AtomicBool, Ordering};
 use tollgate::dispatch::DispatchError;
-use tollgate::home::Home;
-use tollgate::process::{ProcLiveness, RunnerSpawner, SpawnError};
+use tollgate::process::ProcLiveness;
 use tollgate::protocol::fleet::FleetView;
 use tollgate::protocol::slots::steps::{Loaded, Reads};
-use tollgate::protocol::slots::{ProcessIdentity, QueueState, SlotToken, TurnKey};
+use tollgate::protocol::slots::{ProcessIdentity, QueueState, TurnKey};
 use tollgate::queue::{Commit, HomeStore, RecordTx, Store, StoreError};
-use tollgate::runtime::{store_for, Runtime};
-use tollgate::submit::{decide_submit, Sequencing, SubmitRequest};
-
-/// Never asked to spawn: the submit's effect is not performed here.
-struct NoSpawn;
-
-impl RunnerSpawner for NoSpawn {
-    fn spawn(&self, key: &TurnKey, _token: SlotToken) -> Result<ProcessIdentity, SpawnError> {
-        Err(SpawnError::Spawn {
-            key: key.clone(),
-            source: std::io::Error::other("no spawns in this test"),
-        })
-    }
-}
+use tollgate::runtime::Runtime;
+use tollgate::submit::{decide_submit, Sequencing};
 
 /// The home's store, whose sections run and commit as usual and then report the commit as
 /// uncertain (`uncertain`) or as failed with nothing changed.
@@ -97,33 +86,10 @@ impl Store for Failing {
 }
 
 fn runtime(dir: &std::path::Path, uncertain: bool) -> Runtime<ProcLiveness, Failing> {
-    let home = Home::at(dir);
-    let config = home.init(Some(1)).expect("init");
-    let inner = store_for(&home, &config);
-    Runtime {
-        home,
-        config,
-        store: Failing {
-            inner,
-            uncertain: AtomicBool::new(uncertain),
-        },
-        spawner: Box::new(NoSpawn),
-        liveness: ProcLiveness,
-    }
-}
-
-fn request() -> SubmitRequest {
-    SubmitRequest {
-        task: Some("job".into()),
-        strategy: None,
-        argv: vec!["true".into()],
-        cwd: None,
-        env: BTreeMap::new(),
-        labels: Vec::new(),
-        timeout_millis: None,
-        schedule: Default::default(),
-        delivery: None,
-    }
+    one_slot_with(dir, |inner| Failing {
+        inner,
+        uncertain: AtomicBool::new(uncertain),
+    })
 }
 
 fn me() -> ProcessIdentity {
@@ -134,7 +100,7 @@ fn me() -> ProcessIdentity {
 fn an_uncertain_commit_names_the_turn_that_may_be_queued() {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = runtime(dir.path(), true);
-    match decide_submit(&rt, me(), &request(), &Sequencing::default()) {
+    match decide_submit(&rt, me(), &submit_true("job"), &Sequencing::default()) {
         Err(DispatchError::StateUnknown { key, id, what }) => {
             assert_eq!(key, TurnKey::new("job", 1));
             assert_eq!(id, 1, "the id its row got");
@@ -148,7 +114,7 @@ fn an_uncertain_commit_names_the_turn_that_may_be_queued() {
 fn a_failed_commit_names_no_turn() {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = runtime(dir.path(), false);
-    match decide_submit(&rt, me(), &request(), &Sequencing::default()) {
+    match decide_submit(&rt, me(), &submit_true("job"), &Sequencing::default()) {
         Err(DispatchError::StateUnknown { .. }) => panic!("a plain failure reported as unknown"),
         Err(e) => assert!(e.to_string().contains("nothing was changed"), "{e}"),
         Ok(done) => panic!("reported as queued: {done:?}"),

@@ -3,25 +3,13 @@
 //! then once on the whole queue; a step that asks for more of the whole queue is an error at once,
 //! never a loop.
 
+mod common;
+
+use common::sections::one_slot;
 use std::cell::Cell;
-use tollgate::home::Home;
-use tollgate::process::{ProcLiveness, RunnerSpawner, SpawnError};
 use tollgate::protocol::section::{Commit, Halt, Section, Step, Unread, View};
 use tollgate::protocol::slots::steps::{QueueReads, Reads};
-use tollgate::protocol::slots::{Liveness, ProcessIdentity, QueueState, SlotToken, TurnKey};
-use tollgate::runtime::{store_for, Runtime};
-
-/// Never asked to spawn.
-struct NoSpawn;
-
-impl RunnerSpawner for NoSpawn {
-    fn spawn(&self, key: &TurnKey, _token: SlotToken) -> Result<ProcessIdentity, SpawnError> {
-        Err(SpawnError::Spawn {
-            key: key.clone(),
-            source: std::io::Error::other("no spawns in this test"),
-        })
-    }
-}
+use tollgate::protocol::slots::{Liveness, QueueState};
 
 /// A step that always asks for `next` of the queue, counting the loads it was run on.
 struct AlwaysWider {
@@ -54,23 +42,10 @@ impl Section for AlwaysWider {
     }
 }
 
-fn runtime(dir: &std::path::Path) -> Runtime<ProcLiveness, tollgate::queue::HomeStore> {
-    let home = Home::at(dir);
-    let config = home.init(Some(1)).expect("init");
-    let store = store_for(&home, &config);
-    Runtime {
-        home,
-        config,
-        store,
-        spawner: Box::new(NoSpawn),
-        liveness: ProcLiveness,
-    }
-}
-
 #[test]
 fn a_step_asking_for_more_of_the_whole_queue_fails_after_one_run_on_it() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let rt = runtime(dir.path());
+    let rt = one_slot(dir.path());
     let section = AlwaysWider {
         next: Reads::Everything,
         whole: Cell::new(0),
@@ -87,7 +62,7 @@ fn a_step_asking_for_more_of_the_whole_queue_fails_after_one_run_on_it() {
 #[test]
 fn a_step_widening_part_after_part_runs_on_the_whole_queue_last() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let rt = runtime(dir.path());
+    let rt = one_slot(dir.path());
     let section = AlwaysWider {
         next: Reads::Part(QueueReads {
             tasks: ["other".to_string()].into_iter().collect(),

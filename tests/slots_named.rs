@@ -422,13 +422,12 @@ fn concurrent_enqueue_coalesces_inverted_clocks() {
 /// it as the runner and clears the token.
 #[test]
 fn submit_completes_handoff_after_bind_records_the_child() {
-    use std::collections::BTreeMap;
     use std::sync::Mutex;
     use tollgate::dispatch::Handoff;
     use tollgate::home::Home;
     use tollgate::process::{self_identity, ProcLiveness, RunnerSpawner, SpawnError};
     use tollgate::runtime::{store_for, Runtime};
-    use tollgate::submit::{submit_detached, Placement, SubmitRequest};
+    use tollgate::submit::{submit_detached, Placement};
 
     /// Starts a real `sleep` as the "runner" and reads its identity from /proc.
     struct SleepSpawner(Mutex<Vec<std::process::Child>>);
@@ -456,17 +455,7 @@ fn submit_completes_handoff_after_bind_records_the_child() {
         liveness: ProcLiveness,
     };
     let me = self_identity().unwrap();
-    let request = SubmitRequest {
-        task: Some("a".into()),
-        strategy: None,
-        argv: vec!["true".into()],
-        cwd: None,
-        env: BTreeMap::new(),
-        labels: Vec::new(),
-        timeout_millis: None,
-        schedule: Default::default(),
-        delivery: None,
-    };
+    let request = common::sections::submit_true("a");
     let submitted = submit_detached(&rt, me, request).unwrap();
     let Placement::Started(Handoff::Completed { child }) = submitted.placement else {
         panic!(
@@ -486,17 +475,7 @@ fn submit_completes_handoff_after_bind_records_the_child() {
     assert_eq!(state.runner(&submitted.key).unwrap().identity, child);
     assert_eq!(occupied_runner_slots(&state, &ProcLiveness, None, None), 1);
     // A second submit (another task) with one slot parks: the bound child occupies.
-    let second = SubmitRequest {
-        task: Some("b".into()),
-        strategy: None,
-        argv: vec!["true".into()],
-        cwd: None,
-        env: BTreeMap::new(),
-        labels: Vec::new(),
-        timeout_millis: None,
-        schedule: Default::default(),
-        delivery: None,
-    };
+    let second = common::sections::submit_true("b");
     assert_eq!(
         submit_detached(&rt, me, second).unwrap().placement,
         Placement::Parked

@@ -4,6 +4,10 @@
 //! did not read them: before, it read every row's record and forgot them at once); once a slot is
 //! free, the first section forgets them (`Forgotten`), before any parked row starts.
 
+mod common;
+
+use common::sections::submit_true;
+
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -82,20 +86,6 @@ fn home_with_slots(
     (rt, self_identity().expect("me"))
 }
 
-fn request(task: &str) -> SubmitRequest {
-    SubmitRequest {
-        task: Some(task.into()),
-        strategy: None,
-        argv: vec!["true".into()],
-        cwd: None,
-        env: BTreeMap::new(),
-        labels: Vec::new(),
-        timeout_millis: None,
-        schedule: Default::default(),
-        delivery: None,
-    }
-}
-
 /// Deletes the turn record of `key` from the home's database, as an operator removing it would.
 fn delete_record(home: &Home, key: &TurnKey) {
     let conn = rusqlite::Connection::open(home.db_path()).expect("open the database");
@@ -121,7 +111,7 @@ fn parked_rows_records_are_read_only_when_a_slot_may_be_free() {
     let home = rt.home.clone();
 
     // The only slot: a live "runner" bound to the turn `hold`.
-    let held = submit_detached(&rt, me, request("hold")).expect("submit hold");
+    let held = submit_detached(&rt, me, submit_true("hold")).expect("submit hold");
     assert!(
         matches!(
             held.placement,
@@ -132,7 +122,7 @@ fn parked_rows_records_are_read_only_when_a_slot_may_be_free() {
     );
     let mut parked = Vec::new();
     for n in 0..PARKED {
-        let submitted = submit_detached(&rt, me, request(&format!("p-{n}"))).expect("submit");
+        let submitted = submit_detached(&rt, me, submit_true(&format!("p-{n}"))).expect("submit");
         assert_eq!(submitted.placement, Placement::Parked, "p-{n} parks");
         parked.push(submitted.key);
     }
@@ -201,12 +191,12 @@ fn parked_rows_records_are_read_only_when_a_slot_may_be_free() {
 fn the_repairs_look_reads_the_active_rows_and_sees_a_dead_runner() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (rt, me) = one_slot_home(dir.path());
-    let held = submit_detached(&rt, me, request("hold")).expect("submit hold");
+    let held = submit_detached(&rt, me, submit_true("hold")).expect("submit hold");
     let Placement::Started(Handoff::Completed { child }) = held.placement else {
         panic!("hold started: {:?}", held.placement);
     };
     for n in 0..PARKED {
-        let submitted = submit_detached(&rt, me, request(&format!("p-{n}"))).expect("submit");
+        let submitted = submit_detached(&rt, me, submit_true(&format!("p-{n}"))).expect("submit");
         assert_eq!(submitted.placement, Placement::Parked);
     }
 
@@ -273,14 +263,14 @@ fn a_parking_submit_loads_only_the_rows_its_step_names() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (rt, me) = one_slot_home(dir.path());
     let home = rt.home.clone();
-    let held = submit_detached(&rt, me, request("hold")).expect("submit hold");
+    let held = submit_detached(&rt, me, submit_true("hold")).expect("submit hold");
     assert!(matches!(held.placement, Placement::Started(_)));
-    let mut waiter = request("q");
+    let mut waiter = submit_true("q");
     waiter.strategy = Some(tollgate::protocol::admission::Strategy::Queue);
     let first = submit_detached(&rt, me, waiter.clone()).expect("submit q");
     assert_eq!(first.placement, Placement::Parked);
     for n in 0..PARKED {
-        let submitted = submit_detached(&rt, me, request(&format!("p-{n}"))).expect("submit");
+        let submitted = submit_detached(&rt, me, submit_true(&format!("p-{n}"))).expect("submit");
         assert_eq!(submitted.placement, Placement::Parked, "p-{n} parks");
         // The held row, the last row (the one before this submit) and nothing of the others.
         assert!(
@@ -294,7 +284,7 @@ fn a_parking_submit_loads_only_the_rows_its_step_names() {
 
     // A generated task name: the first section names no task and is rolled back, the second
     // loads the generated task's rows (none).
-    let mut generated = request("unused");
+    let mut generated = submit_true("unused");
     generated.task = None;
     let submitted = submit_detached(&rt, me, generated).expect("submit a generated task");
     assert_eq!(submitted.placement, Placement::Parked);
@@ -460,7 +450,7 @@ fn set_paused(
 fn a_free_slot_without_a_parked_row_takes_no_repair_section() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (rt, me) = home_with_slots(dir.path(), 2);
-    let held = submit_detached(&rt, me, request("hold")).expect("submit hold");
+    let held = submit_detached(&rt, me, submit_true("hold")).expect("submit hold");
     assert!(matches!(held.placement, Placement::Started(_)), "{held:?}");
     assert!(steps::start_reachable(
         &rt.store.load().expect("load"),
@@ -567,10 +557,10 @@ fn a_concurrent_submits_part_holds_the_first_row_of_its_line() {
 fn a_submit_without_a_strategy_reads_its_lines_first_row() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (rt, me) = one_slot_home(dir.path());
-    let held = submit_detached(&rt, me, request("hold")).expect("submit hold");
+    let held = submit_detached(&rt, me, submit_true("hold")).expect("submit hold");
     assert!(matches!(held.placement, Placement::Started(_)));
     for n in 0..PARKED {
-        let submitted = submit_detached(&rt, me, request("cli")).expect("submit cli");
+        let submitted = submit_detached(&rt, me, submit_true("cli")).expect("submit cli");
         assert!(
             matches!(
                 submitted.placement,
@@ -587,11 +577,11 @@ fn a_submit_without_a_strategy_reads_its_lines_first_row() {
         );
     }
 
-    let mut waiter = request("qq");
+    let mut waiter = submit_true("qq");
     waiter.strategy = Some(tollgate::protocol::admission::Strategy::Queue);
     let first = submit_detached(&rt, me, waiter).expect("submit qq");
     assert_eq!(first.placement, Placement::Parked);
-    let second = submit_detached(&rt, me, request("qq")).expect("submit qq without a strategy");
+    let second = submit_detached(&rt, me, submit_true("qq")).expect("submit qq without a strategy");
     assert_eq!(
         second.superseded.as_slice(),
         std::slice::from_ref(&first.key),
@@ -607,7 +597,7 @@ fn a_submit_without_a_strategy_reads_its_lines_first_row() {
 fn generated() -> SubmitRequest {
     SubmitRequest {
         task: None,
-        ..request("unused")
+        ..submit_true("unused")
     }
 }
 
@@ -621,7 +611,7 @@ fn generated() -> SubmitRequest {
 fn a_submit_with_a_generated_task_name_takes_one_section() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (rt, me) = one_slot_home(dir.path());
-    let held = submit_detached(&rt, me, request("hold")).expect("submit hold");
+    let held = submit_detached(&rt, me, submit_true("hold")).expect("submit hold");
     assert!(matches!(held.placement, Placement::Started(_)));
     for n in 0..5 {
         let before = database(&rt).sections_begun();
@@ -642,7 +632,7 @@ fn a_submit_with_a_generated_task_name_takes_one_section() {
 
     // A task already named as the guess will be: the section generates another name.
     let next = rt.store.load().expect("load").next_queue_id;
-    let squatter = submit_detached(&rt, me, request(&format!("true-{}", next + 1)))
+    let squatter = submit_detached(&rt, me, submit_true(&format!("true-{}", next + 1)))
         .expect("submit the squatter");
     let before = database(&rt).sections_begun();
     let submitted = submit_detached(&rt, me, generated()).expect("submit a generated name");
@@ -671,21 +661,21 @@ fn a_submit_with_a_generated_task_name_takes_one_section() {
 fn a_cancel_at_depth_loads_only_its_tasks_part() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (rt, me) = one_slot_home(dir.path());
-    let held = submit_detached(&rt, me, request("hold")).expect("submit hold");
+    let held = submit_detached(&rt, me, submit_true("hold")).expect("submit hold");
     assert!(matches!(held.placement, Placement::Started(_)));
     for n in 0..PARKED {
-        submit_detached(&rt, me, request(&format!("p-{n}"))).expect("submit");
+        submit_detached(&rt, me, submit_true(&format!("p-{n}"))).expect("submit");
     }
     let mut doomed = Vec::new();
     for _ in 0..3 {
         doomed.push(
-            submit_detached(&rt, me, request("doomed"))
+            submit_detached(&rt, me, submit_true("doomed"))
                 .expect("submit")
                 .key,
         );
     }
     for n in PARKED..PARKED + 5 {
-        submit_detached(&rt, me, request(&format!("p-{n}"))).expect("submit");
+        submit_detached(&rt, me, submit_true(&format!("p-{n}"))).expect("submit");
     }
     let before = rows(&rt).len();
     let report = tollgate::cancel::cancel(&rt, "doomed").expect("cancel");
@@ -705,7 +695,7 @@ fn a_cancel_at_depth_loads_only_its_tasks_part() {
 
     // `w` needs `c` to succeed, `x` needs `w` to succeed, and a row follows `x`: cancelling `c`
     // ends `w` and `x`, which the part of `c` does not hold; the section runs on the whole queue.
-    let c = submit_detached(&rt, me, request("c"))
+    let c = submit_detached(&rt, me, submit_true("c"))
         .expect("submit c")
         .key;
     let after_success = |key: &TurnKey| Sequencing {
@@ -716,13 +706,13 @@ fn a_cancel_at_depth_loads_only_its_tasks_part() {
         retry: None,
     };
     let submit_after = |task: &str, key: &TurnKey| {
-        submit_detached_sequenced(&rt, me, request(task), after_success(key))
+        submit_detached_sequenced(&rt, me, submit_true(task), after_success(key))
             .expect("submit with a dependency")
             .key
     };
     let w = submit_after("w", &c);
     let x = submit_after("x", &w);
-    submit_detached(&rt, me, request("last")).expect("submit last");
+    submit_detached(&rt, me, submit_true("last")).expect("submit last");
     let before = rows(&rt).len();
     tollgate::cancel::cancel(&rt, "c").expect("cancel c");
     assert_eq!(
@@ -760,7 +750,7 @@ fn a_paused_homes_free_slots_take_no_repair_section() {
     );
     let mut keys = Vec::new();
     for n in 0..PARKED {
-        let submitted = submit_detached(&rt, me, request(&format!("p-{n}"))).expect("submit");
+        let submitted = submit_detached(&rt, me, submit_true(&format!("p-{n}"))).expect("submit");
         assert!(
             matches!(submitted.placement, Placement::Waiting { .. }),
             "p-{n} waits for the resume: {:?}",
@@ -770,7 +760,7 @@ fn a_paused_homes_free_slots_take_no_repair_section() {
     }
     let before = database(&rt).sections_begun();
     assert!(!tollgate::reconcile::repair_due(&rt, me).expect("look"));
-    let submitted = submit_detached(&rt, me, request("one-more")).expect("submit");
+    let submitted = submit_detached(&rt, me, submit_true("one-more")).expect("submit");
     assert!(matches!(submitted.placement, Placement::Waiting { .. }));
     tollgate::runner::repair::after_section(&rt, me);
     assert_eq!(
@@ -814,7 +804,7 @@ fn a_paused_tasks_backlog_takes_no_repair_section() {
         true,
     );
     for _ in 0..PARKED {
-        let submitted = submit_detached(&rt, me, request("p")).expect("submit p");
+        let submitted = submit_detached(&rt, me, submit_true("p")).expect("submit p");
         assert!(
             matches!(submitted.placement, Placement::Waiting { .. }),
             "{:?}",
@@ -823,7 +813,7 @@ fn a_paused_tasks_backlog_takes_no_repair_section() {
     }
     assert!(!tollgate::reconcile::repair_due(&rt, me).expect("look"));
     // Another task's turn starts on a free slot; its command's repair takes no section.
-    let started = submit_detached(&rt, me, request("q")).expect("submit q");
+    let started = submit_detached(&rt, me, submit_true("q")).expect("submit q");
     assert!(matches!(started.placement, Placement::Started(_)));
     let before = database(&rt).sections_begun();
     tollgate::runner::repair::after_section(&rt, me);

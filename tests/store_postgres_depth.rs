@@ -10,7 +10,8 @@ mod common;
 
 use common::postgres::{server, unique, with_queue};
 use common::queue_shapes::every_shape;
-use std::collections::{BTreeMap, BTreeSet};
+use common::sections::submit_true;
+use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::Duration;
 use tollgate::config::{Config, Durability};
@@ -22,7 +23,7 @@ use tollgate::protocol::slots::{
 };
 use tollgate::queue::{HomeStore, PostgresStore, PostgresUrl, Store, StoreError};
 use tollgate::runtime::{store_for, Runtime};
-use tollgate::submit::{submit_detached, Placement, SubmitRequest};
+use tollgate::submit::{submit_detached, Placement};
 
 /// Parked rows behind the active ones.
 const PARKED: u64 = 40;
@@ -251,20 +252,6 @@ impl Drop for SleepSpawner {
     }
 }
 
-fn request(task: &str) -> SubmitRequest {
-    SubmitRequest {
-        task: Some(task.into()),
-        strategy: None,
-        argv: vec!["true".into()],
-        cwd: None,
-        env: BTreeMap::new(),
-        labels: Vec::new(),
-        timeout_millis: None,
-        schedule: Default::default(),
-        delivery: None,
-    }
-}
-
 fn postgres(rt: &Runtime<ProcLiveness, HomeStore>) -> &PostgresStore {
     match &rt.store {
         HomeStore::Postgres(store) => store,
@@ -298,14 +285,14 @@ fn a_parking_submit_at_depth_loads_only_its_part() {
         liveness: ProcLiveness,
     };
     let me = self_identity().expect("me");
-    let held = submit_detached(&rt, me, request("hold")).expect("submit hold");
+    let held = submit_detached(&rt, me, submit_true("hold")).expect("submit hold");
     assert!(
         matches!(held.placement, Placement::Started(_)),
         "{:?}",
         held.placement
     );
     for n in 0..PARKED {
-        let submitted = submit_detached(&rt, me, request(&format!("p-{n}"))).expect("submit");
+        let submitted = submit_detached(&rt, me, submit_true(&format!("p-{n}"))).expect("submit");
         assert_eq!(submitted.placement, Placement::Parked, "p-{n} parks");
         // The held row and the last row (the one before this submit), none of the others.
         assert!(

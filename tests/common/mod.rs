@@ -10,6 +10,7 @@ pub mod legacy_home;
 pub mod postgres;
 pub mod queue_shapes;
 pub mod rlimit;
+pub mod sections;
 pub mod store_contract;
 pub mod storm;
 

@@ -13,6 +13,7 @@ mod follow;
 mod hosts;
 mod init;
 mod lifecycle;
+mod logging;
 mod logs;
 mod program;
 mod reconcile;
@@ -555,6 +556,13 @@ pub fn main() -> i32 {
     };
     if reads_only(&cli.command) {
         die_of_sigpipe();
+    }
+    #[cfg(feature = "serve")]
+    let serves = matches!(cli.command, Command::Serve(_));
+    #[cfg(not(feature = "serve"))]
+    let serves = false;
+    if !serves {
+        logging::init("warn");
     }
     let home = cli.home;
     let result = match cli.command {

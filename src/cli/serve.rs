@@ -50,13 +50,7 @@ impl From<ServeError> for CliError {
 }
 
 pub fn serve(home: Option<PathBuf>, args: ServeArgs) -> Result<i32, CliError> {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TOLLGATE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+    super::logging::init("info");
     let home = Home::resolve(home)?;
     let json = args.json;
     let summary = crate::serve::run(home, args.listen, |addr| {

@@ -530,9 +530,8 @@ fn spawn_in_namespace(
                      without it",
                     pidns::PIDNS_ENV
                 );
+                // A detached runner's stderr is its runner.log (src/cli/logging.rs).
                 tracing::warn!("{line}");
-                // A detached runner has no subscriber: its stderr is its runner.log.
-                eprintln!("tollgate: {line}");
             });
             None
         }

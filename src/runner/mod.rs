@@ -174,6 +174,9 @@ pub fn take_over_to_run<L: Liveness, S: Store>(
             Err(DispatchError::Fleet(crate::protocol::fleet::FleetError::Unknown { .. }))
                 if std::time::Instant::now() < until =>
             {
+                // A test learns here that the take-over found no lease and is waiting for it.
+                #[cfg(feature = "failpoints")]
+                crate::failgate::hold("runner::take_over_lease_wait");
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
             other => return other,

@@ -413,3 +413,52 @@ fn a_printing_command_whose_reader_went_away_ends_quietly_by_sigpipe() {
         assert!(out.stderr.is_empty(), "{args:?}: {}", describe(&out));
     }
 }
+
+/// `status --json` names the process group leader of a running turn's work (the command itself),
+/// as the runner recorded it right after the spawn: what a cancel and a repair kill by, and what
+/// an operator looks up in `ps`. The command writes its own pid, then blocks on a gate.
+#[test]
+fn status_names_the_leader_of_a_running_command() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = common::init_home(dir.path(), 1);
+    let gate = common::fifo::gate(dir.path(), "gate");
+    let pid_file = dir.path().join("leader");
+    let script = format!(
+        "echo $$ > {p}.tmp && mv {p}.tmp {p} && exec cat {g}",
+        p = pid_file.display(),
+        g = gate.display()
+    );
+    let _cancel = common::CancelOnDrop {
+        home: home.clone(),
+        task: "held".to_string(),
+    };
+    let out = tollgate(
+        &home,
+        &["submit", "--task", "held", "--", "sh", "-c", &script],
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    common::wait_until("the command's pid", || pid_file.is_file());
+    let pid: u64 = std::fs::read_to_string(&pid_file)
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("a pid");
+    // The leader is recorded in the section right after the spawn, which may trail the command.
+    let mut last = serde_json::Value::Null;
+    common::wait_until("the leader in status", || {
+        last = status_json(&home);
+        last["works"]
+            .as_array()
+            .is_some_and(|works| works.iter().any(|w| w["leader"]["pid"] == pid))
+    });
+    let works = last["works"].as_array().expect("works");
+    assert_eq!(works.len(), 1, "{last}");
+    assert_eq!(works[0]["task"], "held", "{last}");
+    assert_ne!(
+        works[0]["runner"]["pid"], pid,
+        "the runner is not the command: {last}"
+    );
+    common::fifo::release(&gate);
+    let out = tollgate(&home, &["wait", "held:1"]);
+    assert!(out.status.success(), "{}", describe(&out));
+}

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 /// `submit --task job -- sh -c 'echo ran >> RUNS'` on `home`, its dispatcher held after its spawn
 /// until `gate` exists, its runner reporting each take-over that found no lease in `seen.waiting`.
-fn held_submit(home: &Path, gate: &Path, seen: &Path, runs: &Path) -> Child {
+fn held_submit(home: &Path, gate: &Path, seen: &Path, runs: &Path) -> Held {
     std::fs::write(seen, b"").expect("the runner's gate is open");
     let failpoints = format!(
         "dispatch::after_spawn=return({});runner::take_over_lease_wait=return({})",
@@ -31,7 +31,7 @@ fn held_submit(home: &Path, gate: &Path, seen: &Path, runs: &Path) -> Child {
         seen.display()
     );
     let script = format!("echo ran >> {}", runs.display());
-    Command::new(common::BIN)
+    let child = Command::new(common::BIN)
         .arg("--home")
         .arg(home)
         .args(["submit", "--task", "job", "--", "sh", "-c", &script])
@@ -42,7 +42,28 @@ fn held_submit(home: &Path, gate: &Path, seen: &Path, runs: &Path) -> Child {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("start submit")
+        .expect("start submit");
+    Held(Some(child))
+}
+
+/// The held `submit`: waited for by the test, or, if the test ends first (failed), killed and
+/// reaped, so a failing run leaves no dispatcher behind holding its gate.
+struct Held(Option<Child>);
+
+impl Held {
+    fn wait_with_output(mut self) -> std::process::Output {
+        let child = self.0.take().expect("waited for once");
+        child.wait_with_output().expect("submit ends")
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 /// The pid a gate published in `GATE.waiting`.
@@ -88,7 +109,7 @@ fn a_runner_whose_lease_comes_while_it_waits_runs_its_turn_without_a_repair() {
     let runner = waiting_pid(&f.seen);
     assert!(is_alive(runner), "the runner waits for its lease");
     std::fs::write(&f.gate, b"").expect("open the dispatcher's gate");
-    let out = submit.wait_with_output().expect("submit ends");
+    let out = submit.wait_with_output();
     assert!(out.status.success(), "submit: {}", common::describe(&out));
     // No reconcile, status or other command that repairs: the runner itself ran the turn.
     common::wait_until("the turn's command to run", || f.runs.exists());
@@ -131,7 +152,7 @@ fn a_runner_whose_lease_never_comes_gives_up_within_its_bound_and_reconcile_runs
     );
     assert!(!f.runs.exists(), "the turn did not run without its lease");
     std::fs::write(&f.gate, b"").expect("open the dispatcher's gate");
-    let out = submit.wait_with_output().expect("submit ends");
+    let out = submit.wait_with_output();
     // The submit queued the turn (its promise), whatever became of the runner it spawned.
     assert!(out.status.success(), "submit: {}", common::describe(&out));
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -18,6 +18,16 @@ struct AlwaysWider {
     parts: Cell<usize>,
 }
 
+impl AlwaysWider {
+    fn new(next: Reads) -> Self {
+        Self {
+            next,
+            whole: Cell::new(0),
+            parts: Cell::new(0),
+        }
+    }
+}
+
 impl Section for AlwaysWider {
     type Effect = ();
 
@@ -38,6 +48,11 @@ impl Section for AlwaysWider {
             tollgate::protocol::slots::steps::Loaded::Whole => self.whole.set(self.whole.get() + 1),
             _ => self.parts.set(self.parts.get() + 1),
         }
+        // A runner that never moves on to the whole queue fails here, not by hanging the suite.
+        assert!(
+            self.parts.get() <= 100,
+            "the section runner widened part after part without a bound"
+        );
         Err(Halt::Unread(Unread::Queue(self.next.clone())))
     }
 }
@@ -46,11 +61,7 @@ impl Section for AlwaysWider {
 fn a_step_asking_for_more_of_the_whole_queue_fails_after_one_run_on_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = one_slot(dir.path());
-    let section = AlwaysWider {
-        next: Reads::Everything,
-        whole: Cell::new(0),
-        parts: Cell::new(0),
-    };
+    let section = AlwaysWider::new(Reads::Everything);
     let err = tollgate::section::run(&rt, &section).expect_err("never decides");
     assert!(
         err.to_string().contains("whole queue asked to read more"),
@@ -63,14 +74,10 @@ fn a_step_asking_for_more_of_the_whole_queue_fails_after_one_run_on_it() {
 fn a_step_widening_part_after_part_runs_on_the_whole_queue_last() {
     let dir = tempfile::tempdir().expect("tempdir");
     let rt = one_slot(dir.path());
-    let section = AlwaysWider {
-        next: Reads::Part(QueueReads {
-            tasks: ["other".to_string()].into_iter().collect(),
-            ..QueueReads::default()
-        }),
-        whole: Cell::new(0),
-        parts: Cell::new(0),
-    };
+    let section = AlwaysWider::new(Reads::Part(QueueReads {
+        tasks: ["other".to_string()].into_iter().collect(),
+        ..QueueReads::default()
+    }));
     let err = tollgate::section::run(&rt, &section).expect_err("never decides");
     assert!(
         err.to_string().contains("whole queue asked to read more"),

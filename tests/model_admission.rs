@@ -333,6 +333,7 @@ fn bites(variant: Variant) {
         let checker = if unreached.is_empty() {
             builder
                 .finish_when(HasDiscoveries::AllOf(breaks.iter().copied().collect()))
+                .target_state_count(teeth::STATE_BOUND)
                 .spawn_dfs()
                 .join()
         } else {

@@ -339,6 +339,7 @@ fn bites(variant: FleetVariant) {
         let checker = if unreached.is_empty() {
             builder
                 .finish_when(HasDiscoveries::AllOf(breaks.iter().copied().collect()))
+                .target_state_count(teeth::STATE_BOUND)
                 .spawn_bfs()
                 .join()
         } else {

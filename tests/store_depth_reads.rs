@@ -832,3 +832,83 @@ fn a_paused_tasks_backlog_takes_no_repair_section() {
     assert_eq!(parked, [&TurnKey::new("p", 1), &key]);
     assert!(tollgate::reconcile::repair_due(&rt, me).expect("look"));
 }
+
+/// Answers from fixed lists: the processes in `live` are alive, every other one is gone, and
+/// every recorded work may still have a process.
+struct Fixed {
+    live: Vec<ProcessIdentity>,
+}
+
+impl tollgate::protocol::slots::Liveness for Fixed {
+    fn observe(&self, identity: &ProcessIdentity) -> tollgate::protocol::slots::Observation {
+        if self.live.contains(identity) {
+            tollgate::protocol::slots::Observation::Matching
+        } else {
+            tollgate::protocol::slots::Observation::Gone
+        }
+    }
+
+    fn observe_work(
+        &self,
+        _work: &tollgate::protocol::slots::WorkRecord,
+    ) -> tollgate::protocol::slots::Observation {
+        tollgate::protocol::slots::Observation::Matching
+    }
+}
+
+/// The start decision counts a slot as reconcile's steps free it: a live runner's work holds its
+/// slot, so no parked row's record is read; a dead runner's work is dropped once seen gone, so
+/// its slot counts as free and the parked row's record is read (spec/slots.md, "What reconcile
+/// reads").
+#[test]
+fn a_live_runners_work_holds_its_slot_and_a_dead_runners_work_frees_it() {
+    use tollgate::protocol::slots::{enqueue, park, QueueState, WorkId, WorkRecord};
+    let runner = ProcessIdentity {
+        pid: 10,
+        start_time_micros: 1,
+    };
+    let submitter = ProcessIdentity {
+        pid: 11,
+        start_time_micros: 1,
+    };
+    let running = TurnKey::new("run", 1);
+    let parked = TurnKey::new("wait", 1);
+    let mut state = QueueState::default();
+    enqueue(&mut state, &running, submitter, 1).expect("enqueue");
+    enqueue(&mut state, &parked, submitter, 2).expect("enqueue");
+    park(&mut state, &parked).expect("park");
+    state.row_mut(&running).expect("row").state = RowState::Dispatching {
+        dispatch_owner: runner,
+    };
+    state.set_runner(&running, runner, false);
+    state.works.push(WorkRecord {
+        key: running.clone(),
+        id: WorkId::from_token(common::token(1)),
+        runner,
+        leader: None,
+        cgroup: None,
+    });
+    assert_eq!(state.check_structure(), Ok(()));
+
+    let everyone = Fixed {
+        live: vec![runner, submitter],
+    };
+    assert!(!steps::start_reachable(&state, 1, &everyone));
+    let needed: Vec<&TurnKey> = steps::records_needed(&state, &[], 1, &everyone).collect();
+    assert_eq!(
+        needed,
+        [&running],
+        "a live runner's work holds the only slot"
+    );
+
+    let runner_dead = Fixed {
+        live: vec![submitter],
+    };
+    assert!(steps::start_reachable(&state, 1, &runner_dead));
+    let needed: Vec<&TurnKey> = steps::records_needed(&state, &[], 1, &runner_dead).collect();
+    assert_eq!(
+        needed,
+        [&running, &parked],
+        "a dead runner's work frees its slot for the parked row"
+    );
+}

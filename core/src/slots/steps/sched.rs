@@ -247,6 +247,30 @@ mod tests {
         assert_eq!(due.wake_at_millis, None);
     }
 
+    /// A pause holds a delayed row without a waker (it would wake to a pause); resume spawns the
+    /// waker for the time still ahead.
+    #[test]
+    fn q1_a_paused_delayed_submit_gets_its_waker_only_at_resume() {
+        let mut state = QueueState::default();
+        pause(&mut state, PauseScope::Home).unwrap();
+        let schedule = Schedule {
+            priority: 0,
+            not_before_millis: 5_000,
+        };
+        let decision = submit_at(&mut state, &key(1), 4, schedule);
+        assert_eq!(decision.held, Some(HeldBack::Paused));
+        assert_eq!(
+            decision.effect,
+            SubmitEffect::Wait {
+                ready_at_millis: 5_000,
+                wake_at_millis: None
+            }
+        );
+        let resumed = resume_all(&mut state, 4, 1_000);
+        assert!(resumed.spawn.is_empty(), "not due yet");
+        assert_eq!(resumed.wake_at_millis, Some(5_000));
+    }
+
     #[test]
     fn a_paused_task_holds_only_its_rows() {
         let mut state = QueueState::default();

@@ -1003,3 +1003,29 @@ fn a_cancel_during_a_handoff_records_the_request_and_signals_nobody() {
     assert_eq!(recorded.signal, vec![(key.clone(), child)]);
     assert!(recorded.recorded.is_empty());
 }
+
+/// A runner whose row is already gone (a runner on its way out, as [`start_reachable`] counts
+/// it) still leaves: its own runner record goes. A runner record that names another process is
+/// that process's: a late runner's finish is refused and changes nothing.
+#[test]
+fn a_finish_after_the_row_left_clears_only_its_own_runner_record() {
+    let key = TurnKey::new("t", 1);
+    let (me, other) = (id(10), id(11));
+    let mut state = QueueState::default();
+    state.set_runner(&key, me, false);
+    finish_turn(&mut state, &key, me).unwrap();
+    assert!(
+        state.runner(&key).is_none(),
+        "the leaving runner's record is gone"
+    );
+
+    let mut state = QueueState::default();
+    state.set_runner(&key, other, false);
+    let before = state.clone();
+    let refused = finish_turn(&mut state, &key, me);
+    assert!(
+        matches!(refused, Err(SlotError::NotOwner { .. })),
+        "another runner's record is not this runner's to clear: {refused:?}"
+    );
+    assert_eq!(state, before, "the refused finish changed nothing");
+}
